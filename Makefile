@@ -1,0 +1,35 @@
+# Thin wrapper over CMake and CTest. `make run` and `make test` do all set-up themselves.
+#   make setup   install what is missing (Debian packages; prints the command if not root)
+#   make build   configure and build everything into $(BUILD_DIR)
+#   make run     the chapter tour: every chapter program at its default shape, one table
+#   make test    every test through CTest (GPU tests are skipped, with the reason, without a GPU)
+#   make bench   fa_bench over the standard sweep + PyTorch SDPA when torch imports; CSV + table
+BUILD_DIR ?= build
+CMAKE_ARGS ?=
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+PYTHON ?= python3
+
+.PHONY: all setup configure build run test bench clean
+
+all: build
+
+setup:
+	@bash tools/setup.sh
+
+configure: setup
+	cmake -S . -B $(BUILD_DIR) $(CMAKE_ARGS)
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+run: build
+	$(PYTHON) tools/tour.py --build-dir $(BUILD_DIR)
+
+test: build
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+bench: build
+	bash tools/bench.sh $(BUILD_DIR)
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,69 @@
+// Chapter 01 -- naive attention, fp32.
+//
+// Computes O = softmax(scale * Q K^T) V with three kernels and the full score matrix S (then P)
+// in device memory. The softmax is the textbook one, exp(s_j) / sum_k exp(s_k), with no max
+// subtracted: correct for small logits, inf/NaN once a logit passes ~88 (expf overflows).
+// Chapter 02 fixes the overflow; chapter 03 removes the passes over S; chapter 04 removes S.
+//
+// Tiling: none. One thread per score, one thread per softmax row, one thread per output.
+// Run:    build/bin/ch01_naive_attention [--logit-scale 20 to watch it overflow]
+#include "algorithm.h"
+#include "naive_kernels.cuh"
+
+namespace fa::naive {
+
+/// One thread per row of S. Pass 1 sums exp(s_j); pass 2 writes P = exp(s_j) / sum over S.
+/// A thread walks its own row, so the 32 threads of a warp read 32 different rows: each load
+/// instruction touches 32 separate cache lines. Chapter 02's second variant fixes that.
+__global__ void naive_softmax_kernel(AttentionShape shape, float* scores, float* lse) {
+  const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= int64_t(shape.batch) * shape.heads_q * shape.seq_q) return;
+  float* s = scores + row * shape.seq_kv;
+  float sum = 0.0f;
+  for (int j = 0; j < shape.seq_kv; ++j) sum += expf(s[j]);  // exp(-inf) = 0 for masked keys
+  // A row that sees no key has sum 0: write P = 0 and LSE = -inf (log 0), never 0/0.
+  float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
+  for (int j = 0; j < shape.seq_kv; ++j) s[j] = expf(s[j]) * inv_sum;
+  lse[row] = logf(sum);
+}
+
+void launch_naive_attention(const ForwardParams& p) {
+  launch_materialized_attention<float>(p, [&](float* scores) {
+    const int64_t rows = p.shape.lse_elems();
+    const int threads = 128;
+    naive_softmax_kernel<<<unsigned((rows + threads - 1) / threads), threads, 0, p.stream>>>(p.shape, scores, p.lse);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+ForwardKernel naive_attention_kernel() {
+  ForwardKernel k;
+  k.name = "ch01_naive";
+  k.chapter = 1;
+  k.number = 1;
+  k.variant = "naive";
+  k.dtype = DType::F32;
+  k.summary = "S = QK^T in device memory, softmax without max subtraction, then P*V";
+  k.launch = launch_naive_attention;
+  k.supports = materialized_support;
+  k.workspace_bytes = score_buffer_bytes;
+  k.memory_note = [](const AttentionShape& s) {
+    return score_traffic_note(s, 5, "S written; read twice and P written by the softmax; P read by P*V");
+  };
+  return k;
+}
+FA_REGISTER_FORWARD_KERNEL(naive_attention_kernel());
+
+CpuAlgorithm naive_attention_algorithm() {
+  CpuAlgorithm a;
+  a.name = "ch01_naive_cpu";
+  a.chapter = 1;
+  a.number = 1;
+  a.variant = "naive";
+  a.summary = "algorithm.h: the same three steps in plain C++ (float)";
+  a.run = naive_attention_cpu;
+  return a;
+}
+FA_REGISTER_CPU_ALGORITHM(naive_attention_algorithm());
+
+}  // namespace fa::naive

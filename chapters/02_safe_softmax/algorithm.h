@@ -1,0 +1,34 @@
+// Chapter 02 on the CPU: chapter 01's three steps with the safe softmax in the middle.
+// The kernels' variants 1 and 2 compute exactly this; they differ only in which thread does
+// which part of the row.
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+#include "../01_naive_attention/algorithm.h"
+
+namespace fa::safe {
+
+/// One row of scores -> probabilities in place, in three passes; returns the row's LSE.
+inline float safe_softmax_row(float* row, int n) {
+  float row_max = -INFINITY;
+  for (int j = 0; j < n; ++j) row_max = std::fmax(row_max, row[j]);   // pass 1: the max
+  if (row_max == -INFINITY) {                                         // the row sees no key
+    for (int j = 0; j < n; ++j) row[j] = 0.0f;
+    return -INFINITY;
+  }
+  float sum = 0.0f;
+  for (int j = 0; j < n; ++j) sum += std::exp(row[j] - row_max);     // pass 2: the sum
+  for (int j = 0; j < n; ++j) row[j] = std::exp(row[j] - row_max) / sum;  // pass 3: normalize
+  return row_max + std::log(sum);
+}
+
+inline void safe_softmax_attention_cpu(const AttentionShape& s, const float* q, const float* k, const float* v, float* o,
+                                       float* lse) {
+  naive::materialized_attention_cpu(s, q, k, v, o, lse, [&](std::vector<float>& scores, float* lse_head) {
+    for (int i = 0; i < s.seq_q; ++i) lse_head[i] = safe_softmax_row(scores.data() + std::size_t(i) * s.seq_kv, s.seq_kv);
+  });
+}
+
+}  // namespace fa::safe

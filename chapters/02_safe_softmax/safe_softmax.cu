@@ -1,0 +1,117 @@
+// Chapter 02 -- safe softmax, fp32.
+//
+// Same three kernels as chapter 01; only the softmax changes. Subtracting the row maximum m
+// before exponentiating, exp(s_j - m) / sum_k exp(s_k - m), gives the same P (the factor
+// exp(-m) cancels) but every exponent is <= 0, so nothing overflows. The price is a third pass
+// over S: one for the max, one for the sum, one to write P.
+//
+// Variants:
+//   1 safe   one thread per row (as chapter 01): fixes overflow, same speed.
+//   2 block  one thread block per row: the 256 threads split the row, so a warp reads 32
+//            consecutive scores (coalesced), and the max and the sum are block reductions
+//            (warp shuffles, then shared memory).
+// Run:    build/bin/ch02_safe_softmax --logit-scale 20   (chapter 01 overflows here; this does not)
+#include "../01_naive_attention/naive_kernels.cuh"
+#include "algorithm.h"
+#include "device_utils.cuh"
+
+namespace fa::safe {
+
+using naive::launch_materialized_attention;
+using naive::materialized_support;
+using naive::score_buffer_bytes;
+using naive::score_traffic_note;
+
+constexpr const char* kThreePasses = "S written; read 3 times (max, sum, normalize) and P written; P read by P*V";
+
+/// Variant 1: one thread per row, three passes over the row.
+__global__ void safe_softmax_kernel(AttentionShape shape, float* scores, float* lse) {
+  const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= shape.lse_elems()) return;
+  float* s = scores + row * shape.seq_kv;
+  float row_max = -INFINITY;
+  for (int j = 0; j < shape.seq_kv; ++j) row_max = fmaxf(row_max, s[j]);
+  // A row that sees no key has max -inf, and s - max would be -inf - (-inf) = NaN.
+  if (row_max == -INFINITY) {
+    for (int j = 0; j < shape.seq_kv; ++j) s[j] = 0.0f;
+    lse[row] = -INFINITY;
+    return;
+  }
+  float sum = 0.0f;
+  for (int j = 0; j < shape.seq_kv; ++j) sum += expf(s[j] - row_max);
+  const float inv_sum = 1.0f / sum;  // sum >= 1: the max itself contributes exp(0)
+  for (int j = 0; j < shape.seq_kv; ++j) s[j] = expf(s[j] - row_max) * inv_sum;
+  lse[row] = row_max + logf(sum);
+}
+
+/// Variant 2: one block per row. Thread t handles columns t, t + 256, t + 512, ...
+constexpr int kBlockThreads = 256;
+
+__global__ void __launch_bounds__(kBlockThreads) safe_softmax_block_kernel(AttentionShape shape, float* scores, float* lse) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  float* s = scores + row * shape.seq_kv;
+  float local_max = -INFINITY;
+  for (int j = threadIdx.x; j < shape.seq_kv; j += blockDim.x) local_max = fmaxf(local_max, s[j]);
+  const float row_max = block_all_reduce(local_max, MaxOp{}, -INFINITY, scratch);
+  if (row_max == -INFINITY) {
+    for (int j = threadIdx.x; j < shape.seq_kv; j += blockDim.x) s[j] = 0.0f;
+    if (threadIdx.x == 0) lse[row] = -INFINITY;
+    return;
+  }
+  float local_sum = 0.0f;
+  for (int j = threadIdx.x; j < shape.seq_kv; j += blockDim.x) local_sum += expf(s[j] - row_max);
+  const float sum = block_all_reduce(local_sum, SumOp{}, 0.0f, scratch);
+  const float inv_sum = 1.0f / sum;
+  for (int j = threadIdx.x; j < shape.seq_kv; j += blockDim.x) s[j] = expf(s[j] - row_max) * inv_sum;
+  if (threadIdx.x == 0) lse[row] = row_max + logf(sum);
+}
+
+void launch_safe_softmax(const ForwardParams& p) {
+  launch_materialized_attention<float>(p, [&](float* scores) {
+    const int64_t rows = p.shape.lse_elems();
+    const int threads = 128;
+    safe_softmax_kernel<<<unsigned((rows + threads - 1) / threads), threads, 0, p.stream>>>(p.shape, scores, p.lse);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_safe_softmax_block(const ForwardParams& p) {
+  launch_materialized_attention<float>(p, [&](float* scores) {
+    safe_softmax_block_kernel<<<unsigned(p.shape.lse_elems()), kBlockThreads, 0, p.stream>>>(p.shape, scores, p.lse);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+ForwardKernel safe_kernel(int number, const char* variant, const char* summary, void (*launch)(const ForwardParams&)) {
+  ForwardKernel k;
+  k.name = std::string("ch02_") + variant;
+  k.chapter = 2;
+  k.number = number;
+  k.variant = variant;
+  k.dtype = DType::F32;
+  k.summary = summary;
+  k.launch = launch;
+  k.supports = materialized_support;
+  k.workspace_bytes = score_buffer_bytes;
+  k.memory_note = [](const AttentionShape& s) { return score_traffic_note(s, 6, kThreePasses); };
+  return k;
+}
+FA_REGISTER_FORWARD_KERNEL(safe_kernel(1, "safe", "subtract the row max: no overflow; one thread per row, 3 passes",
+                                       launch_safe_softmax));
+FA_REGISTER_FORWARD_KERNEL(safe_kernel(2, "block", "one block per row, coalesced reads, shuffle + shared-memory reductions",
+                                       launch_safe_softmax_block));
+
+CpuAlgorithm safe_algorithm() {
+  CpuAlgorithm a;
+  a.name = "ch02_safe_cpu";
+  a.chapter = 2;
+  a.number = 1;
+  a.variant = "safe";
+  a.summary = "algorithm.h: max, sum, normalize -- three passes per row (float)";
+  a.run = safe_softmax_attention_cpu;
+  return a;
+}
+FA_REGISTER_CPU_ALGORITHM(safe_algorithm());
+
+}  // namespace fa::safe

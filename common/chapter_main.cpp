@@ -1,0 +1,147 @@
+#include "chapter_main.h"
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "cuda_check.h"
+#include "registry.h"
+#include "report.h"
+#include "runner.h"
+
+namespace fa {
+
+namespace {
+
+/// A variant matches --variant by its number, its short name or its full registry name.
+template <class Entry>
+bool matches(const Entry& entry, const std::string& wanted) {
+  return wanted == "all" || wanted == entry.variant || wanted == entry.name ||
+         wanted == std::to_string(entry.number);
+}
+
+template <class Entry>
+std::string variant_list(const std::vector<const Entry*>& entries) {
+  std::string out;
+  for (const Entry* e : entries) out += (out.empty() ? "" : ", ") + std::to_string(e->number) + "/" + e->variant;
+  return out.empty() ? "none registered" : out + ", all";
+}
+
+void print_variants(int chapter) {
+  std::cout << "GPU kernels:\n";
+  for (const ForwardKernel* k : forward_kernels_of_chapter(chapter)) {
+    std::printf("  %d  %-12s %-28s %s  %s\n", k->number, k->variant.c_str(), k->name.c_str(), dtype_name(k->dtype),
+                k->summary.c_str());
+  }
+  std::cout << "CPU algorithms (algorithm.h):\n";
+  for (const CpuAlgorithm* a : cpu_algorithms_of_chapter(chapter)) {
+    std::printf("  %d  %-12s %-28s %s\n", a->number, a->variant.c_str(), a->name.c_str(), a->summary.c_str());
+  }
+}
+
+struct BadInput : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+}  // namespace
+
+int chapter_main(int argc, const char* const* argv, const ChapterInfo& chapter) {
+  CliOptions opt;
+  std::vector<const ForwardKernel*> kernels;
+  std::vector<const CpuAlgorithm*> algorithms;
+  try {
+    opt = parse_cli(argc, argv);
+    if (opt.help) {
+      std::cout << chapter.title << " (chapter " << chapter.number << ")\n\n" << cli_usage(chapter.program) << "\n";
+      print_variants(chapter.number);
+      return 0;
+    }
+    if (opt.list) {
+      print_variants(chapter.number);
+      return 0;
+    }
+    opt.shape.validate();
+    for (const ForwardKernel* k : forward_kernels_of_chapter(chapter.number)) {
+      if (matches(*k, opt.variant)) kernels.push_back(k);
+    }
+    for (const CpuAlgorithm* a : cpu_algorithms_of_chapter(chapter.number)) {
+      if (matches(*a, opt.variant)) algorithms.push_back(a);
+    }
+    if (kernels.empty() && algorithms.empty()) {
+      throw BadInput("unknown variant '" + opt.variant + "' for chapter " + std::to_string(chapter.number) +
+                     "; available: " + variant_list(forward_kernels_of_chapter(chapter.number)));
+    }
+    // A variant asked for by name must handle the shape; with 'all' an unsupported one is listed as skipped.
+    if (opt.variant != "all") {
+      for (const ForwardKernel* k : kernels) {
+        std::string why = support_reason(*k, opt.shape);
+        if (!why.empty()) throw BadInput("variant '" + k->variant + "' does not support this shape: " + why);
+      }
+    }
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "%s: error: %s\n", chapter.program, e.what());
+    return 2;
+  }
+
+  std::vector<RunResult> results;
+  try {
+    const GpuInfo& gpu = detect_gpu();
+    RunOptions run;
+    run.check = opt.check;
+    run.iters = opt.iters;
+    run.warmup = opt.warmup;
+    std::cout << "chapter " << chapter.number << ": " << chapter.title << "\n";
+    if (gpu.available) {
+      std::cout << "GPU: " << describe_gpu(gpu) << "\n";
+      Problem problem(opt.shape, opt.seed, opt.full_check);
+      std::cout << "problem: " << opt.shape.to_string() << ", seed " << opt.seed << "  (--seed " << opt.seed
+                << " repeats it)\n";
+      if (opt.check) std::cout << "check: fp64 oracle on " << problem.plan().describe(opt.shape) << "\n";
+      std::cout << "\n";
+      for (const ForwardKernel* k : kernels) {
+        std::cout << "running " << k->name << " ..." << std::flush;
+        results.push_back(run_forward(*k, problem, run));
+        std::cout << " " << results.back().status() << "\n";
+      }
+      std::cout << "\n";
+    } else {
+      std::cout << "no GPU (" << gpu.reason << "): running the CPU side only\n";
+      opt.cpu = true;
+    }
+    if (opt.cpu) {
+      AttentionShape cpu_shape = (opt.shape_given || gpu.available) ? opt.shape : default_cpu_shape();
+      cpu_shape.causal = opt.shape.causal;
+      if (!opt.shape_given && !gpu.available && opt.logit_scale != 1.0) {
+        cpu_shape.scale = opt.logit_scale / std::sqrt(double(cpu_shape.head_dim));
+      }
+      Problem problem(cpu_shape, opt.seed, opt.full_check);
+      std::cout << "CPU problem: " << cpu_shape.to_string() << ", seed " << opt.seed << "\n";
+      if (opt.check) std::cout << "check: fp64 oracle on " << problem.plan().describe(cpu_shape) << "\n";
+      for (const CpuAlgorithm* a : algorithms) results.push_back(run_cpu_algorithm(*a, problem, run));
+      std::cout << "\n";
+    }
+    print_results(std::cout, results);
+    bool notes_header = false;
+    for (const RunResult& r : results) {
+      if (r.note.empty() || r.device != "gpu") continue;
+      if (!notes_header) std::cout << "\ndevice-memory traffic:\n";
+      notes_header = true;
+      std::cout << "  " << r.name << ": " << r.note << "\n";
+    }
+    if (!opt.csv.empty()) append_csv(opt.csv, results);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", chapter.program, e.what());
+    return 1;
+  }
+  for (const RunResult& r : results) {
+    if (r.ran && !r.passed()) return 1;
+    if (!r.error.empty()) return 1;
+  }
+  return 0;
+}
+
+}  // namespace fa

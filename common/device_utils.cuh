@@ -1,0 +1,45 @@
+// Small device-side pieces more than one chapter uses: warp and block reductions.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace fa {
+
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+/// Every lane of the warp gets op over the 32 lanes' values. Butterfly (xor) shuffles: five
+/// steps, no shared memory, and no lane has to broadcast the result afterwards.
+template <class T, class Op>
+__device__ T warp_all_reduce(T value, Op op) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) value = op(value, __shfl_xor_sync(0xFFFFFFFFu, value, offset));
+  return value;
+}
+
+/// Every thread of the block gets op over all the block's values. Warps reduce with shuffles,
+/// then warp 0 reduces the per-warp results from shared memory. blockDim.x must be a multiple
+/// of 32; `identity` is op's neutral element (-inf for max, 0 for sum); `scratch` holds 32
+/// elements of shared memory. Ends with a barrier, so scratch can be reused by the next call.
+template <class T, class Op>
+__device__ T block_all_reduce(T value, Op op, T identity, T* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  value = warp_all_reduce(value, op);
+  if (lane == 0) scratch[warp] = value;
+  __syncthreads();
+  if (warp == 0) {
+    T partial = lane < warps ? scratch[lane] : identity;
+    partial = warp_all_reduce(partial, op);
+    if (lane == 0) scratch[0] = partial;
+  }
+  __syncthreads();
+  T result = scratch[0];
+  __syncthreads();
+  return result;
+}
+
+}  // namespace fa

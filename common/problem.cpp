@@ -1,0 +1,73 @@
+#include "problem.h"
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+namespace fa {
+
+namespace {
+
+// Limits keep every index product inside int64 and every per-head offset inside what kernels
+// address; they are far above any shape a chapter is meant for.
+constexpr int kMaxBatch = 1 << 16;
+constexpr int kMaxHeads = 1 << 12;
+constexpr int kMaxSeq = 1 << 22;
+constexpr int kMaxHeadDim = 1024;
+
+void require_range(const char* name, int value, int max_value) {
+  if (value < 1 || value > max_value) {
+    std::ostringstream msg;
+    msg << name << " must be between 1 and " << max_value << ", got " << value;
+    throw std::invalid_argument(msg.str());
+  }
+}
+
+}  // namespace
+
+void AttentionShape::validate() const {
+  require_range("batch", batch, kMaxBatch);
+  require_range("heads_q", heads_q, kMaxHeads);
+  require_range("heads_kv", heads_kv, kMaxHeads);
+  require_range("seq_q", seq_q, kMaxSeq);
+  require_range("seq_kv", seq_kv, kMaxSeq);
+  require_range("head_dim", head_dim, kMaxHeadDim);
+  if (heads_q % heads_kv != 0) {
+    std::ostringstream msg;
+    msg << "heads_q (" << heads_q << ") must be a multiple of heads_kv (" << heads_kv << ")";
+    throw std::invalid_argument(msg.str());
+  }
+  if (!std::isfinite(scale) || scale < 0.0) {
+    std::ostringstream msg;
+    msg << "scale must be a finite number > 0 (or 0 for 1/sqrt(head_dim)), got " << scale;
+    throw std::invalid_argument(msg.str());
+  }
+}
+
+double AttentionShape::forward_flops() const {
+  double flops = 4.0 * batch * heads_q * double(seq_q) * seq_kv * head_dim;
+  return causal ? flops / 2 : flops;
+}
+
+double AttentionShape::forward_min_bytes(int element_bytes) const {
+  double qo = 2.0 * double(q_elems()) * element_bytes;
+  double kv = 2.0 * double(kv_elems()) * element_bytes;
+  return qo + kv + 4.0 * double(lse_elems());
+}
+
+std::string AttentionShape::to_string() const {
+  std::ostringstream s;
+  s << "b" << batch << " h" << heads_q << "/" << heads_kv << " q" << seq_q << " k" << seq_kv
+    << " d" << head_dim << (causal ? " causal" : "");
+  if (scale > 0.0) s << " scale" << scale;
+  return s.str();
+}
+
+std::string AttentionShape::to_identifier() const {
+  std::ostringstream s;
+  s << "b" << batch << "_h" << heads_q << "_kv" << heads_kv << "_q" << seq_q << "_k" << seq_kv
+    << "_d" << head_dim << (causal ? "_causal" : "_full");
+  return s.str();
+}
+
+}  // namespace fa

@@ -1,0 +1,61 @@
+// The CPU oracle: attention in double precision with Eigen, the one reference every kernel and
+// every algorithm.h is compared with.
+//
+// Big problems are checked on a sample: a CheckPlan names which (batch, head) pairs and which
+// query rows to compute, so `--check` stays fast at 16k tokens while small shapes (and every
+// test) are checked in full.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "problem.h"
+
+namespace fa {
+
+/// Some query rows of one (batch, query head).
+struct HeadRows {
+  int batch = 0;
+  int head = 0;
+  std::vector<int> rows;
+};
+
+struct CheckPlan {
+  std::vector<HeadRows> heads;
+  bool full = false;
+
+  int64_t row_count() const;
+  /// "all 64 heads x 1024 rows" or "4 of 512 heads x 64 of 16384 rows (sampled)".
+  std::string describe(const AttentionShape& shape) const;
+};
+
+/// Every row of every head, ordered by batch, then head, then row.
+CheckPlan full_check_plan(const AttentionShape& shape);
+/// The first and last head plus random ones, each with its first and last row plus random ones.
+CheckPlan sampled_check_plan(const AttentionShape& shape, uint64_t seed, int max_heads = 4,
+                             int max_rows = 64);
+/// Full when the oracle's work is small (under ~2^29 multiply-adds), sampled otherwise.
+CheckPlan choose_check_plan(const AttentionShape& shape, uint64_t seed);
+
+/// Oracle output for the rows of a CheckPlan, in plan order.
+struct ForwardReference {
+  /// o[e] holds rows x head_dim values of plan entry e, row-major; lse[e] one value per row.
+  std::vector<std::vector<double>> o;
+  std::vector<std::vector<double>> lse;
+};
+
+/// Forward oracle on the rows of `plan`. q/k/v are the exact inputs the kernel saw (already
+/// rounded to its dtype), laid out [batch, heads, seq, head_dim].
+ForwardReference reference_forward(const AttentionShape& shape, const float* q, const float* k,
+                                   const float* v, const CheckPlan& plan);
+
+/// Backward oracle for the loss L = sum(O * dO): returns dQ, dK, dV (and O and LSE on the way).
+/// dK and dV of a shared K/V head are summed over the query heads that read it (GQA/MQA).
+struct BackwardReference {
+  std::vector<double> o, lse, dq, dk, dv;
+};
+BackwardReference reference_backward(const AttentionShape& shape, const float* q, const float* k,
+                                     const float* v, const float* d_out);
+
+}  // namespace fa

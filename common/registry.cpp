@@ -1,0 +1,77 @@
+#include "registry.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <tuple>
+
+namespace fa {
+
+namespace {
+
+std::vector<ForwardKernel>& kernel_list() {
+  static std::vector<ForwardKernel> list;
+  return list;
+}
+
+std::vector<CpuAlgorithm>& cpu_list() {
+  static std::vector<CpuAlgorithm> list;
+  return list;
+}
+
+// Registration runs before main(), where an exception would only call std::terminate; a bad
+// registration is a programming error, so say what it is in one line and stop.
+[[noreturn]] void registration_error(const std::string& what) {
+  std::fprintf(stderr, "kernel registry: %s\n", what.c_str());
+  std::exit(2);
+}
+
+template <class Entry>
+bool insert_sorted(std::vector<Entry>& list, Entry entry, bool has_function) {
+  if (entry.name.empty() || !has_function) registration_error("every entry needs a name and a function to run");
+  for (const auto& existing : list) {
+    if (existing.name == entry.name) registration_error("duplicate name '" + entry.name + "'");
+  }
+  list.push_back(std::move(entry));
+  std::stable_sort(list.begin(), list.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.chapter, a.number, a.name) < std::tie(b.chapter, b.number, b.name);
+  });
+  return true;
+}
+
+template <class Entry>
+std::vector<const Entry*> of_chapter(const std::vector<Entry>& list, int chapter) {
+  std::vector<const Entry*> out;
+  for (const auto& entry : list) {
+    if (entry.chapter == chapter) out.push_back(&entry);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool register_forward_kernel(ForwardKernel kernel) {
+  bool runnable = bool(kernel.launch);
+  return insert_sorted(kernel_list(), std::move(kernel), runnable);
+}
+
+bool register_cpu_algorithm(CpuAlgorithm algorithm) {
+  bool runnable = bool(algorithm.run);
+  return insert_sorted(cpu_list(), std::move(algorithm), runnable);
+}
+
+const std::vector<ForwardKernel>& forward_kernels() { return kernel_list(); }
+const std::vector<CpuAlgorithm>& cpu_algorithms() { return cpu_list(); }
+
+std::vector<const ForwardKernel*> forward_kernels_of_chapter(int chapter) { return of_chapter(kernel_list(), chapter); }
+std::vector<const CpuAlgorithm*> cpu_algorithms_of_chapter(int chapter) { return of_chapter(cpu_list(), chapter); }
+
+std::string support_reason(const ForwardKernel& kernel, const AttentionShape& shape) {
+  return kernel.supports ? kernel.supports(shape) : std::string();
+}
+
+std::string support_reason(const CpuAlgorithm& algorithm, const AttentionShape& shape) {
+  return algorithm.supports ? algorithm.supports(shape) : std::string();
+}
+
+}  // namespace fa

@@ -1,0 +1,99 @@
+// The kernel registry: every kernel (and every CPU algorithm.h) registers itself with one
+// macro, and the chapter programs, the tests and the benchmark all find it here.
+//
+//   fa::ForwardKernel naive_kernel() {
+//     fa::ForwardKernel k;
+//     k.name = "ch01_naive"; k.chapter = 1; k.number = 1; k.variant = "naive";
+//     k.summary = "...";
+//     k.launch = launch_naive_attention;
+//     return k;
+//   }
+//   FA_REGISTER_FORWARD_KERNEL(naive_kernel());
+//
+// `supports` (optional) returns "" when the kernel handles a shape, otherwise the reason it
+// does not ("head_dim must be a multiple of 32, got 48"). `workspace_bytes` (optional) asks the
+// runner for scratch device memory. `memory_note` (optional) is one line about what the kernel
+// moves through device memory, printed by the chapter program.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "dtype.h"
+#include "problem.h"
+
+namespace fa {
+
+/// What a forward launcher receives. Pointers are device memory laid out [batch, heads, seq,
+/// head_dim]; q/k/v/o hold elements of the kernel's dtype; lse is float [batch, heads_q, seq_q].
+struct ForwardParams {
+  AttentionShape shape;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  void* workspace = nullptr;  // workspace_bytes(shape) bytes, or null when it asks for none
+  cudaStream_t stream = nullptr;
+};
+
+using ShapeCheck = std::function<std::string(const AttentionShape&)>;
+
+struct ForwardKernel {
+  std::string name;     // unique: "ch01_naive"
+  int chapter = 0;      // 1..8; a learner's kernel uses the chapter it sits in
+  int number = 0;       // variant number inside the chapter (1, 2, ...)
+  std::string variant;  // short name for --variant: "naive", "warp", "mine"
+  DType dtype = DType::F32;
+  std::string summary;  // what this variant changes, one line
+  std::function<void(const ForwardParams&)> launch;
+  ShapeCheck supports;
+  std::function<std::size_t(const AttentionShape&)> workspace_bytes;
+  std::function<std::string(const AttentionShape&)> memory_note;
+};
+
+/// A chapter's algorithm.h on the CPU, in float, same loops as its kernel. Outputs O [B,H,Nq,d]
+/// and LSE [B,H,Nq] like a kernel.
+struct CpuAlgorithm {
+  std::string name;
+  int chapter = 0;
+  int number = 0;
+  std::string variant;
+  std::string summary;
+  std::function<void(const AttentionShape&, const float* q, const float* k, const float* v, float* o,
+                     float* lse)>
+      run;
+  ShapeCheck supports;
+};
+
+/// gtest and diagnostics print a kernel as its name.
+inline void PrintTo(const ForwardKernel* kernel, std::ostream* out) { *out << kernel->name; }
+
+bool register_forward_kernel(ForwardKernel kernel);
+bool register_cpu_algorithm(CpuAlgorithm algorithm);
+
+/// All registered kernels, ordered by chapter, then variant number, then name.
+const std::vector<ForwardKernel>& forward_kernels();
+const std::vector<CpuAlgorithm>& cpu_algorithms();
+std::vector<const ForwardKernel*> forward_kernels_of_chapter(int chapter);
+std::vector<const CpuAlgorithm*> cpu_algorithms_of_chapter(int chapter);
+
+/// "" when supported, otherwise why not (empty `supports` means every valid shape).
+std::string support_reason(const ForwardKernel& kernel, const AttentionShape& shape);
+std::string support_reason(const CpuAlgorithm& algorithm, const AttentionShape& shape);
+
+}  // namespace fa
+
+#define FA_CONCAT_INNER(a, b) a##b
+#define FA_CONCAT(a, b) FA_CONCAT_INNER(a, b)
+/// Registers a ForwardKernel at program start. One line per kernel.
+#define FA_REGISTER_FORWARD_KERNEL(kernel) \
+  static const bool FA_CONCAT(fa_registered_kernel_, __LINE__) = ::fa::register_forward_kernel(kernel)
+/// Registers a CpuAlgorithm at program start.
+#define FA_REGISTER_CPU_ALGORITHM(algorithm) \
+  static const bool FA_CONCAT(fa_registered_cpu_, __LINE__) = ::fa::register_cpu_algorithm(algorithm)

@@ -1,0 +1,204 @@
+#include "runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "cuda_check.h"
+
+namespace fa {
+
+Problem::Problem(const AttentionShape& shape, uint64_t seed, bool full_check)
+    : shape_(shape),
+      seed_(seed),
+      plan_(full_check ? full_check_plan(shape) : choose_check_plan(shape, seed)),
+      raw_(make_random_inputs(shape, seed)) {}
+
+const HostInputs& Problem::host(DType dtype) {
+  auto it = rounded_.find(dtype);
+  if (it == rounded_.end()) it = rounded_.emplace(dtype, round_inputs(raw_, dtype)).first;
+  return it->second;
+}
+
+const DeviceInputs& Problem::device(DType dtype) {
+  auto it = device_.find(dtype);
+  if (it == device_.end()) {
+    const HostInputs& h = host(dtype);
+    it = device_.emplace(dtype, DeviceInputs{upload_as(dtype, h.q), upload_as(dtype, h.k), upload_as(dtype, h.v)}).first;
+  }
+  return it->second;
+}
+
+const ForwardReference& Problem::reference(DType dtype) {
+  auto it = reference_.find(dtype);
+  if (it == reference_.end()) {
+    const HostInputs& h = host(dtype);
+    it = reference_.emplace(dtype, reference_forward(shape_, h.q.data(), h.k.data(), h.v.data(), plan_)).first;
+  }
+  return it->second;
+}
+
+std::string RunResult::status() const {
+  if (!skipped.empty()) return "skipped";
+  if (!error.empty()) return "error";
+  return passed() ? "ok" : "FAIL";
+}
+
+double median_ms(std::vector<float> times) {
+  if (times.empty()) return 0;
+  std::sort(times.begin(), times.end());
+  size_t n = times.size();
+  return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+}
+
+namespace {
+
+template <class Entry>
+RunResult start_result(const Entry& entry, const AttentionShape& shape, const char* device) {
+  RunResult r;
+  r.name = entry.name;
+  r.variant = entry.variant;
+  r.chapter = entry.chapter;
+  r.number = entry.number;
+  r.device = device;
+  r.shape = shape;
+  return r;
+}
+
+void finish_rates(RunResult& r) {
+  if (r.ms <= 0) return;
+  r.tflops = r.shape.forward_flops() / (r.ms * 1e-3) / 1e12;
+  r.gbps = r.shape.forward_min_bytes(int(dtype_size(r.dtype))) / (r.ms * 1e-3) / 1e9;
+}
+
+std::string gib(double bytes) {
+  std::ostringstream s;
+  s.precision(3);
+  s << bytes / double(1ull << 30) << " GiB";
+  return s.str();
+}
+
+}  // namespace
+
+RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOptions& options) {
+  const AttentionShape& shape = problem.shape();
+  RunResult r = start_result(kernel, shape, "gpu");
+  r.dtype = kernel.dtype;
+  if (kernel.memory_note) r.note = kernel.memory_note(shape);
+  r.skipped = support_reason(kernel, shape);
+  if (!r.skipped.empty()) return r;
+  const GpuInfo& gpu = detect_gpu();
+  if (!gpu.available) {
+    r.skipped = "no GPU: " + gpu.reason;
+    return r;
+  }
+  try {
+    const size_t element = dtype_size(kernel.dtype);
+    const size_t workspace = kernel.workspace_bytes ? kernel.workspace_bytes(shape) : 0;
+    const size_t output_bytes = size_t(shape.o_elems()) * element + size_t(shape.lse_elems()) * 4;
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    double needed = double(workspace + output_bytes);
+    if (needed > 0.9 * double(free_bytes)) {
+      r.skipped = "needs " + gib(needed) + " of device memory, " + gib(double(free_bytes)) + " free";
+      return r;
+    }
+    const DeviceInputs& in = problem.device(kernel.dtype);
+    DeviceBuffer o(size_t(shape.o_elems()) * element);
+    DeviceBuffer lse(size_t(shape.lse_elems()) * sizeof(float));
+    DeviceBuffer scratch(workspace);
+    o.poison();
+    lse.poison();
+    ForwardParams params;
+    params.shape = shape;
+    params.q = in.q.get();
+    params.k = in.k.get();
+    params.v = in.v.get();
+    params.o = o.get();
+    params.lse = lse.as<float>();
+    params.workspace = scratch.get();
+
+    kernel.launch(params);
+    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    r.ran = true;
+
+    if (options.check) {
+      std::vector<unsigned char> o_raw = o.download();
+      std::vector<unsigned char> lse_raw = lse.download();
+      std::vector<float> lse_values(shape.lse_elems());
+      std::memcpy(lse_values.data(), lse_raw.data(), lse_raw.size());
+      r.report = compare_forward(shape, kernel.dtype, o_raw, lse_values, problem.plan(), problem.reference(kernel.dtype));
+      r.checked = true;
+      r.plan = problem.plan().describe(shape);
+    }
+
+    if (options.iters > 0) {
+      for (int i = 0; i < options.warmup; ++i) kernel.launch(params);
+      CUDA_CHECK_LAUNCH();
+      cudaEvent_t start, stop;
+      CUDA_CHECK(cudaEventCreate(&start));
+      CUDA_CHECK(cudaEventCreate(&stop));
+      auto timed_launch = [&] {
+        CUDA_CHECK(cudaEventRecord(start, params.stream));
+        kernel.launch(params);
+        CUDA_CHECK(cudaEventRecord(stop, params.stream));
+        CUDA_CHECK(cudaEventSynchronize(stop));
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        return ms;
+      };
+      int iters = options.iters;
+      std::vector<float> times;
+      if (options.budget_ms > 0) {
+        times.push_back(timed_launch());
+        iters = std::clamp(int(options.budget_ms / std::max(times[0], 1e-3f)), 3, std::max(3, options.iters));
+      }
+      while (int(times.size()) < iters) times.push_back(timed_launch());
+      CUDA_CHECK_LAUNCH();
+      cudaEventDestroy(start);
+      cudaEventDestroy(stop);
+      r.iters = int(times.size());
+      r.ms = median_ms(times);
+      r.ms_min = *std::min_element(times.begin(), times.end());
+      finish_rates(r);
+    }
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  return r;
+}
+
+RunResult run_cpu_algorithm(const CpuAlgorithm& algorithm, Problem& problem, const RunOptions& options) {
+  const AttentionShape& shape = problem.shape();
+  RunResult r = start_result(algorithm, shape, "cpu");
+  r.skipped = support_reason(algorithm, shape);
+  if (!r.skipped.empty()) return r;
+  try {
+    const HostInputs& in = problem.host(DType::F32);
+    std::vector<float> o(shape.o_elems()), lse(shape.lse_elems());
+    std::memset(o.data(), kPoisonByte, o.size() * sizeof(float));
+    std::memset(lse.data(), kPoisonByte, lse.size() * sizeof(float));
+    auto t0 = std::chrono::steady_clock::now();
+    algorithm.run(shape, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data());
+    auto t1 = std::chrono::steady_clock::now();
+    r.ran = true;
+    r.iters = 1;
+    r.ms = r.ms_min = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    finish_rates(r);
+    if (options.check) {
+      std::vector<unsigned char> o_raw(o.size() * sizeof(float));
+      std::memcpy(o_raw.data(), o.data(), o_raw.size());
+      r.report = compare_forward(shape, DType::F32, o_raw, lse, problem.plan(), problem.reference(DType::F32));
+      r.checked = true;
+      r.plan = problem.plan().describe(shape);
+    }
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  return r;
+}
+
+}  // namespace fa

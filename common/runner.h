@@ -1,0 +1,86 @@
+// The one check-and-time path. Chapter programs, fa_bench and the GPU tests all run a kernel
+// through run_forward(): fresh random inputs, outputs poisoned before the launch, the launch
+// checked, the result compared with the fp64 oracle, then timed with CUDA events (warm-up
+// first, median of the repeats).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "compare.h"
+#include "problem.h"
+#include "reference.h"
+#include "registry.h"
+#include "tensor.h"
+
+namespace fa {
+
+struct DeviceInputs {
+  DeviceBuffer q, k, v;
+};
+
+/// One attention problem: its random inputs (once per dtype, rounded to that dtype), their
+/// device copies and the oracle's answer, each made on first use and kept.
+class Problem {
+ public:
+  /// full_check: compare every row; otherwise choose_check_plan() decides (sampled when big).
+  Problem(const AttentionShape& shape, uint64_t seed, bool full_check = false);
+
+  const AttentionShape& shape() const { return shape_; }
+  uint64_t seed() const { return seed_; }
+  const CheckPlan& plan() const { return plan_; }
+
+  const HostInputs& host(DType dtype);
+  const DeviceInputs& device(DType dtype);
+  const ForwardReference& reference(DType dtype);
+
+ private:
+  AttentionShape shape_;
+  uint64_t seed_;
+  CheckPlan plan_;
+  HostInputs raw_;
+  std::map<DType, HostInputs> rounded_;
+  std::map<DType, DeviceInputs> device_;
+  std::map<DType, ForwardReference> reference_;
+};
+
+struct RunOptions {
+  bool check = true;
+  int warmup = 2;
+  int iters = 10;  // timed repeats; 0 = run once for the check, no timing
+  /// When > 0: after the warm-up, one timed launch estimates the cost, and the repeats are cut
+  /// to fit this many milliseconds (at least 3, at most `iters`). Keeps slow kernels' sweeps short.
+  double budget_ms = 0;
+};
+
+struct RunResult {
+  std::string name, variant, device;  // device: "gpu" or "cpu"
+  int chapter = 0, number = 0;
+  DType dtype = DType::F32;
+  AttentionShape shape;
+  bool ran = false;
+  std::string skipped;  // why it did not run (unsupported shape, no GPU, not enough memory)
+  std::string error;    // what failed while running (a CUDA error, an exception)
+  bool checked = false;
+  CompareReport report;
+  std::string plan;     // which rows were checked
+  int iters = 0;
+  double ms = 0;        // median time per launch
+  double ms_min = 0;
+  double tflops = 0;
+  double gbps = 0;      // forward_min_bytes / time: the rate the kernel *had* to move data at
+  std::string note;     // the kernel's memory_note
+
+  bool passed() const { return ran && error.empty() && (!checked || report.passed()); }
+  /// "ok", "FAIL", "skipped", "error".
+  std::string status() const;
+};
+
+RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOptions& options);
+RunResult run_cpu_algorithm(const CpuAlgorithm& algorithm, Problem& problem, const RunOptions& options);
+
+/// Median of a list of timings (ms); 0 for an empty list.
+double median_ms(std::vector<float> times);
+
+}  // namespace fa

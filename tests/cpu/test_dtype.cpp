@@ -1,0 +1,84 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "dtype.h"
+
+namespace fa {
+namespace {
+
+TEST(DType, HalfRoundTripsEveryBitPattern) {
+  for (uint32_t bits = 0; bits < 0x10000u; ++bits) {
+    float value = half_bits_to_float(uint16_t(bits));
+    if (std::isnan(value)) {
+      EXPECT_TRUE(std::isnan(half_bits_to_float(float_to_half_bits(value))));
+      continue;
+    }
+    ASSERT_EQ(float_to_half_bits(value), bits) << "half bits 0x" << std::hex << bits;
+  }
+}
+
+TEST(DType, HalfKnownValues) {
+  EXPECT_EQ(float_to_half_bits(1.0f), 0x3C00);
+  EXPECT_EQ(float_to_half_bits(-2.0f), 0xC000);
+  EXPECT_EQ(float_to_half_bits(65504.0f), 0x7BFF);                  // largest finite
+  EXPECT_EQ(float_to_half_bits(65520.0f), 0x7C00);                  // rounds up to inf
+  EXPECT_EQ(float_to_half_bits(std::ldexp(1.0f, -24)), 0x0001);     // smallest subnormal
+  EXPECT_EQ(float_to_half_bits(std::ldexp(1.0f, -25)), 0x0000);     // tie -> even (zero)
+  EXPECT_EQ(float_to_half_bits(std::ldexp(3.0f, -25)), 0x0002);     // tie -> even (2)
+  EXPECT_EQ(float_to_half_bits(1.0f + std::ldexp(1.0f, -11)), 0x3C00);  // tie -> even
+  EXPECT_EQ(float_to_half_bits(1.0f + std::ldexp(3.0f, -11)), 0x3C02);  // tie -> even (up)
+  EXPECT_EQ(float_to_half_bits(std::numeric_limits<float>::infinity()), 0x7C00);
+}
+
+TEST(DType, HalfRoundsToNearest) {
+  // Every float between two adjacent halves rounds to the closer one.
+  for (uint32_t bits = 0x3C00; bits < 0x3C40; ++bits) {
+    float lo = half_bits_to_float(uint16_t(bits)), hi = half_bits_to_float(uint16_t(bits + 1));
+    EXPECT_EQ(float_to_half_bits(lo + (hi - lo) * 0.3f), bits);
+    EXPECT_EQ(float_to_half_bits(lo + (hi - lo) * 0.7f), bits + 1);
+  }
+}
+
+TEST(DType, Bf16KnownValuesAndRounding) {
+  EXPECT_EQ(float_to_bf16_bits(1.0f), 0x3F80);
+  EXPECT_EQ(bf16_bits_to_float(0x3F80), 1.0f);
+  EXPECT_EQ(float_to_bf16_bits(1.0f + std::ldexp(1.0f, -8)), 0x3F80);      // tie -> even
+  EXPECT_EQ(float_to_bf16_bits(1.0f + std::ldexp(3.0f, -8)), 0x3F82);      // tie -> even (up)
+  EXPECT_EQ(float_to_bf16_bits(1.0f + std::ldexp(1.0f, -9) * 3), 0x3F81);  // above the tie
+  EXPECT_TRUE(std::isnan(bf16_bits_to_float(float_to_bf16_bits(std::nanf("")))));
+  for (uint32_t bits = 0; bits < 0x10000u; ++bits) {
+    float value = bf16_bits_to_float(uint16_t(bits));
+    if (!std::isnan(value)) {
+      ASSERT_EQ(float_to_bf16_bits(value), bits);
+    }
+  }
+}
+
+TEST(DType, PoisonIsRecognisedAndNotProducedByArithmetic) {
+  unsigned char buffer[8];
+  std::memset(buffer, kPoisonByte, sizeof buffer);
+  EXPECT_TRUE(is_poison(DType::F32, buffer, 0));
+  EXPECT_TRUE(is_poison(DType::F16, buffer, 3));
+  float nan = std::nanf("");
+  float values[2] = {nan, 1.0f};
+  EXPECT_FALSE(is_poison(DType::F32, values, 0));
+  EXPECT_FALSE(is_poison(DType::F32, values, 1));
+}
+
+TEST(DType, ParseNamesAndRejectsOthers) {
+  EXPECT_EQ(parse_dtype("fp16"), DType::F16);
+  EXPECT_EQ(parse_dtype("bf16"), DType::BF16);
+  EXPECT_EQ(parse_dtype("fp32"), DType::F32);
+  try {
+    parse_dtype("int8");
+    FAIL() << "int8 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "unknown dtype 'int8'; allowed: fp32, fp16, bf16");
+  }
+}
+
+}  // namespace
+}  // namespace fa

@@ -1,0 +1,150 @@
+// Every registered forward kernel against the fp64 oracle on the shared shape list, plus the
+// large-logit experiment and run-to-run determinism. Fresh random inputs per test (the seed is
+// printed on failure); outputs poisoned before each launch; every row checked. Without a GPU
+// every test here reports SKIPPED with the reason.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "cuda_check.h"
+#include "registry.h"
+#include "runner.h"
+
+namespace fa {
+namespace {
+
+AttentionShape shape_of(int batch, int heads_q, int heads_kv, int seq_q, int seq_kv, int dim, bool causal) {
+  AttentionShape s;
+  s.batch = batch;
+  s.heads_q = heads_q;
+  s.heads_kv = heads_kv;
+  s.seq_q = seq_q;
+  s.seq_kv = seq_kv;
+  s.head_dim = dim;
+  s.causal = causal;
+  return s;
+}
+
+/// The shared shape list: seq 1, 17, 127, 1000, 1024 (tails that are not a multiple of any
+/// tile), head_dim 32/64/128 (and one odd size), causal on and off, seq_q != seq_kv both ways
+/// (causal rows that see no key), heads_kv < heads_q (GQA and MQA).
+std::vector<AttentionShape> gpu_shapes() {
+  return {
+      shape_of(1, 1, 1, 1, 1, 64, false),       shape_of(3, 2, 2, 1, 1, 128, true),
+      shape_of(1, 2, 2, 17, 17, 64, true),      shape_of(2, 4, 2, 17, 17, 32, false),
+      shape_of(2, 4, 2, 127, 127, 32, true),    shape_of(1, 2, 2, 127, 127, 128, false),
+      shape_of(1, 4, 1, 1000, 1000, 64, true),  shape_of(1, 2, 2, 1000, 1000, 128, false),
+      shape_of(1, 2, 2, 1024, 1024, 128, true), shape_of(2, 2, 1, 1024, 1024, 32, false),
+      shape_of(1, 4, 2, 127, 1000, 64, true),   shape_of(1, 4, 2, 1000, 127, 128, true),
+      shape_of(1, 2, 2, 1, 1024, 64, true),     shape_of(1, 2, 2, 100, 100, 48, false),
+  };
+}
+
+struct Case {
+  const ForwardKernel* kernel;
+  AttentionShape shape;
+};
+
+// gtest prints parameters in test listings and failures: make that readable.
+void PrintTo(const Case& c, std::ostream* out) { *out << c.kernel->name << " on " << c.shape.to_string(); }
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (const ForwardKernel& k : forward_kernels()) {
+    for (const AttentionShape& s : gpu_shapes()) cases.push_back({&k, s});
+  }
+  return cases;
+}
+
+#define SKIP_WITHOUT_GPU()                                                                   \
+  do {                                                                                       \
+    const GpuInfo& gpu = detect_gpu();                                                       \
+    if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason;                            \
+  } while (0)
+
+class ForwardKernelTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ForwardKernelTest, MatchesOracle) {
+  SKIP_WITHOUT_GPU();
+  const Case& c = GetParam();
+  std::string why = support_reason(*c.kernel, c.shape);
+  if (!why.empty()) GTEST_SKIP() << c.kernel->name << " does not support " << c.shape.to_string() << ": " << why;
+  const uint64_t seed = std::random_device{}();
+  Problem problem(c.shape, seed, /*full_check=*/true);
+  RunOptions options;
+  options.iters = 0;
+  RunResult r = run_forward(*c.kernel, problem, options);
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  ASSERT_TRUE(r.ran) << r.skipped;
+  EXPECT_TRUE(r.report.passed()) << c.kernel->name << " on " << c.shape.to_string() << ", seed " << seed << "\n"
+                                 << r.report.details();
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ForwardKernelTest, ::testing::ValuesIn(all_cases()), [](const auto& info) {
+  return info.param.kernel->name + "__" + info.param.shape.to_identifier();
+});
+
+class ForwardKernelProperty : public ::testing::TestWithParam<const ForwardKernel*> {};
+
+// Logits of about +-100 (exp overflows float above ~88.7). Chapter 01's softmax is expected to
+// overflow -- that is its lesson -- and this test checks that it does and that the check says so.
+TEST_P(ForwardKernelProperty, LargeLogits) {
+  SKIP_WITHOUT_GPU();
+  const ForwardKernel& k = *GetParam();
+  AttentionShape s = shape_of(1, 2, 2, 200, 200, 64, true);
+  s.scale = 40.0 / std::sqrt(64.0);
+  Problem problem(s, std::random_device{}(), true);
+  RunOptions options;
+  options.iters = 0;
+  RunResult r = run_forward(k, problem, options);
+  ASSERT_TRUE(r.ran && r.error.empty()) << r.skipped << r.error;
+  if (k.chapter == 1) {
+    EXPECT_GT(r.report.nonfinite + r.report.lse_bad, 0) << k.name << " was expected to overflow";
+  } else {
+    EXPECT_TRUE(r.report.passed()) << r.report.details();
+  }
+}
+
+// Same inputs, same launch, twice: bitwise-identical O and LSE.
+TEST_P(ForwardKernelProperty, RunToRunBitwiseIdentical) {
+  SKIP_WITHOUT_GPU();
+  const ForwardKernel& k = *GetParam();
+  AttentionShape s = shape_of(2, 4, 2, 300, 301, 64, true);
+  Problem problem(s, std::random_device{}());
+  const DeviceInputs& in = problem.device(k.dtype);
+  std::vector<std::vector<unsigned char>> outputs;
+  for (int run = 0; run < 2; ++run) {
+    DeviceBuffer o(size_t(s.o_elems()) * dtype_size(k.dtype)), lse(size_t(s.lse_elems()) * 4);
+    DeviceBuffer workspace(k.workspace_bytes ? k.workspace_bytes(s) : 0);
+    o.poison();
+    lse.poison();
+    ForwardParams p;
+    p.shape = s;
+    p.q = in.q.get();
+    p.k = in.k.get();
+    p.v = in.v.get();
+    p.o = o.get();
+    p.lse = lse.as<float>();
+    p.workspace = workspace.get();
+    k.launch(p);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<unsigned char> bytes = o.download();
+    std::vector<unsigned char> lse_bytes = lse.download();
+    bytes.insert(bytes.end(), lse_bytes.begin(), lse_bytes.end());
+    outputs.push_back(std::move(bytes));
+  }
+  EXPECT_TRUE(outputs[0] == outputs[1]) << k.name << " gave different bits on identical inputs";
+}
+
+std::vector<const ForwardKernel*> kernel_pointers() {
+  std::vector<const ForwardKernel*> out;
+  for (const ForwardKernel& k : forward_kernels()) out.push_back(&k);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ForwardKernelProperty, ::testing::ValuesIn(kernel_pointers()),
+                         [](const auto& info) { return info.param->name; });
+
+}  // namespace
+}  // namespace fa

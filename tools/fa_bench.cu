@@ -1,0 +1,308 @@
+// fa_bench -- every registered forward kernel over a named sweep, timed with CUDA events
+// (warm-up, then the median of repeats), a sampled check against the fp64 oracle, and CSV out.
+//
+// The standard sweep is the FlashAttention papers': 16k tokens in total (batch = 16384 / seq),
+// hidden size 2048 (heads = 2048 / head_dim), head_dim 64 and 128, seq 512 ... 16k, causal off
+// and on. --ceilings also measures what the GPU can do at all: a device-to-device copy (bytes
+// read + written per second) and cuBLAS GEMMs (fp32 on the FMA units, bf16 on the tensor cores).
+//
+// Run: build/bin/fa_bench --sweep standard --csv build/bench/fa_bench.csv --ceilings build/bench/ceilings.csv
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "cuda_check.h"
+#include "random.h"
+#include "registry.h"
+#include "report.h"
+#include "runner.h"
+
+namespace fa {
+namespace {
+
+struct BenchOptions {
+  std::string sweep = "standard";
+  std::vector<std::string> kernel_filters;  // substrings of kernel names; empty = all
+  std::string csv;
+  std::string ceilings_csv;
+  int iters = 20;
+  int warmup = 2;
+  double budget_ms = 1500;
+  uint64_t seed = 1234;
+  bool check = true;
+  bool list = false;
+};
+
+const char* kUsage =
+    "usage: fa_bench [flags]\n"
+    "  --sweep NAME      standard (16k tokens, hidden 2048, d 64/128, seq 512..16k, causal off/on) or quick\n"
+    "  --kernels A,B     only kernels whose name contains A or B (default: all registered)\n"
+    "  --csv FILE        append one row per (kernel, shape) to FILE\n"
+    "  --ceilings FILE   also measure copy bandwidth and cuBLAS GEMM rates, write them to FILE\n"
+    "  --iters N         at most N timed repeats per point (default 20)\n"
+    "  --warmup N        untimed launches first (default 2)\n"
+    "  --budget-ms X     cut repeats to fit about X ms per point (default 1500; 0 = always --iters)\n"
+    "  --seed N          input seed (default 1234)\n"
+    "  --no-check        skip the sampled oracle check\n"
+    "  --list            list the registered kernels and exit\n";
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, sep)) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+int parse_int(const std::string& flag, const std::string& text, int min_value) {
+  char* end = nullptr;
+  long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || v < min_value || v > 1000000) {
+    throw std::invalid_argument(flag + " expects an integer >= " + std::to_string(min_value) + ", got '" + text + "'");
+  }
+  return int(v);
+}
+
+BenchOptions parse_bench(int argc, char** argv) {
+  BenchOptions o;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--sweep") {
+      o.sweep = value();
+      if (o.sweep != "standard" && o.sweep != "quick") {
+        throw std::invalid_argument("unknown sweep '" + o.sweep + "'; allowed: standard, quick");
+      }
+    } else if (arg == "--kernels") {
+      o.kernel_filters = split(value(), ',');
+    } else if (arg == "--csv") {
+      o.csv = value();
+    } else if (arg == "--ceilings") {
+      o.ceilings_csv = value();
+    } else if (arg == "--iters") {
+      o.iters = parse_int(arg, value(), 1);
+    } else if (arg == "--warmup") {
+      o.warmup = parse_int(arg, value(), 0);
+    } else if (arg == "--budget-ms") {
+      o.budget_ms = parse_int(arg, value(), 0);
+    } else if (arg == "--seed") {
+      o.seed = uint64_t(parse_int(arg, value(), 0));
+    } else if (arg == "--no-check") {
+      o.check = false;
+    } else if (arg == "--list") {
+      o.list = true;
+    } else if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      std::exit(0);
+    } else {
+      throw std::invalid_argument("unknown argument '" + arg + "' (see --help)");
+    }
+  }
+  return o;
+}
+
+/// The sweep of the FlashAttention papers: total tokens and hidden size fixed.
+std::vector<AttentionShape> sweep_shapes(const std::string& name) {
+  const bool quick = name == "quick";
+  std::vector<int> seqs = quick ? std::vector<int>{512, 2048} : std::vector<int>{512, 1024, 2048, 4096, 8192, 16384};
+  std::vector<AttentionShape> shapes;
+  for (int dim : {64, 128}) {
+    for (bool causal : {false, true}) {
+      for (int seq : seqs) {
+        AttentionShape s;
+        s.batch = 16384 / seq;
+        s.heads_q = s.heads_kv = 2048 / dim;
+        s.seq_q = s.seq_kv = seq;
+        s.head_dim = dim;
+        s.causal = causal;
+        shapes.push_back(s);
+      }
+    }
+  }
+  return shapes;
+}
+
+bool selected(const ForwardKernel& k, const std::vector<std::string>& filters) {
+  if (filters.empty()) return true;
+  for (const auto& f : filters) {
+    if (k.name.find(f) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// ---- ceilings ------------------------------------------------------------------------------
+
+#define CUBLAS_CHECK(call)                                                                          \
+  do {                                                                                              \
+    cublasStatus_t st_ = (call);                                                                    \
+    if (st_ != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string("cuBLAS error in ") + #call); \
+  } while (0)
+
+__global__ void fill_random_kernel(float* out, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    // Uniform in [-1, 1): random data, not zeros (zeros run faster than real data on tensor cores).
+    out[i] = float(splitmix64(seed + i) >> 40) * (2.0f / 16777216.0f) - 1.0f;
+  }
+}
+
+__global__ void float_to_bf16_kernel(const float* in, __nv_bfloat16* out, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    out[i] = __float2bfloat16(in[i]);
+  }
+}
+
+template <class F>
+double median_time_ms(F&& work, int repeats) {
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  work();  // warm-up
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> times;
+  for (int i = 0; i < repeats; ++i) {
+    CUDA_CHECK(cudaEventRecord(start));
+    work();
+    CUDA_CHECK(cudaEventRecord(stop));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return median_ms(times);
+}
+
+void measure_ceilings(const std::string& path) {
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("cannot write '" + path + "'");
+  out << "ceiling,value,unit,detail\n";
+
+  const size_t copy_bytes = size_t(2) << 30;
+  {
+    DeviceBuffer a(copy_bytes), b(copy_bytes);
+    fill_random_kernel<<<1024, 256>>>(a.as<float>(), copy_bytes / 4, 1);
+    CUDA_CHECK_LAUNCH();
+    double ms = median_time_ms([&] { CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), copy_bytes, cudaMemcpyDeviceToDevice)); }, 10);
+    double gbps = 2.0 * copy_bytes / (ms * 1e-3) / 1e9;
+    std::printf("ceiling: device copy          %8.0f GB/s (2 GiB, read + write)\n", gbps);
+    out << "copy," << gbps << ",GB/s,\"cudaMemcpy device to device, 2 GiB, bytes read + written\"\n";
+  }
+
+  const int n = 8192;
+  const size_t elems = size_t(n) * n;
+  DeviceBuffer a(elems * 4), b(elems * 4), c(elems * 4);
+  fill_random_kernel<<<1024, 256>>>(a.as<float>(), elems, 2);
+  fill_random_kernel<<<1024, 256>>>(b.as<float>(), elems, 3);
+  CUDA_CHECK_LAUNCH();
+  cublasHandle_t handle;
+  CUBLAS_CHECK(cublasCreate(&handle));
+  const float one = 1.0f, zero = 0.0f;
+  const double flops = 2.0 * n * double(n) * n;
+  {
+    CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_PEDANTIC_MATH));  // true fp32 FMA, no TF32
+    double ms = median_time_ms([&] {
+      CUBLAS_CHECK(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.as<float>(), n, b.as<float>(), n, &zero,
+                               c.as<float>(), n));
+    }, 5);
+    double tflops = flops / (ms * 1e-3) / 1e12;
+    std::printf("ceiling: fp32 GEMM (FMA)      %8.1f TFLOP/s (cuBLAS sgemm 8192^3, pedantic math)\n", tflops);
+    out << "gemm_fp32," << tflops << ",TFLOP/s,\"cuBLAS sgemm 8192^3, no TF32\"\n";
+  }
+  {
+    CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+    DeviceBuffer ah(elems * 2), bh(elems * 2);
+    float_to_bf16_kernel<<<1024, 256>>>(a.as<float>(), ah.as<__nv_bfloat16>(), elems);
+    float_to_bf16_kernel<<<1024, 256>>>(b.as<float>(), bh.as<__nv_bfloat16>(), elems);
+    CUDA_CHECK_LAUNCH();
+    double ms = median_time_ms([&] {
+      CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, ah.get(), CUDA_R_16BF, n, bh.get(),
+                                CUDA_R_16BF, n, &zero, c.get(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }, 5);
+    double tflops = flops / (ms * 1e-3) / 1e12;
+    std::printf("ceiling: bf16 GEMM (tensor)   %8.1f TFLOP/s (cuBLAS 8192^3, fp32 accumulate)\n", tflops);
+    out << "gemm_bf16," << tflops << ",TFLOP/s,\"cuBLAS GemmEx bf16 in, fp32 accumulate, 8192^3\"\n";
+  }
+  cublasDestroy(handle);
+}
+
+}  // namespace
+}  // namespace fa
+
+int main(int argc, char** argv) {
+  using namespace fa;
+  BenchOptions opt;
+  try {
+    opt = parse_bench(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "fa_bench: error: %s\n", e.what());
+    return 2;
+  }
+  if (opt.list) {
+    for (const ForwardKernel& k : forward_kernels()) {
+      std::printf("ch%02d  %-22s %-5s %s\n", k.chapter, k.name.c_str(), dtype_name(k.dtype), k.summary.c_str());
+    }
+    return 0;
+  }
+  const GpuInfo& gpu = detect_gpu();
+  if (!gpu.available) {
+    std::printf("fa_bench: no GPU (%s): nothing to time\n", gpu.reason.c_str());
+    return 0;
+  }
+  try {
+    std::printf("fa_bench on %s\n", describe_gpu(gpu).c_str());
+    if (!opt.ceilings_csv.empty()) measure_ceilings(opt.ceilings_csv);
+
+    std::vector<const ForwardKernel*> kernels;
+    for (const ForwardKernel& k : forward_kernels()) {
+      if (selected(k, opt.kernel_filters)) kernels.push_back(&k);
+    }
+    std::vector<AttentionShape> shapes = sweep_shapes(opt.sweep);
+    const size_t total = shapes.size() * kernels.size();
+    size_t done = 0, failures = 0;
+    RunOptions run;
+    run.check = opt.check;
+    run.iters = opt.iters;
+    run.warmup = opt.warmup;
+    run.budget_ms = opt.budget_ms;
+    for (const AttentionShape& shape : shapes) {
+      Problem problem(shape, opt.seed);
+      for (const ForwardKernel* k : kernels) {
+        ++done;
+        std::printf("[%3zu/%zu] %-22s %-34s ", done, total, k->name.c_str(), shape.to_string().c_str());
+        std::fflush(stdout);
+        RunResult r = run_forward(*k, problem, run);
+        if (r.ms > 0) {
+          std::printf("%10.3f ms %8.2f TFLOP/s %7.0f GB/s  %s", r.ms, r.tflops, r.gbps, r.status().c_str());
+        } else {
+          std::printf("%s", r.status().c_str());
+        }
+        if (!r.skipped.empty()) std::printf(" (%s)", r.skipped.c_str());
+        if (!r.error.empty()) std::printf(" (%s)", r.error.c_str());
+        if (r.checked && !r.report.passed()) std::printf(" [%s]", r.report.summary().c_str());
+        std::printf("\n");
+        std::fflush(stdout);
+        if (r.status() == "FAIL" || r.status() == "error") ++failures;
+        if (!opt.csv.empty()) append_csv(opt.csv, {r});
+      }
+    }
+    std::printf("%zu points, %zu failed%s%s\n", total, failures, opt.csv.empty() ? "" : "; CSV: ", opt.csv.c_str());
+    return failures ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fa_bench: error: %s\n", e.what());
+    return 1;
+  }
+}
