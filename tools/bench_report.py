@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Joins fa_bench's CSV, the measured ceilings and PyTorch SDPA's CSV into one markdown report.
+
+Tables: (1) TFLOP/s of every kernel and every PyTorch backend per sweep point; (2) each
+chapter's best kernel vs the chapter before it and vs PyTorch (same dtype where one exists: fp32
+chapters against SDPA's fp32 EFFICIENT and MATH backends; every chapter also against FLASH bf16,
+the speed the tutorial is working towards); (3) the ceilings, with each chapter's best fraction.
+"""
+import argparse
+import csv
+import os
+import sys
+from collections import defaultdict
+
+
+def read(path):
+    if not path or not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def point_key(seq, dim, causal):
+    return (int(dim), int(causal), int(seq))
+
+
+def fmt(x, digits=1):
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ours", required=True)
+    parser.add_argument("--torch", default="")
+    parser.add_argument("--ceilings", default="")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+
+    ours = [r for r in read(args.ours) if r["tflops"]]
+    torch_rows = [r for r in read(args.torch) if r["status"] == "ok"]
+    ceilings = {r["ceiling"]: float(r["value"]) for r in read(args.ceilings)}
+
+    kernels = []
+    for r in ours:
+        if r["kernel"] not in kernels:
+            kernels.append(r["kernel"])
+    backends = []
+    for r in torch_rows:
+        label = f"torch {r['backend']} {r['dtype']}"
+        if label not in backends:
+            backends.append(label)
+
+    tflops = defaultdict(dict)  # point -> column -> TFLOP/s
+    chapter_of = {}
+    gbps = {}
+    for r in ours:
+        key = point_key(r["seq_q"], r["head_dim"], r["causal"])
+        tflops[key][r["kernel"]] = float(r["tflops"])
+        gbps[(key, r["kernel"])] = float(r["gbps"])
+        chapter_of[r["kernel"]] = int(r["chapter"])
+        if r["status"] != "ok":
+            tflops[key][r["kernel"] + "!"] = r["status"]
+    for r in torch_rows:
+        key = point_key(r["seq"], r["head_dim"], r["causal"])
+        tflops[key][f"torch {r['backend']} {r['dtype']}"] = float(r["tflops"])
+
+    lines = ["# Benchmark report", ""]
+    lines.append("Forward TFLOP/s (4·B·H·N²·d, halved when causal) on the standard sweep: 16k tokens, hidden 2048 "
+                 "(batch = 16384/seq, heads = 2048/d). A `!` marks a point whose oracle check did not pass.")
+    lines.append("")
+    cols = kernels + backends
+    lines.append("| d | causal | seq | " + " | ".join(cols) + " |")
+    lines.append("|---|---|---|" + "---|" * len(cols))
+    for key in sorted(tflops):
+        cells = []
+        for c in cols:
+            v = tflops[key].get(c)
+            mark = "!" if (c + "!") in tflops[key] else ""
+            cells.append(fmt(v, 2 if v is not None and v < 10 else 1) + mark)
+        lines.append(f"| {key[0]} | {'yes' if key[1] else 'no'} | {key[2]} | " + " | ".join(cells) + " |")
+    lines.append("")
+
+    # Best kernel per chapter at each point, and the ratios.
+    chapters = sorted(set(chapter_of.values()))
+    best = defaultdict(dict)  # point -> chapter -> (tflops, kernel)
+    for key, row in tflops.items():
+        for k in kernels:
+            if k in row and (k + "!") not in row:
+                ch = chapter_of[k]
+                if ch not in best[key] or row[k] > best[key][ch][0]:
+                    best[key][ch] = (row[k], k)
+    ref_cols = [c for c in ("torch efficient fp32", "torch math fp32", "torch flash bf16", "torch cudnn bf16") if c in backends]
+    lines.append("Each chapter's best kernel: speed-up over the previous chapter's best, and ratio to PyTorch SDPA "
+                 "(> 1 means ours is faster).")
+    lines.append("")
+    header = ["d", "causal", "seq"]
+    for ch in chapters:
+        header += [f"ch{ch:02d} best", f"ch{ch:02d} TFLOP/s"]
+        if ch != chapters[0]:
+            header.append(f"ch{ch:02d}/ch{ch - 1:02d}" if (ch - 1) in chapters else f"ch{ch:02d}/prev")
+        header += [f"ch{ch:02d}/{c.replace('torch ', '')}" for c in ref_cols]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "---|" * len(header))
+    for key in sorted(best):
+        cells = [str(key[0]), "yes" if key[1] else "no", str(key[2])]
+        prev = None
+        for ch in chapters:
+            entry = best[key].get(ch)
+            cells += [entry[1] if entry else "-", fmt(entry[0], 2) if entry else "-"]
+            if ch != chapters[0]:
+                cells.append(f"{entry[0] / prev:.2f}x" if entry and prev else "-")
+            for c in ref_cols:
+                t = tflops[key].get(c)
+                cells.append(f"{entry[0] / t:.3f}" if entry and t else "-")
+            prev = entry[0] if entry else None
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+
+    if ceilings:
+        lines.append("Measured ceilings on this GPU, and the best fraction of each any chapter reached on the sweep:")
+        lines.append("")
+        lines.append("| ceiling | value | best kernel | fraction |")
+        lines.append("|---|---|---|---|")
+        if "copy" in ceilings:
+            top = max(((v, k) for (p, k), v in gbps.items()), default=None)
+            lines.append(f"| device copy (read + write) | {ceilings['copy']:.0f} GB/s | "
+                         f"{top[1] if top else '-'} (min bytes/time) | {top[0] / ceilings['copy']:.3f} |" if top else
+                         f"| device copy | {ceilings['copy']:.0f} GB/s | - | - |")
+        for name, label in (("gemm_fp32", "fp32 GEMM (FMA units)"), ("gemm_bf16", "bf16 GEMM (tensor cores)")):
+            if name in ceilings:
+                dtype = "fp32" if name == "gemm_fp32" else "bf16"
+                cands = [(v, k) for row in tflops.values() for k, v in row.items()
+                         if k in chapter_of and isinstance(v, float) and
+                         any(r["kernel"] == k and r["dtype"] == dtype for r in ours)]
+                top = max(cands, default=None)
+                lines.append(f"| {label} | {ceilings[name]:.1f} TFLOP/s | {top[1] if top else '-'} | "
+                             f"{(top[0] / ceilings[name]) if top else 0:.3f} |")
+        lines.append("")
+
+    with open(args.out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""PyTorch scaled_dot_product_attention on fa_bench's sweep, one backend at a time, CSV out.
+
+Backends and dtypes: FLASH_ATTENTION (bf16, fp16), CUDNN_ATTENTION (bf16, fp16), and for the fp32
+chapters EFFICIENT_ATTENTION (fp32, the fused memory-efficient kernel) and MATH (fp32, unfused:
+scores in memory, like chapters 01-03). Timing as in fa_bench: CUDA events, warm-up, median.
+FLOPs by the same convention (4*B*H*N*N*d, halved for causal).
+"""
+import argparse
+import csv
+import statistics
+import sys
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.functional import scaled_dot_product_attention
+
+
+def sweep(name):
+    seqs = [512, 2048] if name == "quick" else [512, 1024, 2048, 4096, 8192, 16384]
+    for dim in (64, 128):
+        for causal in (False, True):
+            for seq in seqs:
+                yield dict(batch=16384 // seq, heads=2048 // dim, seq=seq, dim=dim, causal=causal)
+
+
+BACKENDS = [
+    ("flash", SDPBackend.FLASH_ATTENTION, torch.bfloat16),
+    ("flash", SDPBackend.FLASH_ATTENTION, torch.float16),
+    ("cudnn", SDPBackend.CUDNN_ATTENTION, torch.bfloat16),
+    ("cudnn", SDPBackend.CUDNN_ATTENTION, torch.float16),
+    ("efficient", SDPBackend.EFFICIENT_ATTENTION, torch.float32),
+    ("math", SDPBackend.MATH, torch.float32),
+]
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+def time_ms(fn, warmup, iters, budget_ms):
+    for _ in range(warmup):
+        fn()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    while len(times) < iters:
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+        if len(times) == 1:
+            iters = max(3, min(iters, int(budget_ms / max(times[0], 1e-3))))
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", default="standard", choices=["standard", "quick"])
+    parser.add_argument("--csv", required=True)
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--budget-ms", type=float, default=1500)
+    args = parser.parse_args()
+
+    print(f"PyTorch {torch.__version__} SDPA on {torch.cuda.get_device_name()}", flush=True)
+    points = list(sweep(args.sweep))
+    with open(args.csv, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["backend", "dtype", "batch", "heads", "seq", "head_dim", "causal", "status", "time_ms", "tflops",
+                      "max_abs_err_vs_fp32_math"])
+        n = 0
+        for p in points:
+            shape = (p["batch"], p["heads"], p["seq"], p["dim"])
+            g = torch.Generator(device="cuda").manual_seed(1234)
+            q32, k32, v32 = (torch.randn(shape, device="cuda", generator=g) for _ in range(3))
+            flops = 4.0 * p["batch"] * p["heads"] * p["seq"] * p["seq"] * p["dim"] / (2 if p["causal"] else 1)
+            for name, backend, dtype in BACKENDS:
+                n += 1
+                q, k, v = (t.to(dtype) for t in (q32, k32, v32))
+                label = f"[{n:3d}/{len(points) * len(BACKENDS)}] {name:9s} {DTYPE_NAMES[dtype]} " \
+                        f"b{p['batch']} h{p['heads']} s{p['seq']} d{p['dim']}{' causal' if p['causal'] else ''}"
+                try:
+                    with sdpa_kernel([backend]):
+                        fn = lambda: scaled_dot_product_attention(q, k, v, is_causal=p["causal"])
+                        o = fn()
+                        torch.cuda.synchronize()
+                        ms = time_ms(fn, args.warmup, args.iters, args.budget_ms)
+                    # A sampled sanity check (first head) against fp32 math in float64 on the GPU.
+                    ref = scaled_dot_product_attention(q[:1, :1].double(), k[:1, :1].double(), v[:1, :1].double(),
+                                                       is_causal=p["causal"])
+                    err = (o[:1, :1].double() - ref).abs().max().item()
+                    tflops = flops / (ms * 1e-3) / 1e12
+                    out.writerow([name, DTYPE_NAMES[dtype], p["batch"], p["heads"], p["seq"], p["dim"], int(p["causal"]),
+                                  "ok", f"{ms:.6g}", f"{tflops:.6g}", f"{err:.3g}"])
+                    print(f"{label}: {ms:9.3f} ms {tflops:8.2f} TFLOP/s  max err {err:.2e}", flush=True)
+                except (RuntimeError, torch.OutOfMemoryError) as e:
+                    reason = str(e).splitlines()[0][:120]
+                    out.writerow([name, DTYPE_NAMES[dtype], p["batch"], p["heads"], p["seq"], p["dim"], int(p["causal"]),
+                                  "skipped: " + reason, "", "", ""])
+                    print(f"{label}: skipped ({reason})", flush=True)
+                    torch.cuda.empty_cache()
+                f.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
