@@ -132,6 +132,13 @@ int chapter_main(int argc, const char* const* argv, const ChapterInfo& chapter) 
       notes_header = true;
       std::cout << "  " << r.name << ": " << r.note << "\n";
     }
+    bool phases_header = false;
+    for (const RunResult& r : results) {
+      if (r.phases.empty()) continue;
+      if (!phases_header) std::cout << "\nwhere the time goes (one launch, CUDA events between the phases):\n";
+      phases_header = true;
+      std::cout << "  " << r.name << ": " << r.phases << "\n";
+    }
     if (!opt.csv.empty()) append_csv(opt.csv, results);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", chapter.program, e.what());

@@ -71,6 +71,7 @@ struct RunResult {
   double tflops = 0;
   double gbps = 0;      // forward_min_bytes / time: the rate the kernel *had* to move data at
   std::string note;     // the kernel's memory_note
+  std::string phases;   // time per phase for multi-launch kernels ("scores 1.2 ms, softmax ...")
 
   bool passed() const { return ran && error.empty() && (!checked || report.passed()); }
   /// "ok", "FAIL", "skipped", "error".

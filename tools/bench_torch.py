@@ -16,9 +16,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention
 
 
-def sweep(name):
+def sweep(name, dims):
     seqs = [512, 2048] if name == "quick" else [512, 1024, 2048, 4096, 8192, 16384]
-    for dim in (64, 128):
+    for dim in dims:
         for causal in (False, True):
             for seq in seqs:
                 yield dict(batch=16384 // seq, heads=2048 // dim, seq=seq, dim=dim, causal=causal)
@@ -55,13 +55,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", default="standard", choices=["standard", "quick"])
     parser.add_argument("--csv", required=True)
+    parser.add_argument("--dims", default="64,128", help="head_dim values of the sweep")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--budget-ms", type=float, default=1500)
     args = parser.parse_args()
 
     print(f"PyTorch {torch.__version__} SDPA on {torch.cuda.get_device_name()}", flush=True)
-    points = list(sweep(args.sweep))
+    points = list(sweep(args.sweep, [int(d) for d in args.dims.split(",")]))
     with open(args.csv, "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["backend", "dtype", "batch", "heads", "seq", "head_dim", "causal", "status", "time_ms", "tflops",

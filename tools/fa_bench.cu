@@ -31,6 +31,7 @@ namespace {
 struct BenchOptions {
   std::string sweep = "standard";
   std::vector<std::string> kernel_filters;  // substrings of kernel names; empty = all
+  std::vector<int> dims = {64, 128};        // head_dim values of the sweep to run
   std::string csv;
   std::string ceilings_csv;
   int iters = 20;
@@ -45,6 +46,7 @@ const char* kUsage =
     "usage: fa_bench [flags]\n"
     "  --sweep NAME      standard (16k tokens, hidden 2048, d 64/128, seq 512..16k, causal off/on) or quick\n"
     "  --kernels A,B     only kernels whose name contains A or B (default: all registered)\n"
+    "  --dims 64,128     only these head_dim values of the sweep (default: 64,128)\n"
     "  --csv FILE        append one row per (kernel, shape) to FILE\n"
     "  --ceilings FILE   also measure copy bandwidth and cuBLAS GEMM rates, write them to FILE\n"
     "  --iters N         at most N timed repeats per point (default 20)\n"
@@ -88,6 +90,13 @@ BenchOptions parse_bench(int argc, char** argv) {
       }
     } else if (arg == "--kernels") {
       o.kernel_filters = split(value(), ',');
+    } else if (arg == "--dims") {
+      o.dims.clear();
+      for (const std::string& d : split(value(), ',')) {
+        int dim = parse_int(arg, d, 1);
+        if (dim != 64 && dim != 128) throw std::invalid_argument("--dims expects 64 and/or 128, got '" + d + "'");
+        o.dims.push_back(dim);
+      }
     } else if (arg == "--csv") {
       o.csv = value();
     } else if (arg == "--ceilings") {
@@ -115,11 +124,11 @@ BenchOptions parse_bench(int argc, char** argv) {
 }
 
 /// The sweep of the FlashAttention papers: total tokens and hidden size fixed.
-std::vector<AttentionShape> sweep_shapes(const std::string& name) {
+std::vector<AttentionShape> sweep_shapes(const std::string& name, const std::vector<int>& dims) {
   const bool quick = name == "quick";
   std::vector<int> seqs = quick ? std::vector<int>{512, 2048} : std::vector<int>{512, 1024, 2048, 4096, 8192, 16384};
   std::vector<AttentionShape> shapes;
-  for (int dim : {64, 128}) {
+  for (int dim : dims) {
     for (bool causal : {false, true}) {
       for (int seq : seqs) {
         AttentionShape s;
@@ -270,7 +279,7 @@ int main(int argc, char** argv) {
     for (const ForwardKernel& k : forward_kernels()) {
       if (selected(k, opt.kernel_filters)) kernels.push_back(&k);
     }
-    std::vector<AttentionShape> shapes = sweep_shapes(opt.sweep);
+    std::vector<AttentionShape> shapes = sweep_shapes(opt.sweep, opt.dims);
     const size_t total = shapes.size() * kernels.size();
     size_t done = 0, failures = 0;
     RunOptions run;

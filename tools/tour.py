@@ -62,6 +62,11 @@ def main() -> int:
         print("  ".join(cell.ljust(w) if c < 4 else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths))))
         if i == 0:
             print("-" * (sum(widths) + 2 * (len(widths) - 1)))
+    phases = [r for r in rows if r.get("phases")]
+    if phases:
+        print("\nwhere the time goes (one launch):")
+        for r in phases:
+            print(f"  {r['kernel']}: {r['phases']}")
     for r in rows:
         if r["status"] not in ("ok",):
             print(f"  {r['kernel']} ({r['device']}): {r['status']} {r['note']}")

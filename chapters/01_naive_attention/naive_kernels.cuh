@@ -16,6 +16,7 @@
 #include <string>
 
 #include "cuda_check.h"
+#include "phase_timer.h"
 #include "problem.h"
 #include "registry.h"
 
@@ -102,13 +103,16 @@ void launch_materialized_attention(const ForwardParams& p, Softmax softmax) {
   attention_scores_kernel<T><<<score_grid, score_block, 0, p.stream>>>(s, static_cast<const T*>(p.q),
                                                                        static_cast<const T*>(p.k), scores);
   CUDA_CHECK_LAUNCH();
+  mark_phase(p.stream, "scores");
   softmax(scores);
+  mark_phase(p.stream, "softmax");
   dim3 value_block(kValueColsPerBlock, kValueRowsPerBlock);
   dim3 value_grid((s.head_dim + kValueColsPerBlock - 1) / kValueColsPerBlock,
                   (s.seq_q + kValueRowsPerBlock - 1) / kValueRowsPerBlock, s.batch * s.heads_q);
   apply_values_kernel<T><<<value_grid, value_block, 0, p.stream>>>(s, scores, static_cast<const T*>(p.v),
                                                                    static_cast<T*>(p.o));
   CUDA_CHECK_LAUNCH();
+  mark_phase(p.stream, "P*V");
 }
 
 }  // namespace fa::naive
