@@ -3,9 +3,14 @@
 // Computes O = softmax(scale * Q K^T) V with three kernels and the full score matrix S (then P)
 // in device memory. The softmax is the textbook one, exp(s_j) / sum_k exp(s_k), with no max
 // subtracted: correct for small logits, inf/NaN once a logit passes ~88 (expf overflows).
-// Chapter 02 fixes the overflow; chapter 03 removes the passes over S; chapter 04 removes S.
+// Chapter 02 fixes the overflow; chapter 03 removes passes over S; chapter 04 removes S.
 //
-// Tiling: none. One thread per score, one thread per softmax row, one thread per output.
+// Variants:
+//   1 naive  one thread per score, one thread per softmax row, one thread per output. Each
+//            thread of the score kernel reads its own row of K: 32 rows per warp load.
+//   2 tiled  the same three steps; the two matrix products tiled through shared memory
+//            (64 x 64 outputs per block, 4 x 4 per thread), so each value of Q, K, P and V is
+//            read from device memory once per tile instead of once per thread.
 // Run:    build/bin/ch01_naive_attention [--logit-scale 20 to watch it overflow]
 #include "algorithm.h"
 #include "naive_kernels.cuh"
@@ -27,43 +32,58 @@ __global__ void naive_softmax_kernel(AttentionShape shape, float* scores, float*
   lse[row] = logf(sum);
 }
 
-void launch_naive_attention(const ForwardParams& p) {
-  launch_materialized_attention<float>(p, [&](float* scores) {
-    const int64_t rows = p.shape.lse_elems();
-    const int threads = 128;
-    naive_softmax_kernel<<<unsigned((rows + threads - 1) / threads), threads, 0, p.stream>>>(p.shape, scores, p.lse);
-    CUDA_CHECK_LAUNCH();
-  });
+void launch_naive_softmax(const ForwardParams& p, float* scores) {
+  const int64_t rows = p.shape.lse_elems();
+  const int threads = 128;
+  naive_softmax_kernel<<<unsigned((rows + threads - 1) / threads), threads, 0, p.stream>>>(p.shape, scores, p.lse);
+  CUDA_CHECK_LAUNCH();
 }
 
-ForwardKernel naive_attention_kernel() {
+void launch_naive_attention(const ForwardParams& p) {
+  launch_materialized_attention<float>(p, Products::PerThread, [&](float* scores) { launch_naive_softmax(p, scores); });
+}
+
+void launch_naive_tiled_attention(const ForwardParams& p) {
+  launch_materialized_attention<float>(p, Products::Tiled, [&](float* scores) { launch_naive_softmax(p, scores); });
+}
+
+ForwardKernel naive_kernel(int number, const char* variant, const char* summary, void (*launch)(const ForwardParams&),
+                           ShapeCheck supports) {
   ForwardKernel k;
-  k.name = "ch01_naive";
+  k.name = std::string("ch01_") + variant;
   k.chapter = 1;
-  k.number = 1;
-  k.variant = "naive";
+  k.number = number;
+  k.variant = variant;
   k.dtype = DType::F32;
-  k.summary = "S = QK^T in device memory, softmax without max subtraction, then P*V";
-  k.launch = launch_naive_attention;
-  k.supports = materialized_support;
+  k.summary = summary;
+  k.launch = launch;
+  k.supports = std::move(supports);
   k.workspace_bytes = score_buffer_bytes;
   k.memory_note = [](const AttentionShape& s) {
     return score_traffic_note(s, 5, "S written; read twice and P written by the softmax; P read by P*V");
   };
   return k;
 }
-FA_REGISTER_FORWARD_KERNEL(naive_attention_kernel());
+FA_REGISTER_FORWARD_KERNEL(naive_kernel(1, "naive", "S = QK^T in device memory, softmax without max subtraction, then P*V",
+                                        launch_naive_attention, materialized_support));
+FA_REGISTER_FORWARD_KERNEL(naive_kernel(2, "tiled", "same steps; QK^T and P*V tiled through shared memory (64x64 per block)",
+                                        launch_naive_tiled_attention, tiled_support));
 
-CpuAlgorithm naive_attention_algorithm() {
+CpuAlgorithm naive_algorithm(int number, const char* variant, const char* summary, Products products) {
   CpuAlgorithm a;
-  a.name = "ch01_naive_cpu";
+  a.name = std::string("ch01_") + variant + "_cpu";
   a.chapter = 1;
-  a.number = 1;
-  a.variant = "naive";
-  a.summary = "algorithm.h: the same three steps in plain C++ (float)";
-  a.run = naive_attention_cpu;
+  a.number = number;
+  a.variant = variant;
+  a.summary = summary;
+  a.run = [products](const AttentionShape& s, const float* q, const float* k, const float* v, float* o, float* lse) {
+    naive_attention_cpu(s, q, k, v, o, lse, products);
+  };
   return a;
 }
-FA_REGISTER_CPU_ALGORITHM(naive_attention_algorithm());
+FA_REGISTER_CPU_ALGORITHM(naive_algorithm(1, "naive", "algorithm.h: the same three steps in plain C++ (float)",
+                                          Products::PerThread));
+FA_REGISTER_CPU_ALGORITHM(naive_algorithm(2, "tiled", "algorithm.h: the products as 64 x 64 x 16 blocked loops (float)",
+                                          Products::Tiled));
 
 }  // namespace fa::naive

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 
+#include "algorithm.h"
 #include "cuda_check.h"
 #include "phase_timer.h"
 #include "problem.h"
@@ -60,6 +61,123 @@ __global__ void apply_values_kernel(AttentionShape shape, const float* probs, co
   o[shape.q_head_offset(bh) + int64_t(i) * shape.head_dim + c] = T(acc);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Variant 2's score and P*V kernels: the same two matrix products, tiled through shared memory.
+//
+// A block computes a 64 x 64 tile of its output. It walks the inner dimension 16 at a time:
+// the block's 256 threads copy a 64 x 16 slice of each operand into shared memory (each value
+// read from device memory once per block instead of once per thread that needs it), wait, and
+// then every thread multiplies what it needs from shared memory into a 4 x 4 patch of outputs
+// held in registers. Thread (tx, ty) owns rows ty + 16r and columns tx + 16c, r, c in 0..3:
+// a warp then reads 16 consecutive floats of one tile row (no bank conflicts) and 2 of the
+// other (broadcasts).
+constexpr int kTile = 64;       // output rows and columns per block
+constexpr int kTileDepth = 16;  // inner-dimension step
+constexpr int kTileThreads = 256;
+constexpr int kPerThread = kTile / 16;  // 4 x 4 outputs per thread
+
+/// S tile = scale * Q_tile K_tile^T: both operands are row-major [rows, head_dim], so both
+/// slices are 64 rows x 16 dims, stored transposed in shared memory ([dim][row]).
+template <class T>
+__global__ void __launch_bounds__(kTileThreads) attention_scores_tiled_kernel(AttentionShape shape, const T* q, const T* k,
+                                                                               float* scores) {
+  __shared__ float q_tile[kTileDepth][kTile];
+  __shared__ float k_tile[kTileDepth][kTile];
+  const int bh = blockIdx.z, row0 = blockIdx.y * kTile, key0 = blockIdx.x * kTile;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const T* q_head = q + shape.q_head_offset(bh);
+  const T* k_head = k + shape.kv_head_offset(bh);
+  const int d = shape.head_dim;
+  float acc[kPerThread][kPerThread] = {};
+  for (int c0 = 0; c0 < d; c0 += kTileDepth) {
+    // 64 x 16 = 1024 values per operand, 4 per thread; out-of-range rows/dims load as 0.
+    for (int e = threadIdx.x; e < kTile * kTileDepth; e += kTileThreads) {
+      const int r = e / kTileDepth, c = e % kTileDepth;
+      const bool in_dim = c0 + c < d;
+      q_tile[c][r] = (row0 + r < shape.seq_q && in_dim) ? float(q_head[int64_t(row0 + r) * d + c0 + c]) : 0.0f;
+      k_tile[c][r] = (key0 + r < shape.seq_kv && in_dim) ? float(k_head[int64_t(key0 + r) * d + c0 + c]) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < kTileDepth; ++c) {
+      float a[kPerThread], b[kPerThread];
+#pragma unroll
+      for (int t = 0; t < kPerThread; ++t) {
+        a[t] = q_tile[c][ty + 16 * t];
+        b[t] = k_tile[c][tx + 16 * t];
+      }
+#pragma unroll
+      for (int r = 0; r < kPerThread; ++r) {
+#pragma unroll
+        for (int n = 0; n < kPerThread; ++n) acc[r][n] += a[r] * b[n];
+      }
+    }
+    __syncthreads();  // the tiles are overwritten next step
+  }
+  const float scale = float(shape.softmax_scale());
+#pragma unroll
+  for (int r = 0; r < kPerThread; ++r) {
+    const int i = row0 + ty + 16 * r;
+    if (i >= shape.seq_q) continue;
+#pragma unroll
+    for (int n = 0; n < kPerThread; ++n) {
+      const int j = key0 + tx + 16 * n;
+      if (j < shape.seq_kv) {
+        scores[(int64_t(bh) * shape.seq_q + i) * shape.seq_kv + j] = shape.visible(i, j) ? acc[r][n] * scale : -INFINITY;
+      }
+    }
+  }
+}
+
+/// O tile = P_tile V: P is [seq_q, seq_kv] (a 64 x 16 slice, stored transposed), V is
+/// [seq_kv, head_dim] (a 16 x 64 slice, stored as is). One block column covers 64 dims.
+template <class T>
+__global__ void __launch_bounds__(kTileThreads) apply_values_tiled_kernel(AttentionShape shape, const float* probs,
+                                                                           const T* v, T* o) {
+  __shared__ float p_tile[kTileDepth][kTile];
+  __shared__ float v_tile[kTileDepth][kTile];
+  const int bh = blockIdx.z, row0 = blockIdx.y * kTile, col0 = blockIdx.x * kTile;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const float* p_head = probs + int64_t(bh) * shape.seq_q * shape.seq_kv;
+  const T* v_head = v + shape.kv_head_offset(bh);
+  const int d = shape.head_dim, n_keys = shape.seq_kv;
+  float acc[kPerThread][kPerThread] = {};
+  for (int j0 = 0; j0 < n_keys; j0 += kTileDepth) {
+    for (int e = threadIdx.x; e < kTile * kTileDepth; e += kTileThreads) {
+      const int r = e / kTileDepth, j = e % kTileDepth;  // P: 16 consecutive keys of row r
+      p_tile[j][r] = (row0 + r < shape.seq_q && j0 + j < n_keys) ? p_head[int64_t(row0 + r) * n_keys + j0 + j] : 0.0f;
+      const int vj = e / kTile, vc = e % kTile;  // V: 64 consecutive dims of key vj
+      v_tile[vj][vc] = (j0 + vj < n_keys && col0 + vc < d) ? float(v_head[int64_t(j0 + vj) * d + col0 + vc]) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kTileDepth; ++j) {
+      float a[kPerThread], b[kPerThread];
+#pragma unroll
+      for (int t = 0; t < kPerThread; ++t) {
+        a[t] = p_tile[j][ty + 16 * t];
+        b[t] = v_tile[j][tx + 16 * t];
+      }
+#pragma unroll
+      for (int r = 0; r < kPerThread; ++r) {
+#pragma unroll
+        for (int n = 0; n < kPerThread; ++n) acc[r][n] += a[r] * b[n];
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int r = 0; r < kPerThread; ++r) {
+    const int i = row0 + ty + 16 * r;
+    if (i >= shape.seq_q) continue;
+#pragma unroll
+    for (int n = 0; n < kPerThread; ++n) {
+      const int c = col0 + tx + 16 * n;
+      if (c < d) o[shape.q_head_offset(bh) + int64_t(i) * d + c] = T(acc[r][n]);
+    }
+  }
+}
+
 /// Launch grids put batch*heads in z and query rows in y, both capped at 65535 blocks.
 inline std::string grid_limit_reason(const AttentionShape& shape, int rows_per_block) {
   int64_t heads = int64_t(shape.batch) * shape.heads_q;
@@ -75,6 +193,9 @@ inline std::string materialized_support(const AttentionShape& shape) {
   std::string why = grid_limit_reason(shape, kScoreRowsPerBlock);
   return why.empty() ? grid_limit_reason(shape, kValueRowsPerBlock) : why;
 }
+
+inline std::string tiled_support(const AttentionShape& shape) { return grid_limit_reason(shape, kTile); }
+
 
 /// Bytes of the [batch, heads, Nq, Nk] float score buffer (P is written over S in place).
 inline std::size_t score_buffer_bytes(const AttentionShape& shape) { return std::size_t(shape.score_elems()) * sizeof(float); }
@@ -94,23 +215,33 @@ inline std::string score_traffic_note(const AttentionShape& shape, int passes, c
 
 /// Launches the score kernel and P*V around a softmax launcher `softmax(scores)`.
 template <class T, class Softmax>
-void launch_materialized_attention(const ForwardParams& p, Softmax softmax) {
+void launch_materialized_attention(const ForwardParams& p, Products products, Softmax softmax) {
   const AttentionShape& s = p.shape;
   float* scores = static_cast<float*>(p.workspace);
-  dim3 score_block(kScoreKeysPerBlock, kScoreRowsPerBlock);
-  dim3 score_grid((s.seq_kv + kScoreKeysPerBlock - 1) / kScoreKeysPerBlock,
-                  (s.seq_q + kScoreRowsPerBlock - 1) / kScoreRowsPerBlock, s.batch * s.heads_q);
-  attention_scores_kernel<T><<<score_grid, score_block, 0, p.stream>>>(s, static_cast<const T*>(p.q),
-                                                                       static_cast<const T*>(p.k), scores);
+  const T* q = static_cast<const T*>(p.q);
+  const T* k = static_cast<const T*>(p.k);
+  const T* v = static_cast<const T*>(p.v);
+  T* o = static_cast<T*>(p.o);
+  const unsigned heads = unsigned(s.batch * s.heads_q);
+  auto blocks = [](int n, int per_block) { return unsigned((n + per_block - 1) / per_block); };
+  if (products == Products::PerThread) {
+    dim3 grid(blocks(s.seq_kv, kScoreKeysPerBlock), blocks(s.seq_q, kScoreRowsPerBlock), heads);
+    attention_scores_kernel<T><<<grid, dim3(kScoreKeysPerBlock, kScoreRowsPerBlock), 0, p.stream>>>(s, q, k, scores);
+  } else {
+    dim3 grid(blocks(s.seq_kv, kTile), blocks(s.seq_q, kTile), heads);
+    attention_scores_tiled_kernel<T><<<grid, kTileThreads, 0, p.stream>>>(s, q, k, scores);
+  }
   CUDA_CHECK_LAUNCH();
   mark_phase(p.stream, "scores");
   softmax(scores);
   mark_phase(p.stream, "softmax");
-  dim3 value_block(kValueColsPerBlock, kValueRowsPerBlock);
-  dim3 value_grid((s.head_dim + kValueColsPerBlock - 1) / kValueColsPerBlock,
-                  (s.seq_q + kValueRowsPerBlock - 1) / kValueRowsPerBlock, s.batch * s.heads_q);
-  apply_values_kernel<T><<<value_grid, value_block, 0, p.stream>>>(s, scores, static_cast<const T*>(p.v),
-                                                                   static_cast<T*>(p.o));
+  if (products == Products::PerThread) {
+    dim3 grid(blocks(s.head_dim, kValueColsPerBlock), blocks(s.seq_q, kValueRowsPerBlock), heads);
+    apply_values_kernel<T><<<grid, dim3(kValueColsPerBlock, kValueRowsPerBlock), 0, p.stream>>>(s, scores, v, o);
+  } else {
+    dim3 grid(blocks(s.head_dim, kTile), blocks(s.seq_q, kTile), heads);
+    apply_values_tiled_kernel<T><<<grid, kTileThreads, 0, p.stream>>>(s, scores, v, o);
+  }
   CUDA_CHECK_LAUNCH();
   mark_phase(p.stream, "P*V");
 }

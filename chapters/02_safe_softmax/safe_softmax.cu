@@ -1,12 +1,12 @@
 // Chapter 02 -- safe softmax, fp32.
 //
-// Same three kernels as chapter 01; only the softmax changes. Subtracting the row maximum m
+// Chapter 01's tiled score and P*V kernels (its variant 2); only the softmax changes. Subtracting the row maximum m
 // before exponentiating, exp(s_j - m) / sum_k exp(s_k - m), gives the same P (the factor
 // exp(-m) cancels) but every exponent is <= 0, so nothing overflows. The price is a third pass
 // over S: one for the max, one for the sum, one to write P.
 //
 // Variants:
-//   1 safe   one thread per row (as chapter 01): fixes overflow, same speed.
+//   1 safe   one thread per row (as chapter 01): fixes overflow, about the same speed.
 //   2 block  one thread block per row: the 256 threads split the row, so a warp reads 32
 //            consecutive scores (coalesced), and the max and the sum are block reductions
 //            (warp shuffles, then shared memory).
@@ -18,7 +18,7 @@
 namespace fa::safe {
 
 using naive::launch_materialized_attention;
-using naive::materialized_support;
+using naive::tiled_support;
 using naive::score_buffer_bytes;
 using naive::score_traffic_note;
 
@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kBlockThreads) safe_softmax_block_kernel(Atten
 }
 
 void launch_safe_softmax(const ForwardParams& p) {
-  launch_materialized_attention<float>(p, [&](float* scores) {
+  launch_materialized_attention<float>(p, naive::Products::Tiled, [&](float* scores) {
     const int64_t rows = p.shape.lse_elems();
     const int threads = 128;
     safe_softmax_kernel<<<unsigned((rows + threads - 1) / threads), threads, 0, p.stream>>>(p.shape, scores, p.lse);
@@ -77,7 +77,7 @@ void launch_safe_softmax(const ForwardParams& p) {
 }
 
 void launch_safe_softmax_block(const ForwardParams& p) {
-  launch_materialized_attention<float>(p, [&](float* scores) {
+  launch_materialized_attention<float>(p, naive::Products::Tiled, [&](float* scores) {
     safe_softmax_block_kernel<<<unsigned(p.shape.lse_elems()), kBlockThreads, 0, p.stream>>>(p.shape, scores, p.lse);
     CUDA_CHECK_LAUNCH();
   });
@@ -92,7 +92,7 @@ ForwardKernel safe_kernel(int number, const char* variant, const char* summary, 
   k.dtype = DType::F32;
   k.summary = summary;
   k.launch = launch;
-  k.supports = materialized_support;
+  k.supports = tiled_support;
   k.workspace_bytes = score_buffer_bytes;
   k.memory_note = [](const AttentionShape& s) { return score_traffic_note(s, 6, kThreePasses); };
   return k;

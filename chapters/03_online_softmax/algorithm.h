@@ -31,7 +31,7 @@ inline float online_softmax_row(float* row, int n) {
 
 inline void online_softmax_attention_cpu(const AttentionShape& s, const float* q, const float* k, const float* v,
                                          float* o, float* lse) {
-  naive::materialized_attention_cpu(s, q, k, v, o, lse, [&](std::vector<float>& scores, float* lse_head) {
+  naive::materialized_attention_cpu(s, q, k, v, o, lse, naive::Products::Tiled, [&](std::vector<float>& scores, float* lse_head) {
     for (int i = 0; i < s.seq_q; ++i) lse_head[i] = online_softmax_row(scores.data() + std::size_t(i) * s.seq_kv, s.seq_kv);
   });
 }

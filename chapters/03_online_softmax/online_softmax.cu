@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kBlockThreads) online_softmax_block_kernel(Att
 }
 
 void launch_online_softmax(const ForwardParams& p) {
-  naive::launch_materialized_attention<float>(p, [&](float* scores) {
+  naive::launch_materialized_attention<float>(p, naive::Products::Tiled, [&](float* scores) {
     online_softmax_block_kernel<<<unsigned(p.shape.lse_elems()), kBlockThreads, 0, p.stream>>>(p.shape, scores, p.lse);
     CUDA_CHECK_LAUNCH();
   });
@@ -198,7 +198,7 @@ ForwardKernel online_kernel() {
   k.variant = "online";
   k.summary = "running max and sum in one pass (Milakov & Gimelshein): 2 passes over S instead of 3";
   k.launch = launch_online_softmax;
-  k.supports = naive::materialized_support;
+  k.supports = naive::tiled_support;
   k.workspace_bytes = naive::score_buffer_bytes;
   k.memory_note = [](const AttentionShape& s) {
     return naive::score_traffic_note(s, 5, "S written; read once for (m, l), read and P written; P read by P*V");
