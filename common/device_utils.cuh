@@ -14,11 +14,13 @@ struct SumOp {
 
 /// Every lane of the warp gets op over the 32 lanes' values. Butterfly (xor) shuffles: five
 /// steps, no shared memory, and no lane has to broadcast the result afterwards.
+//! [warp_all_reduce]
 template <class T, class Op>
 __device__ T warp_all_reduce(T value, Op op) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) value = op(value, __shfl_xor_sync(0xFFFFFFFFu, value, offset));
   return value;
+//! [warp_all_reduce]
 }
 
 /// Every thread of the block gets op over all the block's values. Warps reduce with shuffles,

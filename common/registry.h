@@ -10,6 +10,10 @@
 //   }
 //   FA_REGISTER_FORWARD_KERNEL(naive_kernel());
 //
+// or, for a quick experiment, in one line (the optional members left empty):
+//
+//   FA_REGISTER_FORWARD_KERNEL(fa::ForwardKernel{"ch03_mine", 3, 9, "mine", fa::DType::F32, "what it changes", launch_mine});
+//
 // `supports` (optional) returns "" when the kernel handles a shape, otherwise the reason it
 // does not ("head_dim must be a multiple of 32, got 48"). `workspace_bytes` (optional) asks the
 // runner for scratch device memory. `memory_note` (optional) is one line about what the kernel
@@ -92,8 +96,8 @@ std::string support_reason(const CpuAlgorithm& algorithm, const AttentionShape& 
 #define FA_CONCAT_INNER(a, b) a##b
 #define FA_CONCAT(a, b) FA_CONCAT_INNER(a, b)
 /// Registers a ForwardKernel at program start. One line per kernel.
-#define FA_REGISTER_FORWARD_KERNEL(kernel) \
-  static const bool FA_CONCAT(fa_registered_kernel_, __LINE__) = ::fa::register_forward_kernel(kernel)
+#define FA_REGISTER_FORWARD_KERNEL(...) \
+  static const bool FA_CONCAT(fa_registered_kernel_, __LINE__) = ::fa::register_forward_kernel(__VA_ARGS__)
 /// Registers a CpuAlgorithm at program start.
-#define FA_REGISTER_CPU_ALGORITHM(algorithm) \
-  static const bool FA_CONCAT(fa_registered_cpu_, __LINE__) = ::fa::register_cpu_algorithm(algorithm)
+#define FA_REGISTER_CPU_ALGORITHM(...) \
+  static const bool FA_CONCAT(fa_registered_cpu_, __LINE__) = ::fa::register_cpu_algorithm(__VA_ARGS__)

@@ -20,6 +20,7 @@ namespace fa::naive {
 /// One thread per row of S. Pass 1 sums exp(s_j); pass 2 writes P = exp(s_j) / sum over S.
 /// A thread walks its own row, so the 32 threads of a warp read 32 different rows: each load
 /// instruction touches 32 separate cache lines. Chapter 02's second variant fixes that.
+//! [naive_softmax]
 __global__ void naive_softmax_kernel(AttentionShape shape, float* scores, float* lse) {
   const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row >= int64_t(shape.batch) * shape.heads_q * shape.seq_q) return;
@@ -30,6 +31,7 @@ __global__ void naive_softmax_kernel(AttentionShape shape, float* scores, float*
   float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
   for (int j = 0; j < shape.seq_kv; ++j) s[j] = expf(s[j]) * inv_sum;
   lse[row] = logf(sum);
+//! [naive_softmax]
 }
 
 void launch_naive_softmax(const ForwardParams& p, float* scores) {

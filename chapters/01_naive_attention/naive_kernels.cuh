@@ -28,6 +28,7 @@ namespace fa::naive {
 constexpr int kScoreKeysPerBlock = 32;
 constexpr int kScoreRowsPerBlock = 8;
 
+//! [scores_per_thread]
 template <class T>
 __global__ void attention_scores_kernel(AttentionShape shape, const T* q, const T* k, float* scores) {
   const int bh = blockIdx.z;
@@ -40,6 +41,7 @@ __global__ void attention_scores_kernel(AttentionShape shape, const T* q, const 
   for (int c = 0; c < shape.head_dim; ++c) dot += float(q_row[c]) * float(k_row[c]);
   float s = shape.visible(i, j) ? dot * float(shape.softmax_scale()) : -INFINITY;
   scores[(int64_t(bh) * shape.seq_q + i) * shape.seq_kv + j] = s;
+//! [scores_per_thread]
 }
 
 /// One thread per output O[i][c]: the row of P times column c of V. threadIdx.x walks the head
@@ -89,6 +91,7 @@ __global__ void __launch_bounds__(kTileThreads) attention_scores_tiled_kernel(At
   const T* k_head = k + shape.kv_head_offset(bh);
   const int d = shape.head_dim;
   float acc[kPerThread][kPerThread] = {};
+  //! [scores_tiled_main_loop]
   for (int c0 = 0; c0 < d; c0 += kTileDepth) {
     // 64 x 16 = 1024 values per operand, 4 per thread; out-of-range rows/dims load as 0.
     for (int e = threadIdx.x; e < kTile * kTileDepth; e += kTileThreads) {
@@ -113,6 +116,7 @@ __global__ void __launch_bounds__(kTileThreads) attention_scores_tiled_kernel(At
       }
     }
     __syncthreads();  // the tiles are overwritten next step
+  //! [scores_tiled_main_loop]
   }
   const float scale = float(shape.softmax_scale());
 #pragma unroll

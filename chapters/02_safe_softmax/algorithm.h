@@ -11,6 +11,7 @@
 namespace fa::safe {
 
 /// One row of scores -> probabilities in place, in three passes; returns the row's LSE.
+//! [safe_softmax_row_cpu]
 inline float safe_softmax_row(float* row, int n) {
   float row_max = -INFINITY;
   for (int j = 0; j < n; ++j) row_max = std::fmax(row_max, row[j]);   // pass 1: the max
@@ -22,6 +23,7 @@ inline float safe_softmax_row(float* row, int n) {
   for (int j = 0; j < n; ++j) sum += std::exp(row[j] - row_max);     // pass 2: the sum
   for (int j = 0; j < n; ++j) row[j] = std::exp(row[j] - row_max) / sum;  // pass 3: normalize
   return row_max + std::log(sum);
+//! [safe_softmax_row_cpu]
 }
 
 inline void safe_softmax_attention_cpu(const AttentionShape& s, const float* q, const float* k, const float* v, float* o,

@@ -25,6 +25,7 @@ using naive::score_traffic_note;
 constexpr const char* kThreePasses = "S written; read 3 times (max, sum, normalize) and P written; P read by P*V";
 
 /// Variant 1: one thread per row, three passes over the row.
+//! [safe_softmax_thread_per_row]
 __global__ void safe_softmax_kernel(AttentionShape shape, float* scores, float* lse) {
   const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row >= shape.lse_elems()) return;
@@ -42,11 +43,13 @@ __global__ void safe_softmax_kernel(AttentionShape shape, float* scores, float* 
   const float inv_sum = 1.0f / sum;  // sum >= 1: the max itself contributes exp(0)
   for (int j = 0; j < shape.seq_kv; ++j) s[j] = expf(s[j] - row_max) * inv_sum;
   lse[row] = row_max + logf(sum);
+//! [safe_softmax_thread_per_row]
 }
 
 /// Variant 2: one block per row. Thread t handles columns t, t + 256, t + 512, ...
 constexpr int kBlockThreads = 256;
 
+//! [safe_softmax_block]
 __global__ void __launch_bounds__(kBlockThreads) safe_softmax_block_kernel(AttentionShape shape, float* scores, float* lse) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
@@ -65,6 +68,7 @@ __global__ void __launch_bounds__(kBlockThreads) safe_softmax_block_kernel(Atten
   const float inv_sum = 1.0f / sum;
   for (int j = threadIdx.x; j < shape.seq_kv; j += blockDim.x) s[j] = expf(s[j] - row_max) * inv_sum;
   if (threadIdx.x == 0) lse[row] = row_max + logf(sum);
+//! [safe_softmax_block]
 }
 
 void launch_safe_softmax(const ForwardParams& p) {

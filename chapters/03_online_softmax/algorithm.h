@@ -13,6 +13,7 @@ namespace fa::online {
 
 /// Variant 1, one row in place: pass 1 keeps a running max m and a running sum l of
 /// exp(s - m), rescaling l whenever m grows; pass 2 writes P. Returns the row's LSE.
+//! [online_softmax_row_cpu]
 inline float online_softmax_row(float* row, int n) {
   float m = -INFINITY, l = 0.0f;
   for (int j = 0; j < n; ++j) {
@@ -27,6 +28,7 @@ inline float online_softmax_row(float* row, int n) {
   }
   for (int j = 0; j < n; ++j) row[j] = std::exp(row[j] - m) / l;
   return m + std::log(l);
+//! [online_softmax_row_cpu]
 }
 
 inline void online_softmax_attention_cpu(const AttentionShape& s, const float* q, const float* k, const float* v,

@@ -28,6 +28,7 @@ struct MaxSum {
   float l;
 };
 
+//! [online_update_and_merge]
 /// Folds one score in. The old sum is rescaled by exp(m_old - m_new) whenever the max grows.
 __device__ MaxSum online_update(MaxSum state, float score) {
   float m_new = fmaxf(state.m, score);
@@ -40,6 +41,7 @@ __device__ MaxSum online_merge(MaxSum a, MaxSum b) {
   float m = fmaxf(a.m, b.m);
   if (m == -INFINITY) return {m, 0.0f};
   return {m, a.l * expf(a.m - m) + b.l * expf(b.m - m)};
+//! [online_update_and_merge]
 }
 
 __device__ MaxSum warp_merge(MaxSum state) {
@@ -115,6 +117,7 @@ __global__ void __launch_bounds__(32 * kFusedWarps)
 
   float m = -INFINITY, l = 0.0f;
   float acc[kMaxColsPerLane] = {};  // lane owns output columns lane, lane + 32, ...
+  //! [fused_key_loop]
   for (int j0 = 0; j0 < visible; j0 += 32) {
     // Lane `lane` scores key j0 + lane.
     const int j = j0 + lane;
@@ -145,6 +148,7 @@ __global__ void __launch_bounds__(32 * kFusedWarps)
       }
     }
     m = m_new;
+  //! [fused_key_loop]
   }
 
   // The deferred normalization: divide by l once, at the end.

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Keeps the code shown in the docs identical to the real source.
+
+A markdown file shows a region of a source file like this:
+
+    <!-- snippet: chapters/01_naive_attention/naive_attention.cu naive_softmax -->
+    ```cpp
+    ...the lines between the two `//! [naive_softmax]` markers, de-indented...
+    ```
+
+The markers are Doxygen's (`\\snippet` uses the same ones). `check_snippets.py` fails, naming
+each stale block, when a block differs from its region; `--fix` rewrites the blocks from the source.
+"""
+import argparse
+import glob
+import os
+import re
+import sys
+import textwrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BLOCK = re.compile(r"<!-- snippet: (\S+) (\S+) -->\n```(\w*)\n(.*?)```", re.S)
+
+
+def region(path, name):
+    with open(os.path.join(ROOT, path)) as f:
+        lines = f.read().split("\n")
+    marker = f"//! [{name}]"
+    where = [i for i, line in enumerate(lines) if line.strip() == marker]
+    if len(where) != 2:
+        raise ValueError(f"{path}: expected 2 '{marker}' lines, found {len(where)}")
+    return textwrap.dedent("\n".join(lines[where[0] + 1:where[1]])) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fix", action="store_true", help="rewrite stale blocks from the source")
+    args = parser.parse_args()
+    docs = sorted(glob.glob(os.path.join(ROOT, "*.md")) + glob.glob(os.path.join(ROOT, "chapters", "*", "*.md")) +
+                  glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
+    stale, count = [], 0
+    for doc in docs:
+        text = open(doc).read()
+
+        def replace(m):
+            nonlocal count
+            count += 1
+            try:
+                code = region(m.group(1), m.group(2))
+            except (OSError, ValueError) as e:
+                stale.append(f"{os.path.relpath(doc, ROOT)}: {e}")
+                return m.group(0)
+            if code != m.group(4):
+                stale.append(f"{os.path.relpath(doc, ROOT)}: snippet {m.group(1)} [{m.group(2)}] differs from the source")
+            return f"<!-- snippet: {m.group(1)} {m.group(2)} -->\n```{m.group(3)}\n{code}```"
+
+        new = BLOCK.sub(replace, text)
+        if args.fix and new != text:
+            with open(doc, "w") as f:
+                f.write(new)
+    if stale and not args.fix:
+        print("\n".join(stale))
+        print(f"{len(stale)} of {count} snippets are stale; run tools/check_snippets.py --fix")
+        return 1
+    print(f"{count} snippets checked" + (f", {len(stale)} rewritten" if args.fix and stale else ", all match the source"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
