@@ -71,21 +71,11 @@ FA_REGISTER_FORWARD_KERNEL(naive_kernel(1, "naive", "S = QK^T in device memory, 
 FA_REGISTER_FORWARD_KERNEL(naive_kernel(2, "tiled", "same steps; QK^T and P*V tiled through shared memory (64x64 per block)",
                                         launch_naive_tiled_attention, tiled_support));
 
-CpuAlgorithm naive_algorithm(int number, const char* variant, const char* summary, Products products) {
-  CpuAlgorithm a;
-  a.name = std::string("ch01_") + variant + "_cpu";
-  a.chapter = 1;
-  a.number = number;
-  a.variant = variant;
-  a.summary = summary;
-  a.run = [products](const AttentionShape& s, const float* q, const float* k, const float* v, float* o, float* lse) {
-    naive_attention_cpu(s, q, k, v, o, lse, products);
-  };
-  return a;
-}
-FA_REGISTER_CPU_ALGORITHM(naive_algorithm(1, "naive", "algorithm.h: the same three steps in plain C++ (float)",
-                                          Products::PerThread));
-FA_REGISTER_CPU_ALGORITHM(naive_algorithm(2, "tiled", "algorithm.h: the products as 64 x 64 x 16 blocked loops (float)",
-                                          Products::Tiled));
+FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{"ch01_naive_cpu", 1, 1, "naive", "algorithm.h: the same three steps in plain C++ (float)",
+                                       [](const AttentionShape& s, const float* q, const float* k, const float* v,
+                                          float* o, float* lse) { naive_attention_cpu(s, q, k, v, o, lse, Products::PerThread); }});
+FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{"ch01_tiled_cpu", 1, 2, "tiled", "algorithm.h: the products as 64 x 64 x 16 blocked loops (float)",
+                                       [](const AttentionShape& s, const float* q, const float* k, const float* v,
+                                          float* o, float* lse) { naive_attention_cpu(s, q, k, v, o, lse, Products::Tiled); }});
 
 }  // namespace fa::naive

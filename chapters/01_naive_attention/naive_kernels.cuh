@@ -78,6 +78,28 @@ constexpr int kTileDepth = 16;  // inner-dimension step
 constexpr int kTileThreads = 256;
 constexpr int kPerThread = kTile / 16;  // 4 x 4 outputs per thread
 
+/// One inner step of a tiled product: acc[r][n] += sum over the 16-deep slice of a[., ty + 16r] *
+/// b[., tx + 16n]. Both slices sit in shared memory with the inner dimension first.
+//! [accumulate_tile_step]
+__device__ inline void accumulate_tile_step(const float (&a_tile)[kTileDepth][kTile], const float (&b_tile)[kTileDepth][kTile],
+                                            int tx, int ty, float (&acc)[kPerThread][kPerThread]) {
+#pragma unroll
+  for (int c = 0; c < kTileDepth; ++c) {
+    float a[kPerThread], b[kPerThread];
+#pragma unroll
+    for (int t = 0; t < kPerThread; ++t) {
+      a[t] = a_tile[c][ty + 16 * t];
+      b[t] = b_tile[c][tx + 16 * t];
+    }
+#pragma unroll
+    for (int r = 0; r < kPerThread; ++r) {
+#pragma unroll
+      for (int n = 0; n < kPerThread; ++n) acc[r][n] += a[r] * b[n];
+    }
+  }
+}
+//! [accumulate_tile_step]
+
 /// S tile = scale * Q_tile K_tile^T: both operands are row-major [rows, head_dim], so both
 /// slices are 64 rows x 16 dims, stored transposed in shared memory ([dim][row]).
 template <class T>
@@ -101,20 +123,7 @@ __global__ void __launch_bounds__(kTileThreads) attention_scores_tiled_kernel(At
       k_tile[c][r] = (key0 + r < shape.seq_kv && in_dim) ? float(k_head[int64_t(key0 + r) * d + c0 + c]) : 0.0f;
     }
     __syncthreads();
-#pragma unroll
-    for (int c = 0; c < kTileDepth; ++c) {
-      float a[kPerThread], b[kPerThread];
-#pragma unroll
-      for (int t = 0; t < kPerThread; ++t) {
-        a[t] = q_tile[c][ty + 16 * t];
-        b[t] = k_tile[c][tx + 16 * t];
-      }
-#pragma unroll
-      for (int r = 0; r < kPerThread; ++r) {
-#pragma unroll
-        for (int n = 0; n < kPerThread; ++n) acc[r][n] += a[r] * b[n];
-      }
-    }
+    accumulate_tile_step(q_tile, k_tile, tx, ty, acc);
     __syncthreads();  // the tiles are overwritten next step
   //! [scores_tiled_main_loop]
   }
@@ -154,20 +163,7 @@ __global__ void __launch_bounds__(kTileThreads) apply_values_tiled_kernel(Attent
       v_tile[vj][vc] = (j0 + vj < n_keys && col0 + vc < d) ? float(v_head[int64_t(j0 + vj) * d + col0 + vc]) : 0.0f;
     }
     __syncthreads();
-#pragma unroll
-    for (int j = 0; j < kTileDepth; ++j) {
-      float a[kPerThread], b[kPerThread];
-#pragma unroll
-      for (int t = 0; t < kPerThread; ++t) {
-        a[t] = p_tile[j][ty + 16 * t];
-        b[t] = v_tile[j][tx + 16 * t];
-      }
-#pragma unroll
-      for (int r = 0; r < kPerThread; ++r) {
-#pragma unroll
-        for (int n = 0; n < kPerThread; ++n) acc[r][n] += a[r] * b[n];
-      }
-    }
+    accumulate_tile_step(p_tile, v_tile, tx, ty, acc);
     __syncthreads();
   }
 #pragma unroll

@@ -106,16 +106,8 @@ FA_REGISTER_FORWARD_KERNEL(safe_kernel(1, "safe", "subtract the row max: no over
 FA_REGISTER_FORWARD_KERNEL(safe_kernel(2, "block", "one block per row, coalesced reads, shuffle + shared-memory reductions",
                                        launch_safe_softmax_block));
 
-CpuAlgorithm safe_algorithm() {
-  CpuAlgorithm a;
-  a.name = "ch02_safe_cpu";
-  a.chapter = 2;
-  a.number = 1;
-  a.variant = "safe";
-  a.summary = "algorithm.h: max, sum, normalize -- three passes per row (float)";
-  a.run = safe_softmax_attention_cpu;
-  return a;
-}
-FA_REGISTER_CPU_ALGORITHM(safe_algorithm());
+FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{"ch02_safe_cpu", 2, 1, "safe",
+                                       "algorithm.h: max, sum, normalize -- three passes per row (float)",
+                                       safe_softmax_attention_cpu});
 
 }  // namespace fa::safe

@@ -225,28 +225,11 @@ ForwardKernel fused_kernel() {
 }
 FA_REGISTER_FORWARD_KERNEL(fused_kernel());
 
-CpuAlgorithm online_algorithm() {
-  CpuAlgorithm a;
-  a.name = "ch03_online_cpu";
-  a.chapter = 3;
-  a.number = 1;
-  a.variant = "online";
-  a.summary = "algorithm.h: (m, l) in one pass, then normalize (float)";
-  a.run = online_softmax_attention_cpu;
-  return a;
-}
-FA_REGISTER_CPU_ALGORITHM(online_algorithm());
-
-CpuAlgorithm fused_algorithm() {
-  CpuAlgorithm a;
-  a.name = "ch03_fused_cpu";
-  a.chapter = 3;
-  a.number = 2;
-  a.variant = "fused";
-  a.summary = "algorithm.h: one pass per query row, 32 keys a step, output rescaled as it goes (float)";
-  a.run = fused_online_attention_cpu;
-  return a;
-}
-FA_REGISTER_CPU_ALGORITHM(fused_algorithm());
+FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{"ch03_online_cpu", 3, 1, "online",
+                                       "algorithm.h: (m, l) in one pass, then normalize (float)",
+                                       online_softmax_attention_cpu});
+FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{"ch03_fused_cpu", 3, 2, "fused",
+                                       "algorithm.h: one pass per query row, 32 keys a step, output rescaled as it goes (float)",
+                                       fused_online_attention_cpu});
 
 }  // namespace fa::online

@@ -7,21 +7,10 @@
 
 #include "registry.h"
 #include "runner.h"
+#include "../test_shapes.h"
 
 namespace fa {
 namespace {
-
-AttentionShape shape_of(int batch, int heads_q, int heads_kv, int seq_q, int seq_kv, int dim, bool causal) {
-  AttentionShape s;
-  s.batch = batch;
-  s.heads_q = heads_q;
-  s.heads_kv = heads_kv;
-  s.seq_q = seq_q;
-  s.seq_kv = seq_kv;
-  s.head_dim = dim;
-  s.causal = causal;
-  return s;
-}
 
 // Small enough for plain float loops in CI, covering the cases that break index math:
 // seq 1, odd lengths, seq_q != seq_kv both ways (causal rows that see nothing), GQA and MQA.
@@ -54,7 +43,7 @@ TEST_P(CpuAlgorithmTest, MatchesOracle) {
   const Case& c = GetParam();
   std::string why = support_reason(*c.algorithm, c.shape);
   if (!why.empty()) GTEST_SKIP() << c.algorithm->name << " does not support " << c.shape.to_string() << ": " << why;
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = fresh_seed();
   Problem problem(c.shape, seed, /*full_check=*/true);
   RunResult r = run_cpu_algorithm(*c.algorithm, problem, RunOptions{});
   ASSERT_TRUE(r.ran) << r.skipped << r.error;
@@ -74,7 +63,7 @@ TEST(CpuAlgorithms, EveryChapterHasOne) {
 TEST(CpuAlgorithms, LargeLogitsOverflowOnlyTheNaiveSoftmax) {
   AttentionShape s = shape_of(1, 2, 2, 32, 32, 64, false);
   s.scale = 40.0 / std::sqrt(64.0);
-  Problem problem(s, std::random_device{}(), true);
+  Problem problem(s, fresh_seed(), true);
   for (const CpuAlgorithm& a : cpu_algorithms()) {
     RunResult r = run_cpu_algorithm(a, problem, RunOptions{});
     ASSERT_TRUE(r.ran) << a.name;

@@ -9,23 +9,10 @@
 
 #include "reference.h"
 #include "tensor.h"
+#include "../test_shapes.h"
 
 namespace fa {
 namespace {
-
-uint64_t fresh_seed() { return std::random_device{}(); }
-
-AttentionShape make_shape(int batch, int heads_q, int heads_kv, int seq_q, int seq_kv, int dim, bool causal) {
-  AttentionShape s;
-  s.batch = batch;
-  s.heads_q = heads_q;
-  s.heads_kv = heads_kv;
-  s.seq_q = seq_q;
-  s.seq_kv = seq_kv;
-  s.head_dim = dim;
-  s.causal = causal;
-  return s;
-}
 
 ForwardReference full_forward(const AttentionShape& s, const HostInputs& in) {
   return reference_forward(s, in.q.data(), in.k.data(), in.v.data(), full_check_plan(s));
@@ -33,7 +20,7 @@ ForwardReference full_forward(const AttentionShape& s, const HostInputs& in) {
 
 TEST(Oracle, HandComputedTwoKeys) {
   // One query, two keys, head_dim 1, scale 1: scores (0, 1).
-  AttentionShape s = make_shape(1, 1, 1, 1, 2, 1, false);
+  AttentionShape s = shape_of(1, 1, 1, 1, 2, 1, false);
   s.scale = 1.0;
   std::vector<float> q = {1}, k = {0, 1}, v = {1, 3};
   ForwardReference ref = reference_forward(s, q.data(), k.data(), v.data(), full_check_plan(s));
@@ -44,7 +31,7 @@ TEST(Oracle, HandComputedTwoKeys) {
 
 TEST(Oracle, HandComputedCausalBottomRight) {
   // seq_q 2, seq_kv 3, causal: row 0 sees keys 0..1, row 1 sees keys 0..2.
-  AttentionShape s = make_shape(1, 1, 1, 2, 3, 1, true);
+  AttentionShape s = shape_of(1, 1, 1, 2, 3, 1, true);
   s.scale = 1.0;
   std::vector<float> q = {0, 0}, k = {5, -2, 7}, v = {1, 2, 6};
   ForwardReference ref = reference_forward(s, q.data(), k.data(), v.data(), full_check_plan(s));
@@ -58,7 +45,7 @@ TEST(Oracle, HandComputedCausalBottomRight) {
 TEST(Oracle, RowsOfPSumToOne) {
   // With V = identity (seq_kv == head_dim), O's rows are P's rows.
   const int n = 16;
-  AttentionShape s = make_shape(1, 2, 2, 9, n, n, true);
+  AttentionShape s = shape_of(1, 2, 2, 9, n, n, true);
   HostInputs in = make_random_inputs(s, fresh_seed());
   for (int h = 0; h < 2; ++h) {
     for (int j = 0; j < n; ++j) {
@@ -84,7 +71,7 @@ TEST(Oracle, RowsOfPSumToOne) {
 
 TEST(Oracle, ShiftingEveryScoreOfARowChangesOnlyLse) {
   // k_j -> k_j + u adds scale * q_i.u to every score of row i: O is unchanged, LSE shifts by it.
-  AttentionShape s = make_shape(1, 1, 1, 7, 11, 8, false);
+  AttentionShape s = shape_of(1, 1, 1, 7, 11, 8, false);
   HostInputs in = make_random_inputs(s, fresh_seed());
   HostInputs shifted = in;
   std::vector<float> u = {0.5f, -1.0f, 2.0f, 0.25f, 0.0f, 1.5f, -0.75f, 1.0f};
@@ -102,13 +89,13 @@ TEST(Oracle, ShiftingEveryScoreOfARowChangesOnlyLse) {
 
 TEST(Oracle, CausalRowsMatchTruncatedKeys) {
   // Bottom-right causal with seq_q < seq_kv: row i equals full attention over keys 0..i+offset.
-  AttentionShape s = make_shape(1, 1, 1, 4, 9, 4, true);
+  AttentionShape s = shape_of(1, 1, 1, 4, 9, 4, true);
   HostInputs in = make_random_inputs(s, fresh_seed());
   ForwardReference causal = full_forward(s, in);
   for (int i = 0; i < s.seq_q; ++i) {
     int keys = s.visible_keys(i);
     EXPECT_EQ(keys, i + 5 + 1);
-    AttentionShape t = make_shape(1, 1, 1, 1, keys, 4, false);
+    AttentionShape t = shape_of(1, 1, 1, 1, keys, 4, false);
     std::vector<float> q(in.q.begin() + i * 4, in.q.begin() + i * 4 + 4);
     ForwardReference truncated = reference_forward(t, q.data(), in.k.data(), in.v.data(), full_check_plan(t));
     for (int c = 0; c < 4; ++c) EXPECT_NEAR(causal.o[0][i * 4 + c], truncated.o[0][c], 1e-12);
@@ -118,7 +105,7 @@ TEST(Oracle, CausalRowsMatchTruncatedKeys) {
 
 TEST(Oracle, RowsThatSeeNoKeyAreZeroWithMinusInfLse) {
   // seq_q 5 > seq_kv 3, causal: rows 0 and 1 see nothing, row 2 sees key 0 only.
-  AttentionShape s = make_shape(1, 1, 1, 5, 3, 4, true);
+  AttentionShape s = shape_of(1, 1, 1, 5, 3, 4, true);
   HostInputs in = make_random_inputs(s, fresh_seed());
   ForwardReference ref = full_forward(s, in);
   for (int i = 0; i < 2; ++i) {
@@ -130,7 +117,7 @@ TEST(Oracle, RowsThatSeeNoKeyAreZeroWithMinusInfLse) {
 
 TEST(Oracle, GroupedQueryHeadsEqualRepeatedKvHeads) {
   // heads_q 4 over heads_kv 2 must equal plain multi-head attention with each K/V head repeated.
-  AttentionShape gqa = make_shape(2, 4, 2, 6, 10, 8, true);
+  AttentionShape gqa = shape_of(2, 4, 2, 6, 10, 8, true);
   HostInputs in = make_random_inputs(gqa, fresh_seed());
   AttentionShape mha = gqa;
   mha.heads_kv = 4;
@@ -153,7 +140,7 @@ TEST(Oracle, GroupedQueryHeadsEqualRepeatedKvHeads) {
 }
 
 TEST(Oracle, LseMatchesDirectSum) {
-  AttentionShape s = make_shape(1, 1, 1, 3, 20, 4, false);
+  AttentionShape s = shape_of(1, 1, 1, 3, 20, 4, false);
   HostInputs in = make_random_inputs(s, fresh_seed());
   ForwardReference ref = full_forward(s, in);
   for (int i = 0; i < 3; ++i) {
@@ -169,7 +156,7 @@ TEST(Oracle, LseMatchesDirectSum) {
 
 TEST(Oracle, LargeLogitsStayFinite) {
   // The oracle subtracts the row max: logits in the thousands are fine.
-  AttentionShape s = make_shape(1, 2, 2, 8, 8, 16, false);
+  AttentionShape s = shape_of(1, 2, 2, 8, 8, 16, false);
   s.scale = 500.0;
   HostInputs in = make_random_inputs(s, fresh_seed());
   ForwardReference ref = full_forward(s, in);
@@ -182,7 +169,7 @@ TEST(Oracle, LargeLogitsStayFinite) {
 }
 
 TEST(Oracle, SampledPlanAgreesWithFullPlan) {
-  AttentionShape s = make_shape(2, 3, 1, 40, 33, 8, true);
+  AttentionShape s = shape_of(2, 3, 1, 40, 33, 8, true);
   uint64_t seed = fresh_seed();
   HostInputs in = make_random_inputs(s, seed);
   CheckPlan sampled = sampled_check_plan(s, seed, 3, 5);
@@ -212,8 +199,8 @@ TEST(Oracle, SampledPlanAgreesWithFullPlan) {
 }
 
 TEST(Oracle, ChoosesFullCheckForSmallAndSampleForLarge) {
-  EXPECT_TRUE(choose_check_plan(make_shape(1, 2, 2, 128, 128, 64, false), 1).full);
-  CheckPlan big = choose_check_plan(make_shape(8, 16, 16, 2048, 2048, 128, false), 1);
+  EXPECT_TRUE(choose_check_plan(shape_of(1, 2, 2, 128, 128, 64, false), 1).full);
+  CheckPlan big = choose_check_plan(shape_of(8, 16, 16, 2048, 2048, 128, false), 1);
   EXPECT_FALSE(big.full);
   EXPECT_EQ(big.heads.size(), 4u);
   EXPECT_EQ(big.heads.front().rows.size(), 64u);
@@ -272,9 +259,9 @@ TEST_P(OracleBackward, MatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, OracleBackward,
-                         ::testing::Values(make_shape(1, 1, 1, 5, 5, 4, false), make_shape(1, 2, 2, 6, 6, 8, true),
-                                           make_shape(2, 4, 2, 5, 7, 4, true),   // GQA, seq_q < seq_kv
-                                           make_shape(1, 2, 1, 7, 4, 4, true)),  // MQA, rows that see nothing
+                         ::testing::Values(shape_of(1, 1, 1, 5, 5, 4, false), shape_of(1, 2, 2, 6, 6, 8, true),
+                                           shape_of(2, 4, 2, 5, 7, 4, true),   // GQA, seq_q < seq_kv
+                                           shape_of(1, 2, 1, 7, 4, 4, true)),  // MQA, rows that see nothing
                          [](const auto& info) { return info.param.to_identifier(); });
 
 }  // namespace
