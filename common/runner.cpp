@@ -83,6 +83,25 @@ std::string gib(double bytes) {
 
 }  // namespace
 
+ForwardLaunch prepare_forward(const ForwardKernel& kernel, Problem& problem) {
+  const AttentionShape& shape = problem.shape();
+  const DeviceInputs& in = problem.device(kernel.dtype);
+  ForwardLaunch launch{DeviceBuffer(size_t(shape.o_elems()) * dtype_size(kernel.dtype)),
+                       DeviceBuffer(size_t(shape.lse_elems()) * sizeof(float)),
+                       DeviceBuffer(kernel.workspace_bytes ? kernel.workspace_bytes(shape) : 0), ForwardParams{}};
+  launch.o.poison();
+  launch.lse.poison();
+  ForwardParams& p = launch.params;
+  p.shape = shape;
+  p.q = in.q.get();
+  p.k = in.k.get();
+  p.v = in.v.get();
+  p.o = launch.o.get();
+  p.lse = launch.lse.as<float>();
+  p.workspace = launch.workspace.get();
+  return launch;
+}
+
 RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOptions& options) {
   const AttentionShape& shape = problem.shape();
   RunResult r = start_result(kernel, shape, "gpu");
@@ -106,29 +125,16 @@ RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOp
       r.skipped = "needs " + gib(needed) + " of device memory, " + gib(double(free_bytes)) + " free";
       return r;
     }
-    const DeviceInputs& in = problem.device(kernel.dtype);
-    DeviceBuffer o(size_t(shape.o_elems()) * element);
-    DeviceBuffer lse(size_t(shape.lse_elems()) * sizeof(float));
-    DeviceBuffer scratch(workspace);
-    o.poison();
-    lse.poison();
-    ForwardParams params;
-    params.shape = shape;
-    params.q = in.q.get();
-    params.k = in.k.get();
-    params.v = in.v.get();
-    params.o = o.get();
-    params.lse = lse.as<float>();
-    params.workspace = scratch.get();
-
+    ForwardLaunch launch = prepare_forward(kernel, problem);
+    const ForwardParams& params = launch.params;
     kernel.launch(params);
     CUDA_CHECK_LAUNCH();
     CUDA_CHECK(cudaDeviceSynchronize());
     r.ran = true;
 
     if (options.check) {
-      std::vector<unsigned char> o_raw = o.download();
-      std::vector<unsigned char> lse_raw = lse.download();
+      std::vector<unsigned char> o_raw = launch.o.download();
+      std::vector<unsigned char> lse_raw = launch.lse.download();
       std::vector<float> lse_values(shape.lse_elems());
       std::memcpy(lse_values.data(), lse_raw.data(), lse_raw.size());
       r.report = compare_forward(shape, kernel.dtype, o_raw, lse_values, problem.plan(), problem.reference(kernel.dtype));

@@ -78,6 +78,14 @@ struct RunResult {
   std::string status() const;
 };
 
+/// Everything one launch needs: poisoned output buffers, scratch space, and the parameters
+/// pointing at them and at the problem's device inputs in the kernel's dtype.
+struct ForwardLaunch {
+  DeviceBuffer o, lse, workspace;
+  ForwardParams params;
+};
+ForwardLaunch prepare_forward(const ForwardKernel& kernel, Problem& problem);
+
 RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOptions& options);
 RunResult run_cpu_algorithm(const CpuAlgorithm& algorithm, Problem& problem, const RunOptions& options);
 

@@ -101,25 +101,13 @@ TEST_P(ForwardKernelProperty, RunToRunBitwiseIdentical) {
   const ForwardKernel& k = *GetParam();
   AttentionShape s = shape_of(2, 4, 2, 300, 301, 64, true);
   Problem problem(s, fresh_seed());
-  const DeviceInputs& in = problem.device(k.dtype);
   std::vector<std::vector<unsigned char>> outputs;
   for (int run = 0; run < 2; ++run) {
-    DeviceBuffer o(size_t(s.o_elems()) * dtype_size(k.dtype)), lse(size_t(s.lse_elems()) * 4);
-    DeviceBuffer workspace(k.workspace_bytes ? k.workspace_bytes(s) : 0);
-    o.poison();
-    lse.poison();
-    ForwardParams p;
-    p.shape = s;
-    p.q = in.q.get();
-    p.k = in.k.get();
-    p.v = in.v.get();
-    p.o = o.get();
-    p.lse = lse.as<float>();
-    p.workspace = workspace.get();
-    k.launch(p);
+    ForwardLaunch launch = prepare_forward(k, problem);
+    k.launch(launch.params);
     CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<unsigned char> bytes = o.download();
-    std::vector<unsigned char> lse_bytes = lse.download();
+    std::vector<unsigned char> bytes = launch.o.download();
+    std::vector<unsigned char> lse_bytes = launch.lse.download();
     bytes.insert(bytes.end(), lse_bytes.begin(), lse_bytes.end());
     outputs.push_back(std::move(bytes));
   }
