@@ -113,10 +113,12 @@ int chapter_main(int argc, const char* const* argv, const ChapterInfo& chapter) 
       opt.cpu = true;
     }
     if (opt.cpu) {
-      AttentionShape cpu_shape = (opt.shape_given || gpu.available) ? opt.shape : default_cpu_shape();
-      cpu_shape.causal = opt.shape.causal;
-      if (!opt.shape_given && !gpu.available && opt.logit_scale != 1.0) {
-        cpu_shape.scale = opt.logit_scale / std::sqrt(double(cpu_shape.head_dim));
+      // Plain float loops on one core: without shape flags, run the small CPU shape.
+      AttentionShape cpu_shape = opt.shape;
+      if (!opt.shape_given) {
+        cpu_shape = default_cpu_shape();
+        cpu_shape.causal = opt.shape.causal;
+        if (opt.logit_scale != 1.0) cpu_shape.scale = opt.logit_scale / std::sqrt(double(cpu_shape.head_dim));
       }
       Problem problem(cpu_shape, opt.seed, opt.full_check);
       std::cout << "CPU problem: " << cpu_shape.to_string() << ", seed " << opt.seed << "\n";
