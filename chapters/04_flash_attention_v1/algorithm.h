@@ -1,0 +1,79 @@
+// Chapter 04 on the CPU: FlashAttention-1's tiles and its three steps per tile, in plain C++.
+// The loop order is the only switch between the two variants; the tile steps are the kernels'.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "problem.h"
+#include "tiles.h"
+
+namespace fa::flash1 {
+
+inline void flash_attention_v1_cpu(const AttentionShape& s, const float* q, const float* k, const float* v, float* o,
+                                   float* lse, LoopOrder order) {
+  const Tiles t = choose_tiles(s.head_dim);
+  const int d = s.head_dim;
+  const float scale = float(s.softmax_scale());
+  std::vector<float> scores(std::size_t(t.rows) * t.cols), m(s.seq_q), l(s.seq_q);
+
+  for (int bh = 0; bh < s.batch * s.heads_q; ++bh) {
+    const float* q_head = q + s.q_head_offset(bh);
+    const float* k_head = k + s.kv_head_offset(bh);
+    const float* v_head = v + s.kv_head_offset(bh);
+    float* o_head = o + s.q_head_offset(bh);
+    std::fill(o_head, o_head + int64_t(s.seq_q) * d, 0.0f);
+    std::fill(m.begin(), m.end(), -INFINITY);
+    std::fill(l.begin(), l.end(), 0.0f);
+
+    // One (Q tile, K/V tile) pair: the kernels' tile_scores, tile_row_update, tile_output_update.
+    auto visit = [&](int i0, int j0) {
+      const int rows = std::min(t.rows, s.seq_q - i0);
+      if (s.causal && j0 >= s.visible_keys(i0 + rows - 1)) return;  // tile fully masked
+      for (int r = 0; r < rows; ++r) {
+        const int i = i0 + r;
+        float* row = scores.data() + std::size_t(r) * t.cols;
+        float tile_max = -INFINITY;
+        for (int c = 0; c < t.cols; ++c) {
+          const int j = j0 + c;
+          float sc = -INFINITY;
+          if (j < s.seq_kv && s.visible(i, j)) {
+            float dot = 0.0f;
+            for (int x = 0; x < d; ++x) dot += q_head[int64_t(i) * d + x] * k_head[int64_t(j) * d + x];
+            sc = dot * scale;
+          }
+          row[c] = sc;
+          tile_max = std::fmax(tile_max, sc);
+        }
+        float tile_sum = 0.0f;
+        for (int c = 0; c < t.cols; ++c) {
+          row[c] = tile_max == -INFINITY ? 0.0f : std::exp(row[c] - tile_max);
+          tile_sum += row[c];
+        }
+        const float m_new = std::fmax(m[i], tile_max);
+        if (m_new == -INFINITY) continue;
+        const float a = l[i] * std::exp(m[i] - m_new), b = std::exp(tile_max - m_new), l_new = a + b * tile_sum;
+        for (int c = 0; c < d; ++c) {
+          float acc = 0.0f;
+          for (int jj = 0; jj < t.cols && j0 + jj < s.seq_kv; ++jj) acc += row[jj] * v_head[int64_t(j0 + jj) * d + c];
+          float& out = o_head[int64_t(i) * d + c];
+          out = (a / l_new) * out + (b / l_new) * acc;
+        }
+        m[i] = m_new;
+        l[i] = l_new;
+      }
+    };
+
+    if (order == LoopOrder::KvOuter) {
+      for (int j0 = 0; j0 < s.seq_kv; j0 += t.cols)
+        for (int i0 = 0; i0 < s.seq_q; i0 += t.rows) visit(i0, j0);
+    } else {
+      for (int i0 = 0; i0 < s.seq_q; i0 += t.rows)
+        for (int j0 = 0; j0 < s.seq_kv; j0 += t.cols) visit(i0, j0);
+    }
+    for (int i = 0; i < s.seq_q; ++i) lse[int64_t(bh) * s.seq_q + i] = m[i] == -INFINITY ? -INFINITY : m[i] + std::log(l[i]);
+  }
+}
+
+}  // namespace fa::flash1
