@@ -12,8 +12,7 @@
 namespace fa::flash1 {
 
 inline void flash_attention_v1_cpu(const AttentionShape& s, const float* q, const float* k, const float* v, float* o,
-                                   float* lse, LoopOrder order) {
-  const Tiles t = choose_tiles(s.head_dim);
+                                   float* lse, LoopOrder order, Tiles t) {
   const int d = s.head_dim;
   const float scale = float(s.softmax_scale());
   std::vector<float> scores(std::size_t(t.rows) * t.cols), m(s.seq_q), l(s.seq_q);

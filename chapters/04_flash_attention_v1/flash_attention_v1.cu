@@ -238,14 +238,13 @@ void launch_q_outer(const ForwardParams& p) {
   CUDA_CHECK_LAUNCH();
 }
 
-std::string traffic_note(const AttentionShape& s, LoopOrder order) {
-  const Tiles t = choose_tiles(s.head_dim);
+std::string traffic_note(const AttentionShape& s, LoopOrder order, Tiles t, std::size_t shared) {
   const double gib = double(1ull << 30);
   std::ostringstream out;
   out.setf(std::ios::fixed);
   out.precision(2);
-  out << "tiles B_r = " << t.rows << ", B_c = " << t.cols << " (" << shared_bytes(s) / 1024.0 << " KB shared); "
-      << device_bytes(s, order) / gib << " GiB through device memory (minimum " << s.forward_min_bytes(4) / gib
+  out << "tiles B_r = " << t.rows << ", B_c = " << t.cols << " (" << shared / 1024.0 << " KB shared); "
+      << device_bytes(s, order, t) / gib << " GiB through device memory (minimum " << s.forward_min_bytes(4) / gib
       << " GiB; chapter 01 moved " << (5.0 * double(s.score_elems()) * 4 + s.forward_min_bytes(4)) / gib << ")";
   return out.str();
 }
@@ -262,7 +261,9 @@ ForwardKernel flash1_kernel(int number, const char* variant, const char* summary
   k.launch = kv_outer ? launch_kv_outer : launch_q_outer;
   k.supports = [kv_outer](const AttentionShape& s) { return flash1_support(s, !kv_outer); };
   if (kv_outer) k.workspace_bytes = [](const AttentionShape& s) { return 2 * std::size_t(s.lse_elems()) * sizeof(float); };
-  k.memory_note = [order](const AttentionShape& s) { return traffic_note(s, order); };
+  k.memory_note = [order](const AttentionShape& s) {
+    return traffic_note(s, order, choose_tiles(s.head_dim), shared_bytes(s));
+  };
   return k;
 }
 FA_REGISTER_FORWARD_KERNEL(flash1_kernel(1, "kv_outer", "the paper's Algorithm 1: K/V tiles outer, Q tiles inner, O/l/m in device memory",
@@ -272,9 +273,9 @@ FA_REGISTER_FORWARD_KERNEL(flash1_kernel(2, "q_outer", "one block per Q tile loo
 
 FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{"ch04_kv_outer_cpu", 4, 1, "kv_outer", "algorithm.h: Algorithm 1 tile by tile (float)",
                                        [](const AttentionShape& s, const float* q, const float* k, const float* v,
-                                          float* o, float* lse) { flash_attention_v1_cpu(s, q, k, v, o, lse, LoopOrder::KvOuter); }});
+                                          float* o, float* lse) { flash_attention_v1_cpu(s, q, k, v, o, lse, LoopOrder::KvOuter, choose_tiles(s.head_dim)); }});
 FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{"ch04_q_outer_cpu", 4, 2, "q_outer", "algorithm.h: the same tiles, Q tiles outer (float)",
                                        [](const AttentionShape& s, const float* q, const float* k, const float* v,
-                                          float* o, float* lse) { flash_attention_v1_cpu(s, q, k, v, o, lse, LoopOrder::QOuter); }});
+                                          float* o, float* lse) { flash_attention_v1_cpu(s, q, k, v, o, lse, LoopOrder::QOuter, choose_tiles(s.head_dim)); }});
 
 }  // namespace fa::flash1

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "problem.h"
 
@@ -36,12 +37,14 @@ namespace fa::flash1 {
 
 enum class LoopOrder { KvOuter, QOuter };
 
+/// Variant 3's fixed tile: 64 x 64, so each thread of 256 owns a 4 x 4 patch of S and of O.
+constexpr Tiles kRegisterTiles{64, 64};
+
 /// Bytes each variant moves through device memory, counted tile by tile the way the kernels run
 /// (causal tiles that are entirely masked are skipped by both). kv_outer: K and V once; Q_i, and
 /// O_i, m_i, l_i read and written, once per visited (KV tile, Q tile) pair. q_outer: Q and O
 /// once; K_j and V_j once per visited pair.
-inline double device_bytes(const AttentionShape& s, LoopOrder order) {
-  const Tiles t = choose_tiles(s.head_dim);
+inline double device_bytes(const AttentionShape& s, LoopOrder order, Tiles t) {
   const double d = s.head_dim;
   double floats_per_head = 0;
   if (order == LoopOrder::KvOuter) {
@@ -64,5 +67,9 @@ inline double device_bytes(const AttentionShape& s, LoopOrder order) {
   }
   return 4.0 * floats_per_head * s.batch * s.heads_q;
 }
+
+/// "tiles B_r = .., B_c = .. (.. KB shared); .. GiB through device memory (minimum ..)" for
+/// the chapter program's traffic lines (defined in flash_attention_v1.cu).
+std::string traffic_note(const AttentionShape& s, LoopOrder order, Tiles t, std::size_t shared_bytes);
 
 }  // namespace fa::flash1
