@@ -51,14 +51,8 @@ void launch_naive_tiled_attention(const ForwardParams& p) {
 
 ForwardKernel naive_kernel(int number, const char* variant, const char* summary, void (*launch)(const ForwardParams&),
                            ShapeCheck supports) {
-  ForwardKernel k;
-  k.name = std::string("ch01_") + variant;
-  k.chapter = 1;
-  k.number = number;
-  k.variant = variant;
-  k.dtype = DType::F32;
-  k.summary = summary;
-  k.launch = launch;
+  ForwardKernel k{std::string("ch01_") + variant, 1, number, variant, DType::F32,
+                  summary, launch};
   k.supports = std::move(supports);
   k.workspace_bytes = score_buffer_bytes;
   k.memory_note = [](const AttentionShape& s) {

@@ -88,14 +88,8 @@ void launch_safe_softmax_block(const ForwardParams& p) {
 }
 
 ForwardKernel safe_kernel(int number, const char* variant, const char* summary, void (*launch)(const ForwardParams&)) {
-  ForwardKernel k;
-  k.name = std::string("ch02_") + variant;
-  k.chapter = 2;
-  k.number = number;
-  k.variant = variant;
-  k.dtype = DType::F32;
-  k.summary = summary;
-  k.launch = launch;
+  ForwardKernel k{std::string("ch02_") + variant, 2, number, variant, DType::F32,
+                  summary, launch};
   k.supports = tiled_support;
   k.workspace_bytes = score_buffer_bytes;
   k.memory_note = [](const AttentionShape& s) { return score_traffic_note(s, 6, kThreePasses); };

@@ -195,13 +195,9 @@ std::string fused_traffic_note(const AttentionShape& s) {
 // ---------------------------------------------------------------------------------------------
 
 ForwardKernel online_kernel() {
-  ForwardKernel k;
-  k.name = "ch03_online";
-  k.chapter = 3;
-  k.number = 1;
-  k.variant = "online";
-  k.summary = "running max and sum in one pass (Milakov & Gimelshein): 2 passes over S instead of 3";
-  k.launch = launch_online_softmax;
+  ForwardKernel k{"ch03_online", 3, 1, "online", DType::F32,
+                  "running max and sum in one pass (Milakov & Gimelshein): 2 passes over S instead of 3",
+                  launch_online_softmax};
   k.supports = naive::tiled_support;
   k.workspace_bytes = naive::score_buffer_bytes;
   k.memory_note = [](const AttentionShape& s) {
@@ -212,13 +208,9 @@ ForwardKernel online_kernel() {
 FA_REGISTER_FORWARD_KERNEL(online_kernel());
 
 ForwardKernel fused_kernel() {
-  ForwardKernel k;
-  k.name = "ch03_fused";
-  k.chapter = 3;
-  k.number = 2;
-  k.variant = "fused";
-  k.summary = "one kernel, one warp per query row: scores, online softmax and P*V fused, no N x N buffer";
-  k.launch = launch_fused_online_attention;
+  ForwardKernel k{"ch03_fused", 3, 2, "fused", DType::F32,
+                  "one kernel, one warp per query row: scores, online softmax and P*V fused, no N x N buffer",
+                  launch_fused_online_attention};
   k.supports = fused_support;
   k.memory_note = fused_traffic_note;
   return k;

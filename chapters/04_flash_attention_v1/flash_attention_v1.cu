@@ -250,15 +250,9 @@ std::string traffic_note(const AttentionShape& s, LoopOrder order, Tiles t, std:
 }
 
 ForwardKernel flash1_kernel(int number, const char* variant, const char* summary, LoopOrder order) {
-  ForwardKernel k;
-  k.name = std::string("ch04_") + variant;
-  k.chapter = 4;
-  k.number = number;
-  k.variant = variant;
-  k.dtype = DType::F32;
-  k.summary = summary;
   const bool kv_outer = order == LoopOrder::KvOuter;
-  k.launch = kv_outer ? launch_kv_outer : launch_q_outer;
+  ForwardKernel k{std::string("ch04_") + variant, 4, number, variant, DType::F32,
+                  summary, kv_outer ? launch_kv_outer : launch_q_outer};
   k.supports = [kv_outer](const AttentionShape& s) { return flash1_support(s, !kv_outer); };
   if (kv_outer) k.workspace_bytes = [](const AttentionShape& s) { return 2 * std::size_t(s.lse_elems()) * sizeof(float); };
   k.memory_note = [order](const AttentionShape& s) {

@@ -202,14 +202,8 @@ std::string registers_support(const AttentionShape& s) {
 }
 
 ForwardKernel registers_kernel() {
-  ForwardKernel k;
-  k.name = "ch04_registers";
-  k.chapter = 4;
-  k.number = 3;
-  k.variant = "registers";
-  k.dtype = DType::F32;
-  k.summary = "q_outer with 64 x 64 tiles, 4 x 4 register patches per thread and O in registers";
-  k.launch = launch_registers;
+  ForwardKernel k{"ch04_registers", 4, 3, "registers", DType::F32,
+                  "q_outer with 64 x 64 tiles, 4 x 4 register patches per thread and O in registers", launch_registers};
   k.supports = registers_support;
   k.memory_note = [](const AttentionShape& s) {
     return traffic_note(s, LoopOrder::QOuter, kRegisterTiles, register_shared_floats(s.head_dim) * sizeof(float));
