@@ -1,0 +1,227 @@
+// The register-tile attention kernel: chapter 04's variant 3, and with 16-bit inputs and deferred
+// normalization chapter 05's variant 1. One block per 64-row Q tile walks the K/V tiles; each of
+// the 256 threads owns a 4 x 4 patch of S and of O (O in registers for the whole loop); Q and K
+// are stored transposed ([dim][row], stride 65) so both products read them without bank conflicts.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cuda_check.h"
+#include "registry.h"
+
+namespace fa::flash1 {
+
+constexpr int kTile = 64, kLd = kTile + 1, kPatch = 4, kRegThreads = 256;
+
+inline std::size_t register_shared_floats(int d) { return std::size_t(2 * d * kLd + kTile * d + kTile * kLd + 4 * kTile); }
+
+/// How the running output is kept between K/V tiles.
+///   PerStep:  normalized after every tile, O <- alpha O + beta P~ V_j (FlashAttention-1, chapter 04);
+///   Deferred: unnormalized, O <- e^(m - m_new) O + P V_j with P = e^(S - m_new), divided by l
+///             once at the end (FlashAttention-2, chapter 05).
+enum class Normalize { PerStep, Deferred };
+
+/// T: the element type of Q, K, V and O (math and shared memory are fp32).
+/// kChunks = ceil(head_dim / 64): the output patch of a thread is kChunks x 4 x 4 registers.
+template <class T, int kChunks, Normalize kNormalize>
+__global__ void __launch_bounds__(kRegThreads) register_tiles_kernel(AttentionShape shape, const T* q, const T* k,
+                                                                      const T* v, T* o, float* lse) {
+  extern __shared__ float shared[];
+  const int d = shape.head_dim, n_q = shape.seq_q, n_k = shape.seq_kv;
+  float* q_t = shared;             // [d][65]: q_t[x * 65 + r] = Q[i0 + r][x]
+  float* k_t = q_t + d * kLd;      // [d][65]: k_t[x * 65 + c] = K[j0 + c][x]
+  float* v_s = k_t + d * kLd;      // [64][d]
+  float* p_t = v_s + kTile * d;    // [64][65]: p_t[c * 65 + r] = S, then P~, of (row r, key c)
+  float* m = p_t + kTile * kLd;
+  float* l = m + kTile;
+  float* alpha = l + kTile;
+  float* beta = alpha + kTile;
+
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int i0 = blockIdx.x * kTile, bh = blockIdx.y, rows = min(kTile, n_q - i0);
+  const T* q_head = q + shape.q_head_offset(bh);
+  const T* k_head = k + shape.kv_head_offset(bh);
+  const T* v_head = v + shape.kv_head_offset(bh);
+  const float scale = float(shape.softmax_scale());
+
+  // Consecutive threads read consecutive floats of a row (coalesced); the transposed store
+  // lands in distinct banks thanks to the 65-float row stride.
+  for (int e = threadIdx.x; e < kTile * d; e += blockDim.x) {
+    const int r = e / d, x = e % d;
+    q_t[x * kLd + r] = i0 + r < n_q ? float(q_head[int64_t(i0 + r) * d + x]) : 0.0f;
+  }
+  for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+  }
+  float out[kChunks][kPatch][kPatch] = {};
+
+  const int key_end = shape.causal ? shape.visible_keys(i0 + rows - 1) : n_k;
+  for (int j0 = 0; j0 < key_end; j0 += kTile) {
+    __syncthreads();
+    for (int e = threadIdx.x; e < kTile * d; e += blockDim.x) {
+      const int c = e / d, x = e % d;
+      const bool in = j0 + c < n_k;
+      k_t[x * kLd + c] = in ? float(k_head[int64_t(j0 + c) * d + x]) : 0.0f;
+      v_s[c * d + x] = in ? float(v_head[int64_t(j0 + c) * d + x]) : 0.0f;
+    }
+    __syncthreads();
+
+    //! [flash1_register_scores]
+    // S patch: rows ty + 16a, keys tx + 16b. Per x: 4 + 4 shared loads feed 16 multiply-adds.
+    float s[kPatch][kPatch] = {};
+    for (int x = 0; x < d; ++x) {
+      float qa[kPatch], kb[kPatch];
+#pragma unroll
+      for (int t = 0; t < kPatch; ++t) {
+        qa[t] = q_t[x * kLd + ty + 16 * t];
+        kb[t] = k_t[x * kLd + tx + 16 * t];
+      }
+#pragma unroll
+      for (int a = 0; a < kPatch; ++a)
+#pragma unroll
+        for (int b = 0; b < kPatch; ++b) s[a][b] += qa[a] * kb[b];
+    }
+    //! [flash1_register_scores]
+#pragma unroll
+    for (int a = 0; a < kPatch; ++a) {
+#pragma unroll
+      for (int b = 0; b < kPatch; ++b) {
+        const int r = ty + 16 * a, c = tx + 16 * b, i = i0 + r, j = j0 + c;
+        p_t[c * kLd + r] = (i < n_q && j < n_k && shape.visible(i, j)) ? s[a][b] * scale : -INFINITY;
+      }
+    }
+    __syncthreads();
+
+    // One thread per row, on column r of p_t.
+    if (threadIdx.x < kTile) {
+      const int r = threadIdx.x;
+      float tile_max = -INFINITY;
+      for (int c = 0; c < kTile; ++c) tile_max = fmaxf(tile_max, p_t[c * kLd + r]);
+      const float m_new = fmaxf(m[r], tile_max);
+      if constexpr (kNormalize == Normalize::PerStep) {
+        // Variants 1 and 2's update (tile_row_update): P~ against the tile's max, O kept normalized.
+        float tile_sum = 0.0f;
+        for (int c = 0; c < kTile; ++c) {
+          const float p = tile_max == -INFINITY ? 0.0f : expf(p_t[c * kLd + r] - tile_max);
+          p_t[c * kLd + r] = p;
+          tile_sum += p;
+        }
+        alpha[r] = beta[r] = 0.0f;
+        if (r < rows && m_new != -INFINITY) {
+          const float a = l[r] * expf(m[r] - m_new), b = expf(tile_max - m_new), l_new = a + b * tile_sum;
+          alpha[r] = a / l_new;
+          beta[r] = b / l_new;
+          m[r] = m_new;
+          l[r] = l_new;
+        }
+      } else {
+        //! [deferred_row_update]
+        // P against the running max itself; the old O and l are only rescaled, never divided.
+        const bool seen = m_new != -INFINITY;
+        float tile_sum = 0.0f;
+        for (int c = 0; c < kTile; ++c) {
+          const float p = seen ? expf(p_t[c * kLd + r] - m_new) : 0.0f;
+          p_t[c * kLd + r] = p;
+          tile_sum += p;
+        }
+        const float rescale = seen ? expf(m[r] - m_new) : 1.0f;  // 0 on the first visible tile
+        alpha[r] = rescale;
+        beta[r] = 1.0f;
+        l[r] = l[r] * rescale + tile_sum;
+        m[r] = m_new;
+        //! [deferred_row_update]
+      }
+    }
+    __syncthreads();
+
+    // O patch = alpha * O + beta * P~ V_j, for each 64-column chunk of the head dimension.
+#pragma unroll
+    for (int ch = 0; ch < kChunks; ++ch) {
+      float pv[kPatch][kPatch] = {};
+      for (int c = 0; c < kTile; ++c) {
+        float pa[kPatch], vb[kPatch];
+#pragma unroll
+        for (int t = 0; t < kPatch; ++t) {
+          const int col = ch * kTile + tx + 16 * t;
+          pa[t] = p_t[c * kLd + ty + 16 * t];
+          vb[t] = col < d ? v_s[c * d + col] : 0.0f;
+        }
+#pragma unroll
+        for (int a = 0; a < kPatch; ++a)
+#pragma unroll
+          for (int b = 0; b < kPatch; ++b) pv[a][b] += pa[a] * vb[b];
+      }
+#pragma unroll
+      for (int a = 0; a < kPatch; ++a) {
+        const int r = ty + 16 * a;
+#pragma unroll
+        for (int b = 0; b < kPatch; ++b) out[ch][a][b] = alpha[r] * out[ch][a][b] + beta[r] * pv[a][b];
+      }
+    }
+  }
+
+  __syncthreads();
+  T* o_head = o + shape.q_head_offset(bh);
+#pragma unroll
+  for (int ch = 0; ch < kChunks; ++ch) {
+#pragma unroll
+    for (int a = 0; a < kPatch; ++a) {
+      const int r = ty + 16 * a;
+      // Deferred: the one division by l, at the end (a row that saw no key has l = 0 and O = 0).
+      const float inv_l = kNormalize == Normalize::PerStep ? 1.0f : (l[r] > 0.0f ? 1.0f / l[r] : 0.0f);
+#pragma unroll
+      for (int b = 0; b < kPatch; ++b) {
+        const int col = ch * kTile + tx + 16 * b;
+        if (r < rows && col < d) o_head[int64_t(i0 + r) * d + col] = T(out[ch][a][b] * inv_l);
+      }
+    }
+  }
+  if (threadIdx.x < rows) {
+    const int r = threadIdx.x;
+    lse[int64_t(bh) * n_q + i0 + r] = m[r] == -INFINITY ? -INFINITY : m[r] + logf(l[r]);
+  }
+}
+
+template <class T, int kChunks, Normalize kNormalize>
+void launch_register_tiles_chunks(const ForwardParams& p) {
+  const AttentionShape& s = p.shape;
+  const std::size_t bytes = register_shared_floats(s.head_dim) * sizeof(float);
+  auto kernel = register_tiles_kernel<T, kChunks, kNormalize>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  dim3 grid(unsigned((s.seq_q + kTile - 1) / kTile), unsigned(s.batch * s.heads_q));
+  kernel<<<grid, kRegThreads, bytes, p.stream>>>(s, static_cast<const T*>(p.q), static_cast<const T*>(p.k),
+                                                 static_cast<const T*>(p.v), static_cast<T*>(p.o), p.lse);
+  CUDA_CHECK_LAUNCH();
+}
+
+/// Launches the kernel instance for p.shape.head_dim (up to 256).
+template <class T, Normalize kNormalize>
+void launch_register_tiles(const ForwardParams& p) {
+  switch ((p.shape.head_dim + kTile - 1) / kTile) {
+    case 1: return launch_register_tiles_chunks<T, 1, kNormalize>(p);
+    case 2: return launch_register_tiles_chunks<T, 2, kNormalize>(p);
+    case 3: return launch_register_tiles_chunks<T, 3, kNormalize>(p);
+    default: return launch_register_tiles_chunks<T, 4, kNormalize>(p);
+  }
+}
+
+inline std::string register_tiles_support(const AttentionShape& s) {
+  if (s.head_dim > 4 * kTile) {
+    return "head_dim must be at most " + std::to_string(4 * kTile) + " (the output patch lives in registers), got " +
+           std::to_string(s.head_dim);
+  }
+  const GpuInfo& gpu = detect_gpu();
+  const std::size_t limit = gpu.available ? gpu.shared_memory_per_block_optin : 48 * 1024;
+  const std::size_t bytes = register_shared_floats(s.head_dim) * sizeof(float);
+  if (bytes > limit) {
+    return "needs " + std::to_string(bytes) + " bytes of shared memory per block, the GPU allows " + std::to_string(limit);
+  }
+  const int64_t heads = int64_t(s.batch) * s.heads_q;
+  if (heads > 65535) return "batch*heads_q must be at most 65535, got " + std::to_string(heads);
+  return "";
+}
+
+}  // namespace fa::flash1

@@ -1,0 +1,73 @@
+// Chapter 05 on the CPU: FlashAttention-2's loop (Dao, 2023, Algorithm 1) in plain C++.
+// Q tiles outer, K/V tiles inner, and the output kept *unnormalized*: each tile rescales the
+// running O and l by e^(m_old - m_new) and adds P V_j with P = e^(S - m_new); O is divided by l
+// once, at the end. Same 64 x 64 tiles and order of operations as the kernel.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "problem.h"
+
+namespace fa::flash2 {
+
+constexpr int kTileRows = 64, kTileCols = 64;
+
+inline void flash_attention_v2_cpu(const AttentionShape& s, const float* q, const float* k, const float* v, float* o,
+                                   float* lse) {
+  const int d = s.head_dim;
+  const float scale = float(s.softmax_scale());
+  std::vector<float> acc(std::size_t(kTileRows) * d), m(kTileRows), l(kTileRows), p(kTileCols);
+  for (int bh = 0; bh < s.batch * s.heads_q; ++bh) {
+    const float* q_head = q + s.q_head_offset(bh);
+    const float* k_head = k + s.kv_head_offset(bh);
+    const float* v_head = v + s.kv_head_offset(bh);
+    for (int i0 = 0; i0 < s.seq_q; i0 += kTileRows) {
+      const int rows = std::min(kTileRows, s.seq_q - i0);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      std::fill(m.begin(), m.end(), -INFINITY);
+      std::fill(l.begin(), l.end(), 0.0f);
+      const int key_end = s.causal ? s.visible_keys(i0 + rows - 1) : s.seq_kv;  // later tiles are fully masked
+      for (int j0 = 0; j0 < key_end; j0 += kTileCols) {
+        for (int r = 0; r < rows; ++r) {
+          const int i = i0 + r;
+          float tile_max = -INFINITY;
+          for (int c = 0; c < kTileCols; ++c) {
+            const int j = j0 + c;
+            float sc = -INFINITY;
+            if (j < s.seq_kv && s.visible(i, j)) {
+              float dot = 0.0f;
+              for (int x = 0; x < d; ++x) dot += q_head[int64_t(i) * d + x] * k_head[int64_t(j) * d + x];
+              sc = dot * scale;
+            }
+            p[c] = sc;
+            tile_max = std::fmax(tile_max, sc);
+          }
+          const float m_new = std::fmax(m[r], tile_max);
+          if (m_new == -INFINITY) continue;  // nothing visible yet
+          const float rescale = std::exp(m[r] - m_new);
+          float tile_sum = 0.0f;
+          for (int c = 0; c < kTileCols; ++c) {
+            p[c] = std::exp(p[c] - m_new);
+            tile_sum += p[c];
+          }
+          l[r] = l[r] * rescale + tile_sum;
+          m[r] = m_new;
+          for (int x = 0; x < d; ++x) {
+            float pv = 0.0f;
+            for (int c = 0; c < kTileCols && j0 + c < s.seq_kv; ++c) pv += p[c] * v_head[int64_t(j0 + c) * d + x];
+            acc[std::size_t(r) * d + x] = acc[std::size_t(r) * d + x] * rescale + pv;
+          }
+        }
+      }
+      for (int r = 0; r < rows; ++r) {
+        const int i = i0 + r;
+        for (int x = 0; x < d; ++x) o[s.q_head_offset(bh) + int64_t(i) * d + x] = l[r] > 0 ? acc[std::size_t(r) * d + x] / l[r] : 0.0f;
+        lse[int64_t(bh) * s.seq_q + i] = m[r] == -INFINITY ? -INFINITY : m[r] + std::log(l[r]);
+      }
+    }
+  }
+}
+
+}  // namespace fa::flash2
