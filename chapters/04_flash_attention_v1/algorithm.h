@@ -11,6 +11,26 @@
 
 namespace fa::flash1 {
 
+/// Scores of query row i against keys j0 .. j0 + count - 1, scaled; -inf where the key is masked
+/// or past the end. Returns their maximum (-inf when none is visible).
+inline float row_tile_scores(const AttentionShape& s, const float* q_head, const float* k_head, int i, int j0, int count,
+                             float scale, float* out) {
+  const int d = s.head_dim;
+  float tile_max = -INFINITY;
+  for (int c = 0; c < count; ++c) {
+    const int j = j0 + c;
+    float sc = -INFINITY;
+    if (j < s.seq_kv && s.visible(i, j)) {
+      float dot = 0.0f;
+      for (int x = 0; x < d; ++x) dot += q_head[int64_t(i) * d + x] * k_head[int64_t(j) * d + x];
+      sc = dot * scale;
+    }
+    out[c] = sc;
+    tile_max = std::fmax(tile_max, sc);
+  }
+  return tile_max;
+}
+
 inline void flash_attention_v1_cpu(const AttentionShape& s, const float* q, const float* k, const float* v, float* o,
                                    float* lse, LoopOrder order, Tiles t) {
   const int d = s.head_dim;
@@ -33,18 +53,7 @@ inline void flash_attention_v1_cpu(const AttentionShape& s, const float* q, cons
       for (int r = 0; r < rows; ++r) {
         const int i = i0 + r;
         float* row = scores.data() + std::size_t(r) * t.cols;
-        float tile_max = -INFINITY;
-        for (int c = 0; c < t.cols; ++c) {
-          const int j = j0 + c;
-          float sc = -INFINITY;
-          if (j < s.seq_kv && s.visible(i, j)) {
-            float dot = 0.0f;
-            for (int x = 0; x < d; ++x) dot += q_head[int64_t(i) * d + x] * k_head[int64_t(j) * d + x];
-            sc = dot * scale;
-          }
-          row[c] = sc;
-          tile_max = std::fmax(tile_max, sc);
-        }
+        const float tile_max = row_tile_scores(s, q_head, k_head, i, j0, t.cols, scale, row);
         float tile_sum = 0.0f;
         for (int c = 0; c < t.cols; ++c) {
           row[c] = tile_max == -INFINITY ? 0.0f : std::exp(row[c] - tile_max);

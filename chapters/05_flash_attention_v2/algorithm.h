@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "../04_flash_attention_v1/algorithm.h"
 #include "problem.h"
 
 namespace fa::flash2 {
@@ -32,18 +33,7 @@ inline void flash_attention_v2_cpu(const AttentionShape& s, const float* q, cons
       for (int j0 = 0; j0 < key_end; j0 += kTileCols) {
         for (int r = 0; r < rows; ++r) {
           const int i = i0 + r;
-          float tile_max = -INFINITY;
-          for (int c = 0; c < kTileCols; ++c) {
-            const int j = j0 + c;
-            float sc = -INFINITY;
-            if (j < s.seq_kv && s.visible(i, j)) {
-              float dot = 0.0f;
-              for (int x = 0; x < d; ++x) dot += q_head[int64_t(i) * d + x] * k_head[int64_t(j) * d + x];
-              sc = dot * scale;
-            }
-            p[c] = sc;
-            tile_max = std::fmax(tile_max, sc);
-          }
+          const float tile_max = flash1::row_tile_scores(s, q_head, k_head, i, j0, kTileCols, scale, p.data());
           const float m_new = std::fmax(m[r], tile_max);
           if (m_new == -INFINITY) continue;  // nothing visible yet
           const float rescale = std::exp(m[r] - m_new);
