@@ -1,0 +1,265 @@
+// Chapter 05, variant 3 -- `mma`: the Q tile split across warps, and both products on the
+// tensor cores with mma.sync.m16n8k16 (fp16 or bf16 operands, fp32 accumulators).
+//
+// Block: 4 warps, a 64-row Q tile; warp w owns rows 16w .. 16w + 15 and never needs another
+// warp's result (FlashAttention-2's split of Q, not FlashAttention-1's split of K/V). Per K/V
+// tile of 64 keys, each warp computes its 16 x 64 slice of S in registers (8 mma n-blocks x
+// head_dim/16 k-steps), runs the online softmax on it (a row's 64 scores live in the 4 lanes of
+// a quad: two shuffles finish a row max), turns the S accumulators into P *in registers* and
+// feeds them straight back as the A operand of P V_j. exp2 with scale * log2(e) folded in. l is
+// kept per thread and summed over the quad once, at the end.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4):
+//   A (16 x 16, row-major) four 32-bit registers: (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)
+//   B (16 x 8, "col")      two registers: (k = 2t..2t+1, n = g), (k = 2t+8..2t+9, n = g)
+//   C (16 x 8, fp32)       four floats:   (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)
+// Run: build/bin/ch05_flash_attention_v2 --variant mma
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "algorithm.h"
+#include "cuda_check.h"
+#include "registry.h"
+
+namespace fa::flash2 {
+
+constexpr int kWarps = 4, kRows = 16 * kWarps, kKeys = 64, kMmaThreads = 32 * kWarps;
+
+template <class T>
+struct Mma;
+
+template <>
+struct Mma<__half> {
+  __device__ static uint32_t pack(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  __device__ static void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+template <>
+struct Mma<__nv_bfloat16> {
+  __device__ static uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  __device__ static void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+__device__ inline uint32_t load32(const void* p) { return *static_cast<const uint32_t*>(p); }
+__device__ inline uint32_t pack16(const void* lo, const void* hi) {
+  return uint32_t(*static_cast<const uint16_t*>(lo)) | (uint32_t(*static_cast<const uint16_t*>(hi)) << 16);
+}
+
+/// Rows [first, first + 64) of a [n_rows, kD] 16-bit matrix into shared memory (row stride kLd),
+/// 16 bytes per thread per step; rows past the end are zero.
+template <class T, int kD, int kLd>
+__device__ void load_tile(T* tile, const T* src, int first, int n_rows) {
+  constexpr int kChunks = kD / 8;  // 8 elements = 16 bytes
+  for (int e = threadIdx.x; e < 64 * kChunks; e += blockDim.x) {
+    const int r = e / kChunks, c = e % kChunks;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (first + r < n_rows) value = *reinterpret_cast<const uint4*>(src + int64_t(first + r) * kD + c * 8);
+    *reinterpret_cast<uint4*>(tile + r * kLd + c * 8) = value;
+  }
+}
+
+template <class T, int kD>
+__global__ void __launch_bounds__(kMmaThreads) flash2_mma_kernel(AttentionShape shape, const T* q, const T* k, const T* v,
+                                                                  T* o, float* lse) {
+  constexpr int kLd = kD + 8;  // pad rows by 16 bytes: the fragment loads of a warp hit 32 different banks
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  T* q_s = reinterpret_cast<T*>(shared_bytes);
+  T* k_s = q_s + kRows * kLd;
+  T* v_s = k_s + kKeys * kLd;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int n_q = shape.seq_q, n_k = shape.seq_kv;
+  const int i0 = blockIdx.x * kRows, bh = blockIdx.y;
+  const int row_a = i0 + 16 * warp + g, row_b = row_a + 8;  // the two rows this thread holds
+  const T* k_head = k + shape.kv_head_offset(bh);
+  const T* v_head = v + shape.kv_head_offset(bh);
+
+  load_tile<T, kD, kLd>(q_s, q + shape.q_head_offset(bh), i0, n_q);
+  __syncthreads();
+  // The warp's Q rows as A fragments, one per 16-wide step of the head dimension; they stay in
+  // registers for the whole K/V loop.
+  uint32_t q_frag[kD / 16][4];
+  const T* q_warp = q_s + (16 * warp) * kLd;
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    const int col = ks * 16 + 2 * t;
+    q_frag[ks][0] = load32(q_warp + g * kLd + col);
+    q_frag[ks][1] = load32(q_warp + (g + 8) * kLd + col);
+    q_frag[ks][2] = load32(q_warp + g * kLd + col + 8);
+    q_frag[ks][3] = load32(q_warp + (g + 8) * kLd + col + 8);
+  }
+
+  float out[kD / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows a and b; m in log2 units
+  const float scale_log2 = float(shape.softmax_scale()) * 1.4426950408889634f;
+  const int last_row = min(i0 + kRows, n_q) - 1;
+  const int key_end = shape.causal ? shape.visible_keys(last_row) : n_k;
+
+  for (int j0 = 0; j0 < key_end; j0 += kKeys) {
+    __syncthreads();
+    load_tile<T, kD, kLd>(k_s, k_head, j0, n_k);
+    load_tile<T, kD, kLd>(v_s, v_head, j0, n_k);
+    __syncthreads();
+
+    //! [mma_scores]
+    // S (16 x 64 per warp) = Q K_j^T: 8 n-blocks of 8 keys, kD / 16 k-steps each.
+    float s[8][4] = {};
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb) {
+      const T* k_row = k_s + (nb * 8 + g) * kLd + 2 * t;  // B(k, n) = K[key n][dim k]
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) Mma<T>::run(s[nb], q_frag[ks], load32(k_row + ks * 16), load32(k_row + ks * 16 + 8));
+    }
+    //! [mma_scores]
+
+    // Scale into log2 units and mask (causal, and keys/rows past the end).
+    const bool needs_mask = shape.causal || j0 + kKeys > n_k || i0 + kRows > n_q;
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = e < 2 ? row_a : row_b, key = j0 + nb * 8 + 2 * t + (e & 1);
+        const bool visible = !needs_mask || (row < n_q && key < n_k && shape.visible(row, key));
+        s[nb][e] = visible ? s[nb][e] * scale_log2 : -INFINITY;
+      }
+    }
+
+    //! [mma_softmax]
+    // Online softmax, deferred normalization. Row a is in s[.][0..1], row b in s[.][2..3]; the
+    // 4 lanes of a quad hold the rest of the row, so two xor-shuffles finish the max.
+    float rescale[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) tile_max = fmaxf(tile_max, fmaxf(s[nb][2 * h], s[nb][2 * h + 1]));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 2));
+      const float m_new = fmaxf(m[h], tile_max);
+      const bool seen = m_new != -INFINITY;
+      rescale[h] = seen ? exp2f(m[h] - m_new) : 1.0f;
+      float row_sum = 0.0f;
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          s[nb][e] = seen ? exp2f(s[nb][e] - m_new) : 0.0f;
+          row_sum += s[nb][e];
+        }
+      }
+      l[h] = l[h] * rescale[h] + row_sum;  // this thread's part of the row; summed over the quad at the end
+      m[h] = m_new;
+    }
+#pragma unroll
+    for (int db = 0; db < kD / 8; ++db) {
+      out[db][0] *= rescale[0];
+      out[db][1] *= rescale[0];
+      out[db][2] *= rescale[1];
+      out[db][3] *= rescale[1];
+    }
+    //! [mma_softmax]
+
+    //! [mma_pv]
+    // O += P V_j. The C fragments of two neighbouring S n-blocks are exactly the A fragment of
+    // one 16-key step of P: P never leaves registers.
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      const uint32_t p_frag[4] = {Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]), Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]),
+                                  Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                  Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      const T* v_rows = v_s + (kk * 16 + 2 * t) * kLd + g;  // B(k, n) = V[key k][dim n]
+#pragma unroll
+      for (int db = 0; db < kD / 8; ++db) {
+        const T* p = v_rows + db * 8;
+        Mma<T>::run(out[db], p_frag, pack16(p, p + kLd), pack16(p + 8 * kLd, p + 9 * kLd));
+      }
+    }
+    //! [mma_pv]
+  }
+
+  // The one division by l, after summing each row's l over its quad.
+  float inv_l[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 2);
+    inv_l[h] = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+  }
+  T* o_head = o + shape.q_head_offset(bh);
+#pragma unroll
+  for (int db = 0; db < kD / 8; ++db) {
+    const int col = db * 8 + 2 * t;
+    if (row_a < n_q) {
+      o_head[int64_t(row_a) * kD + col] = T(out[db][0] * inv_l[0]);
+      o_head[int64_t(row_a) * kD + col + 1] = T(out[db][1] * inv_l[0]);
+    }
+    if (row_b < n_q) {
+      o_head[int64_t(row_b) * kD + col] = T(out[db][2] * inv_l[1]);
+      o_head[int64_t(row_b) * kD + col + 1] = T(out[db][3] * inv_l[1]);
+    }
+  }
+  if (t == 0) {
+    // LSE = ln(sum e^s) = (m + log2 l) * ln 2, with m and l in log2 units.
+    if (row_a < n_q) lse[int64_t(bh) * n_q + row_a] = m[0] == -INFINITY ? -INFINITY : (m[0] + log2f(l[0])) * 0.6931471805599453f;
+    if (row_b < n_q) lse[int64_t(bh) * n_q + row_b] = m[1] == -INFINITY ? -INFINITY : (m[1] + log2f(l[1])) * 0.6931471805599453f;
+  }
+}
+
+template <class T, int kD>
+void launch_mma_dim(const ForwardParams& p) {
+  const AttentionShape& s = p.shape;
+  const int bytes = int((kRows + 2 * kKeys) * (kD + 8) * sizeof(T));
+  CUDA_CHECK(cudaFuncSetAttribute(flash2_mma_kernel<T, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  dim3 grid(unsigned((s.seq_q + kRows - 1) / kRows), unsigned(s.batch * s.heads_q));
+  flash2_mma_kernel<T, kD><<<grid, kMmaThreads, bytes, p.stream>>>(s, static_cast<const T*>(p.q), static_cast<const T*>(p.k),
+                                                                   static_cast<const T*>(p.v), static_cast<T*>(p.o), p.lse);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_mma(const ForwardParams& p) {
+  if (p.shape.head_dim == 64) {
+    launch_mma_dim<T, 64>(p);
+  } else {
+    launch_mma_dim<T, 128>(p);
+  }
+}
+
+std::string mma_support(const AttentionShape& s) {
+  if (s.head_dim != 64 && s.head_dim != 128) return "head_dim must be 64 or 128, got " + std::to_string(s.head_dim);
+  const GpuInfo& gpu = detect_gpu();
+  if (gpu.available && gpu.sm_major < 8) return "needs an sm_80 or newer GPU (mma.sync with bf16), this one is sm_" + std::to_string(gpu.sm_major * 10 + gpu.sm_minor);
+  const int64_t heads = int64_t(s.batch) * s.heads_q;
+  if (heads > 65535) return "batch*heads_q must be at most 65535, got " + std::to_string(heads);
+  return "";
+}
+
+ForwardKernel mma_kernel(const char* name, DType dtype, void (*launch)(const ForwardParams&)) {
+  ForwardKernel k{name, 5, 3, "mma", dtype,
+                  "Q tile split across 4 warps; S and P*V on tensor cores (mma.sync m16n8k16), P kept in registers",
+                  launch};
+  k.supports = mma_support;
+  return k;
+}
+FA_REGISTER_FORWARD_KERNEL(mma_kernel("ch05_mma_fp16", DType::F16, launch_mma<__half>));
+FA_REGISTER_FORWARD_KERNEL(mma_kernel("ch05_mma_bf16", DType::BF16, launch_mma<__nv_bfloat16>));
+
+}  // namespace fa::flash2
