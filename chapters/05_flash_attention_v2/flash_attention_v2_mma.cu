@@ -13,7 +13,8 @@
 //   A (16 x 16, row-major) four 32-bit registers: (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)
 //   B (16 x 8, "col")      two registers: (k = 2t..2t+1, n = g), (k = 2t+8..2t+9, n = g)
 //   C (16 x 8, fp32)       four floats:   (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)
-// Run: build/bin/ch05_flash_attention_v2 --variant mma
+// Variant 4, `pipelined`, is the same kernel with kPipelined = true (see flash2_mma_kernel).
+// Run: build/bin/ch05_flash_attention_v2 --variant mma   (or --variant pipelined)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -59,6 +60,30 @@ struct Mma<__nv_bfloat16> {
 };
 
 __device__ inline uint32_t load32(const void* p) { return *static_cast<const uint32_t*>(p); }
+
+// Variant 4's instructions, each wrapped once.
+/// 16 bytes global -> shared without passing through registers (Ampere+); `valid` = false fills zeros.
+__device__ inline void cp_async_16(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+/// Waits until at most `kPending` committed groups are still in flight.
+template <int kPending>
+__device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending)); }
+/// Four 8 x 8 matrices of 16-bit values from shared memory into fragment registers: lane L gives
+/// the address of row L % 8 of matrix L / 8, and receives the two values at (row lane/4, columns
+/// 2*(lane%4), +1) of each matrix -- the mma B-fragment layout. `.trans` transposes each matrix.
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
 __device__ inline uint32_t pack16(const void* lo, const void* hi) {
   return uint32_t(*static_cast<const uint16_t*>(lo)) | (uint32_t(*static_cast<const uint16_t*>(hi)) << 16);
 }
@@ -76,14 +101,27 @@ __device__ void load_tile(T* tile, const T* src, int first, int n_rows) {
   }
 }
 
-template <class T, int kD>
+/// The same copy with cp.async: nothing waits for it until cp_async_wait.
+template <class T, int kD, int kLd>
+__device__ void load_tile_async(T* tile, const T* src, int first, int n_rows) {
+  constexpr int kChunks = kD / 8;
+  for (int e = threadIdx.x; e < 64 * kChunks; e += blockDim.x) {
+    const int r = e / kChunks, c = e % kChunks;
+    const bool valid = first + r < n_rows;
+    cp_async_16(tile + r * kLd + c * 8, src + int64_t(valid ? first + r : 0) * kD + c * 8, valid);
+  }
+}
+
+/// kPipelined = false: variant 3. true: variant 4 -- K/V double-buffered with cp.async (tile j+1
+/// loads while tile j computes), K and V fragments via ldmatrix, the mask applied only to tiles
+/// that cross the causal diagonal or the ends.
+template <class T, int kD, bool kPipelined>
 __global__ void __launch_bounds__(kMmaThreads) flash2_mma_kernel(AttentionShape shape, const T* q, const T* k, const T* v,
                                                                   T* o, float* lse) {
   constexpr int kLd = kD + 8;  // pad rows by 16 bytes: the fragment loads of a warp hit 32 different banks
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* q_s = reinterpret_cast<T*>(shared_bytes);
-  T* k_s = q_s + kRows * kLd;
-  T* v_s = k_s + kKeys * kLd;
+  T* kv_s = q_s + kRows * kLd;  // [stage][K tile, V tile]; one stage for variant 3, two for variant 4
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int n_q = shape.seq_q, n_k = shape.seq_kv;
@@ -113,25 +151,59 @@ __global__ void __launch_bounds__(kMmaThreads) flash2_mma_kernel(AttentionShape 
   const int last_row = min(i0 + kRows, n_q) - 1;
   const int key_end = shape.causal ? shape.visible_keys(last_row) : n_k;
 
-  for (int j0 = 0; j0 < key_end; j0 += kKeys) {
-    __syncthreads();
-    load_tile<T, kD, kLd>(k_s, k_head, j0, n_k);
-    load_tile<T, kD, kLd>(v_s, v_head, j0, n_k);
-    __syncthreads();
+  if constexpr (kPipelined) {
+    load_tile_async<T, kD, kLd>(kv_s, k_head, 0, n_k);
+    load_tile_async<T, kD, kLd>(kv_s + kKeys * kLd, v_head, 0, n_k);
+    cp_async_commit();
+  }
+  for (int j0 = 0, stage = 0; j0 < key_end; j0 += kKeys, stage ^= 1) {
+    T* k_s = kv_s + (kPipelined ? stage : 0) * 2 * kKeys * kLd;
+    T* v_s = k_s + kKeys * kLd;
+    if constexpr (kPipelined) {
+      // Start the next tile's copy into the other stage, then wait only for this tile's.
+      if (j0 + kKeys < key_end) {
+        T* next = kv_s + (stage ^ 1) * 2 * kKeys * kLd;
+        load_tile_async<T, kD, kLd>(next, k_head, j0 + kKeys, n_k);
+        load_tile_async<T, kD, kLd>(next + kKeys * kLd, v_head, j0 + kKeys, n_k);
+        cp_async_commit();
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+    } else {
+      __syncthreads();
+      load_tile<T, kD, kLd>(k_s, k_head, j0, n_k);
+      load_tile<T, kD, kLd>(v_s, v_head, j0, n_k);
+      __syncthreads();
+    }
 
     //! [mma_scores]
     // S (16 x 64 per warp) = Q K_j^T: 8 n-blocks of 8 keys, kD / 16 k-steps each.
     float s[8][4] = {};
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb) {
-      const T* k_row = k_s + (nb * 8 + g) * kLd + 2 * t;  // B(k, n) = K[key n][dim k]
+      if constexpr (kPipelined) {
+        // One ldmatrix.x4 brings the B fragments of two k-steps: matrices (dims +0, +8, +16, +24).
 #pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) Mma<T>::run(s[nb], q_frag[ks], load32(k_row + ks * 16), load32(k_row + ks * 16 + 8));
+        for (int ks = 0; ks < kD / 16; ks += 2) {
+          uint32_t b[4];
+          ldmatrix_x4(b, k_s + (nb * 8 + lane % 8) * kLd + ks * 16 + (lane / 8) * 8);
+          Mma<T>::run(s[nb], q_frag[ks], b[0], b[1]);
+          Mma<T>::run(s[nb], q_frag[ks + 1], b[2], b[3]);
+        }
+      } else {
+        const T* k_row = k_s + (nb * 8 + g) * kLd + 2 * t;  // B(k, n) = K[key n][dim k]
+#pragma unroll
+        for (int ks = 0; ks < kD / 16; ++ks) Mma<T>::run(s[nb], q_frag[ks], load32(k_row + ks * 16), load32(k_row + ks * 16 + 8));
+      }
     }
     //! [mma_scores]
 
     // Scale into log2 units and mask (causal, and keys/rows past the end).
-    const bool needs_mask = shape.causal || j0 + kKeys > n_k || i0 + kRows > n_q;
+    // Variant 4 masks only tiles that cross the causal diagonal for some row of the block, or the ends.
+    const bool crosses_diagonal = shape.causal && (!kPipelined || j0 + kKeys > shape.visible_keys(i0));
+    const bool needs_mask = crosses_diagonal || j0 + kKeys > n_k || i0 + kRows > n_q;
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb) {
 #pragma unroll
@@ -185,14 +257,26 @@ __global__ void __launch_bounds__(kMmaThreads) flash2_mma_kernel(AttentionShape 
       const uint32_t p_frag[4] = {Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]), Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]),
                                   Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                                   Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      const T* v_rows = v_s + (kk * 16 + 2 * t) * kLd + g;  // B(k, n) = V[key k][dim n]
+      if constexpr (kPipelined) {
+        // ldmatrix.trans: matrices (keys +0, dims db), (keys +8, db), (keys +0, db+1), (keys +8, db+1).
 #pragma unroll
-      for (int db = 0; db < kD / 8; ++db) {
-        const T* p = v_rows + db * 8;
-        Mma<T>::run(out[db], p_frag, pack16(p, p + kLd), pack16(p + 8 * kLd, p + 9 * kLd));
+        for (int db = 0; db < kD / 8; db += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, v_s + (kk * 16 + (lane / 8 % 2) * 8 + lane % 8) * kLd + (db + lane / 16) * 8);
+          Mma<T>::run(out[db], p_frag, b[0], b[1]);
+          Mma<T>::run(out[db + 1], p_frag, b[2], b[3]);
+        }
+      } else {
+        const T* v_rows = v_s + (kk * 16 + 2 * t) * kLd + g;  // B(k, n) = V[key k][dim n]
+#pragma unroll
+        for (int db = 0; db < kD / 8; ++db) {
+          const T* p = v_rows + db * 8;
+          Mma<T>::run(out[db], p_frag, pack16(p, p + kLd), pack16(p + 8 * kLd, p + 9 * kLd));
+        }
       }
     }
     //! [mma_pv]
+    if constexpr (kPipelined) __syncthreads();  // the next iteration's copy overwrites this stage
   }
 
   // The one division by l, after summing each row's l over its quad.
@@ -223,23 +307,25 @@ __global__ void __launch_bounds__(kMmaThreads) flash2_mma_kernel(AttentionShape 
   }
 }
 
-template <class T, int kD>
+template <class T, int kD, bool kPipelined>
 void launch_mma_dim(const ForwardParams& p) {
   const AttentionShape& s = p.shape;
-  const int bytes = int((kRows + 2 * kKeys) * (kD + 8) * sizeof(T));
-  CUDA_CHECK(cudaFuncSetAttribute(flash2_mma_kernel<T, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  const int stages = kPipelined ? 2 : 1;
+  const int bytes = int((kRows + stages * 2 * kKeys) * (kD + 8) * sizeof(T));
+  auto kernel = flash2_mma_kernel<T, kD, kPipelined>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   dim3 grid(unsigned((s.seq_q + kRows - 1) / kRows), unsigned(s.batch * s.heads_q));
-  flash2_mma_kernel<T, kD><<<grid, kMmaThreads, bytes, p.stream>>>(s, static_cast<const T*>(p.q), static_cast<const T*>(p.k),
-                                                                   static_cast<const T*>(p.v), static_cast<T*>(p.o), p.lse);
+  kernel<<<grid, kMmaThreads, bytes, p.stream>>>(s, static_cast<const T*>(p.q), static_cast<const T*>(p.k),
+                                                 static_cast<const T*>(p.v), static_cast<T*>(p.o), p.lse);
   CUDA_CHECK_LAUNCH();
 }
 
-template <class T>
+template <class T, bool kPipelined>
 void launch_mma(const ForwardParams& p) {
   if (p.shape.head_dim == 64) {
-    launch_mma_dim<T, 64>(p);
+    launch_mma_dim<T, 64, kPipelined>(p);
   } else {
-    launch_mma_dim<T, 128>(p);
+    launch_mma_dim<T, 128, kPipelined>(p);
   }
 }
 
@@ -252,14 +338,19 @@ std::string mma_support(const AttentionShape& s) {
   return "";
 }
 
-ForwardKernel mma_kernel(const char* name, DType dtype, void (*launch)(const ForwardParams&)) {
-  ForwardKernel k{name, 5, 3, "mma", dtype,
-                  "Q tile split across 4 warps; S and P*V on tensor cores (mma.sync m16n8k16), P kept in registers",
-                  launch};
+ForwardKernel mma_kernel(const char* name, int number, const char* variant, DType dtype, const char* summary,
+                         void (*launch)(const ForwardParams&)) {
+  ForwardKernel k{name, 5, number, variant, dtype, summary, launch};
   k.supports = mma_support;
   return k;
 }
-FA_REGISTER_FORWARD_KERNEL(mma_kernel("ch05_mma_fp16", DType::F16, launch_mma<__half>));
-FA_REGISTER_FORWARD_KERNEL(mma_kernel("ch05_mma_bf16", DType::BF16, launch_mma<__nv_bfloat16>));
+constexpr const char* kMmaSummary = "Q tile split across 4 warps; S and P*V on tensor cores (mma.sync m16n8k16), P in registers";
+constexpr const char* kPipelinedSummary = "variant 3 + cp.async double-buffered K/V, ldmatrix fragments, diagonal-only masking";
+FA_REGISTER_FORWARD_KERNEL(mma_kernel("ch05_mma_fp16", 3, "mma", DType::F16, kMmaSummary, launch_mma<__half, false>));
+FA_REGISTER_FORWARD_KERNEL(mma_kernel("ch05_mma_bf16", 3, "mma", DType::BF16, kMmaSummary, launch_mma<__nv_bfloat16, false>));
+FA_REGISTER_FORWARD_KERNEL(mma_kernel("ch05_pipelined_fp16", 4, "pipelined", DType::F16, kPipelinedSummary,
+                                      launch_mma<__half, true>));
+FA_REGISTER_FORWARD_KERNEL(mma_kernel("ch05_pipelined_bf16", 4, "pipelined", DType::BF16, kPipelinedSummary,
+                                      launch_mma<__nv_bfloat16, true>));
 
 }  // namespace fa::flash2
