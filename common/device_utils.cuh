@@ -20,8 +20,8 @@ __device__ T warp_all_reduce(T value, Op op) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) value = op(value, __shfl_xor_sync(0xFFFFFFFFu, value, offset));
   return value;
-//! [warp_all_reduce]
 }
+//! [warp_all_reduce]
 
 /// Every thread of the block gets op over all the block's values. Warps reduce with shuffles,
 /// then warp 0 reduces the per-warp results from shared memory. blockDim.x must be a multiple

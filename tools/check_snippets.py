@@ -29,7 +29,11 @@ def region(path, name):
     where = [i for i, line in enumerate(lines) if line.strip() == marker]
     if len(where) != 2:
         raise ValueError(f"{path}: expected 2 '{marker}' lines, found {len(where)}")
-    return textwrap.dedent("\n".join(lines[where[0] + 1:where[1]])) + "\n"
+    code = textwrap.dedent("\n".join(lines[where[0] + 1:where[1]])) + "\n"
+    # A region that opens more braces than it closes would show a function or loop cut short.
+    if code.count("{") != code.count("}"):
+        raise ValueError(f"{path}: region [{name}] has unbalanced braces; move its closing marker")
+    return code
 
 
 def main():

@@ -31,8 +31,8 @@ __global__ void naive_softmax_kernel(AttentionShape shape, float* scores, float*
   float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
   for (int j = 0; j < shape.seq_kv; ++j) s[j] = expf(s[j]) * inv_sum;
   lse[row] = logf(sum);
-//! [naive_softmax]
 }
+//! [naive_softmax]
 
 void launch_naive_softmax(const ForwardParams& p, float* scores) {
   const int64_t rows = p.shape.lse_elems();

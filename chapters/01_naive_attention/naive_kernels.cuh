@@ -41,8 +41,8 @@ __global__ void attention_scores_kernel(AttentionShape shape, const T* q, const 
   for (int c = 0; c < shape.head_dim; ++c) dot += float(q_row[c]) * float(k_row[c]);
   float s = shape.visible(i, j) ? dot * float(shape.softmax_scale()) : -INFINITY;
   scores[(int64_t(bh) * shape.seq_q + i) * shape.seq_kv + j] = s;
-//! [scores_per_thread]
 }
+//! [scores_per_thread]
 
 /// One thread per output O[i][c]: the row of P times column c of V. threadIdx.x walks the head
 /// dimension so a warp reads one row of V in a single coalesced access and P[i][j] is the same
@@ -125,8 +125,8 @@ __global__ void __launch_bounds__(kTileThreads) attention_scores_tiled_kernel(At
     __syncthreads();
     accumulate_tile_step(q_tile, k_tile, tx, ty, acc);
     __syncthreads();  // the tiles are overwritten next step
-  //! [scores_tiled_main_loop]
   }
+  //! [scores_tiled_main_loop]
   const float scale = float(shape.softmax_scale());
 #pragma unroll
   for (int r = 0; r < kPerThread; ++r) {

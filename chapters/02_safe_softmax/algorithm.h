@@ -23,8 +23,8 @@ inline float safe_softmax_row(float* row, int n) {
   for (int j = 0; j < n; ++j) sum += std::exp(row[j] - row_max);     // pass 2: the sum
   for (int j = 0; j < n; ++j) row[j] = std::exp(row[j] - row_max) / sum;  // pass 3: normalize
   return row_max + std::log(sum);
-//! [safe_softmax_row_cpu]
 }
+//! [safe_softmax_row_cpu]
 
 inline void safe_softmax_attention_cpu(const AttentionShape& s, const float* q, const float* k, const float* v, float* o,
                                        float* lse) {

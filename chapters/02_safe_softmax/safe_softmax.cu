@@ -43,8 +43,8 @@ __global__ void safe_softmax_kernel(AttentionShape shape, float* scores, float* 
   const float inv_sum = 1.0f / sum;  // sum >= 1: the max itself contributes exp(0)
   for (int j = 0; j < shape.seq_kv; ++j) s[j] = expf(s[j] - row_max) * inv_sum;
   lse[row] = row_max + logf(sum);
-//! [safe_softmax_thread_per_row]
 }
+//! [safe_softmax_thread_per_row]
 
 /// Variant 2: one block per row. Thread t handles columns t, t + 256, t + 512, ...
 constexpr int kBlockThreads = 256;
@@ -68,8 +68,8 @@ __global__ void __launch_bounds__(kBlockThreads) safe_softmax_block_kernel(Atten
   const float inv_sum = 1.0f / sum;
   for (int j = threadIdx.x; j < shape.seq_kv; j += blockDim.x) s[j] = expf(s[j] - row_max) * inv_sum;
   if (threadIdx.x == 0) lse[row] = row_max + logf(sum);
-//! [safe_softmax_block]
 }
+//! [safe_softmax_block]
 
 void launch_safe_softmax(const ForwardParams& p) {
   launch_materialized_attention<float>(p, naive::Products::Tiled, [&](float* scores) {

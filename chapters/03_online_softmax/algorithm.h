@@ -28,8 +28,8 @@ inline float online_softmax_row(float* row, int n) {
   }
   for (int j = 0; j < n; ++j) row[j] = std::exp(row[j] - m) / l;
   return m + std::log(l);
-//! [online_softmax_row_cpu]
 }
+//! [online_softmax_row_cpu]
 
 inline void online_softmax_attention_cpu(const AttentionShape& s, const float* q, const float* k, const float* v,
                                          float* o, float* lse) {

@@ -41,8 +41,8 @@ __device__ MaxSum online_merge(MaxSum a, MaxSum b) {
   float m = fmaxf(a.m, b.m);
   if (m == -INFINITY) return {m, 0.0f};
   return {m, a.l * expf(a.m - m) + b.l * expf(b.m - m)};
-//! [online_update_and_merge]
 }
+//! [online_update_and_merge]
 
 __device__ MaxSum warp_merge(MaxSum state) {
 #pragma unroll
@@ -148,8 +148,8 @@ __global__ void __launch_bounds__(32 * kFusedWarps)
       }
     }
     m = m_new;
-  //! [fused_key_loop]
   }
+  //! [fused_key_loop]
 
   // The deferred normalization: divide by l once, at the end.
   const float inv_l = visible > 0 ? 1.0f / l : 0.0f;
