@@ -59,7 +59,17 @@ def main():
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--budget-ms", type=float, default=1500)
+    parser.add_argument("--backends", default="",
+                        help="comma-separated backend_dtype pairs to run, e.g. flash_bf16,cudnn_bf16 (default: all)")
     args = parser.parse_args()
+    backends = BACKENDS
+    if args.backends:
+        wanted = args.backends.split(",")
+        backends = [b for b in BACKENDS if f"{b[0]}_{DTYPE_NAMES[b[2]]}" in wanted]
+        known = [f"{b[0]}_{DTYPE_NAMES[b[2]]}" for b in BACKENDS]
+        unknown = [w for w in wanted if w not in known]
+        if unknown:
+            sys.exit(f"bench_torch: unknown --backends entry {unknown[0]!r}; allowed: {', '.join(known)}")
 
     print(f"PyTorch {torch.__version__} SDPA on {torch.cuda.get_device_name()}", flush=True)
     points = list(sweep(args.sweep, [int(d) for d in args.dims.split(",")]))
@@ -73,10 +83,10 @@ def main():
             g = torch.Generator(device="cuda").manual_seed(1234)
             q32, k32, v32 = (torch.randn(shape, device="cuda", generator=g) for _ in range(3))
             flops = 4.0 * p["batch"] * p["heads"] * p["seq"] * p["seq"] * p["dim"] / (2 if p["causal"] else 1)
-            for name, backend, dtype in BACKENDS:
+            for name, backend, dtype in backends:
                 n += 1
                 q, k, v = (t.to(dtype) for t in (q32, k32, v32))
-                label = f"[{n:3d}/{len(points) * len(BACKENDS)}] {name:9s} {DTYPE_NAMES[dtype]} " \
+                label = f"[{n:3d}/{len(points) * len(backends)}] {name:9s} {DTYPE_NAMES[dtype]} " \
                         f"b{p['batch']} h{p['heads']} s{p['seq']} d{p['dim']}{' causal' if p['causal'] else ''}"
                 try:
                     with sdpa_kernel([backend]):

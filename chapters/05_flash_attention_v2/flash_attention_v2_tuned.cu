@@ -1,0 +1,279 @@
+// Chapter 05, variant 5 -- `tuned`: variant 4's kernel reshaped until the tensor cores, not the
+// shared-memory port, set the pace.
+//
+// What changes against variant 4 (each reason is in the chapter README):
+//   * 32 Q rows per warp (two m16 tiles), 128 per block of 4 warps: every K or V fragment read
+//     from shared memory now feeds two mma instead of one, halving shared-memory reads per flop.
+//   * Q fragments come from shared memory with ldmatrix at each k-step (at d = 128 there is no
+//     room left in the registers for them; the S and O accumulators take 192 of them).
+//   * K and V wait separately: V_j's copy runs behind S = Q K_j^T, K_{j+1}'s behind P V_j, with
+//     one shared-memory buffer each. Two blocks share an SM, so one block's barriers are the
+//     other block's issue slots.
+//   * The scale is folded into the exponent: p = exp2(s * scale * log2 e - m), one FFMA and one
+//     MUFU.EX2 per score.
+//   * Blocks start with the last Q tile: under a causal mask it has the most K/V tiles, so the
+//     longest blocks start first and the short ones fill the tail.
+//   * O is staged through shared memory (the block's own Q rows) and written with 16-byte stores.
+// Run: build/bin/ch05_flash_attention_v2 --variant tuned
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "algorithm.h"
+#include "cuda_check.h"
+#include "mma_sync.cuh"
+#include "registry.h"
+
+namespace fa::flash2 {
+namespace {
+
+constexpr int kTunedWarps = 4, kTunedThreads = 32 * kTunedWarps;
+constexpr int kWarpRows = 32, kBlockRows = kWarpRows * kTunedWarps;  // two m16 tiles per warp
+
+/// Rows [first, first + kRows) of a [n_rows, kD] 16-bit matrix into shared memory (row stride
+/// kD + 8) with cp.async, 16 bytes per copy; rows past the end are filled with zeros by plain
+/// stores. Each thread keeps one column chunk and steps down the rows, so all its addresses are
+/// one base plus constants (a per-row clamp would cost a 64-bit register per copy, kept live
+/// across the K/V loop).
+template <class T, int kD, int kRows>
+__device__ void copy_rows_async(T* tile, const T* src, int first, int n_rows) {
+  constexpr int kChunks = kD / 8, kLd = kD + 8, kRowStep = kTunedThreads / kChunks;
+  static_assert(kTunedThreads % kChunks == 0 && kRows % kRowStep == 0, "every thread copies the same chunks");
+  const int r0 = int(threadIdx.x) / kChunks, c = int(threadIdx.x) % kChunks;
+  const T* from = src + (int64_t(first) + r0) * kD + c * 8;
+  T* to = tile + r0 * kLd + c * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; ++i) {
+    if (first + r0 + i * kRowStep < n_rows) {
+      cp_async_16(to + i * kRowStep * kLd, from + i * kRowStep * kD, true);
+    } else {
+      *reinterpret_cast<uint4*>(to + i * kRowStep * kLd) = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+/// kKeys: keys per K/V tile. The S accumulators (2 x kKeys / 8 x 4 floats per thread) and the O
+/// accumulators (2 x kD / 8 x 4) share the 255 registers a thread can have.
+template <class T, int kD, int kKeys>
+__global__ void __launch_bounds__(kTunedThreads, 2) flash2_tuned_kernel(AttentionShape shape, const T* q, const T* k,
+                                                                         const T* v, T* o, float* lse) {
+  constexpr int kLd = kD + 8, kKeyBlocks = kKeys / 8;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  T* q_s = reinterpret_cast<T*>(shared_bytes);  // [128][kLd]; O is staged here at the end
+  T* k_s = q_s + kBlockRows * kLd;              // [kKeys][kLd]
+  T* v_s = k_s + kKeys * kLd;                   // [kKeys][kLd]
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int n_q = shape.seq_q, n_k = shape.seq_kv, bh = blockIdx.y;
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * kBlockRows;  // last Q tile first
+  const T* q_head = q + shape.q_head_offset(bh);
+  const T* k_head = k + shape.kv_head_offset(bh);
+  const T* v_head = v + shape.kv_head_offset(bh);
+  const int last_row = min(i0 + kBlockRows, n_q) - 1;
+  const int key_end = shape.causal ? shape.visible_keys(last_row) : n_k;
+  const float scale_log2 = float(shape.softmax_scale()) * 1.4426950408889634f;
+
+  copy_rows_async<T, kD, kBlockRows>(q_s, q_head, i0, n_q);
+  if (key_end > 0) copy_rows_async<T, kD, kKeys>(k_s, k_head, 0, n_k);
+  cp_async_commit();
+
+  // Thread (g, t) of warp w holds rows w*32 + mt*16 + h*8 + g for mt, h in {0, 1}: index 2*mt + h.
+  float out[2][kD / 8][4] = {};
+  float m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l[4] = {};  // m in log2 units, scale folded in
+  const T* q_warp = q_s + (kWarpRows * warp + lane % 16) * kLd + (lane / 16) * 8;  // this lane's ldmatrix row
+
+  for (int j0 = 0; j0 < key_end; j0 += kKeys) {
+    cp_async_wait<0>();
+    __syncthreads();  // K_j (and Q) have landed, and every warp is done reading V_{j-1}
+    copy_rows_async<T, kD, kKeys>(v_s, v_head, j0, n_k);
+    cp_async_commit();
+
+    //! [tuned_scores]
+    // S (32 x kKeys per warp) = Q K_j^T. Per 16-wide k-step: two ldmatrix for the A fragments of
+    // the warp's two m-tiles, then each ldmatrix of K (two n-blocks) feeds four mma.
+    float s[2][kKeyBlocks][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      uint32_t a[2][4];
+      ldmatrix_x4(a[0], q_warp + ks * 16);
+      ldmatrix_x4(a[1], q_warp + 16 * kLd + ks * 16);
+#pragma unroll
+      for (int np = 0; np < kKeyBlocks / 2; ++np) {
+        uint32_t b[4];  // matrices (keys +0, dims +0), (keys +0, dims +8), (keys +8, dims +0), (keys +8, dims +8)
+        ldmatrix_x4(b, k_s + (np * 16 + (lane / 16) * 8 + lane % 8) * kLd + ks * 16 + (lane / 8 % 2) * 8);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          Mma<T>::run(s[mt][2 * np], a[mt], b[0], b[1]);
+          Mma<T>::run(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+    //! [tuned_scores]
+
+    // Only tiles that cross the causal diagonal for some row of the block, or the ends, are masked.
+    const bool needs_mask = (shape.causal && j0 + kKeys > shape.visible_keys(i0)) || j0 + kKeys > n_k ||
+                            i0 + kBlockRows > n_q;
+    if (needs_mask) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nb = 0; nb < kKeyBlocks; ++nb)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = i0 + kWarpRows * warp + 16 * mt + 8 * (e / 2) + g, key = j0 + nb * 8 + 2 * t + (e & 1);
+            if (!(row < n_q && key < n_k && shape.visible(row, key))) s[mt][nb][e] = -INFINITY;
+          }
+    }
+
+    cp_async_wait<0>();
+    __syncthreads();  // V_j has landed, and every warp is done reading K_j
+    if (j0 + kKeys < key_end) copy_rows_async<T, kD, kKeys>(k_s, k_head, j0 + kKeys, n_k);
+    cp_async_commit();
+
+    //! [tuned_softmax]
+    // Online softmax on raw scores: the max commutes with the (positive) scale, so the scale goes
+    // into the exponent, p = exp2(s * scale_log2 - m): one FFMA and one EX2 per score.
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int mt = r / 2, h = r % 2;
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int nb = 0; nb < kKeyBlocks; ++nb) tile_max = fmaxf(tile_max, fmaxf(s[mt][nb][2 * h], s[mt][nb][2 * h + 1]));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 2));
+      const float m_new = fmaxf(m[r], tile_max * scale_log2);
+      const bool seen = m_new != -INFINITY;
+      const float rescale = seen ? exp2f(m[r] - m_new) : 1.0f, m_use = seen ? m_new : 0.0f;
+      float row_sum = 0.0f;
+#pragma unroll
+      for (int nb = 0; nb < kKeyBlocks; ++nb) {
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          s[mt][nb][e] = exp2f(fmaf(s[mt][nb][e], scale_log2, -m_use));  // exp2(-inf) = 0 for masked scores
+          row_sum += s[mt][nb][e];
+        }
+      }
+      l[r] = l[r] * rescale + row_sum;
+      m[r] = m_new;
+#pragma unroll
+      for (int db = 0; db < kD / 8; ++db) {
+        out[mt][db][2 * h] *= rescale;
+        out[mt][db][2 * h + 1] *= rescale;
+      }
+    }
+    //! [tuned_softmax]
+
+    //! [tuned_pv]
+    // O += P V_j: P from registers (as in variant 3), each ldmatrix.trans of V feeds four mma.
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      uint32_t p_frag[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        p_frag[mt][0] = Mma<T>::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        p_frag[mt][1] = Mma<T>::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        p_frag[mt][2] = Mma<T>::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        p_frag[mt][3] = Mma<T>::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int db = 0; db < kD / 8; db += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, v_s + (kk * 16 + (lane / 8 % 2) * 8 + lane % 8) * kLd + (db + lane / 16) * 8);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          Mma<T>::run(out[mt][db], p_frag[mt], b[0], b[1]);
+          Mma<T>::run(out[mt][db + 1], p_frag[mt], b[2], b[3]);
+        }
+      }
+    }
+    //! [tuned_pv]
+  }
+
+  // Epilogue. The Q copy may still be in flight if the loop never ran (a causal block that sees
+  // no key), and other threads' copies land in this warp's rows: wait for all of them.
+  cp_async_wait<0>();
+  __syncthreads();
+  float inv_l[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    l[r] += __shfl_xor_sync(0xFFFFFFFFu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xFFFFFFFFu, l[r], 2);
+    inv_l[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+  }
+  // O / l rounded to T into the warp's own 32 rows of q_s, then 16-byte stores to device memory.
+  T* o_warp = q_s + kWarpRows * warp * kLd;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int db = 0; db < kD / 8; ++db)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float inv = inv_l[2 * mt + h];
+        *reinterpret_cast<uint32_t*>(o_warp + (16 * mt + 8 * h + g) * kLd + db * 8 + 2 * t) =
+            Mma<T>::pack(out[mt][db][2 * h] * inv, out[mt][db][2 * h + 1] * inv);
+      }
+  __syncwarp();
+  T* o_head = o + shape.q_head_offset(bh);
+  constexpr int kChunks = kD / 8;
+#pragma unroll
+  for (int i = 0; i < kWarpRows * kChunks / 32; ++i) {
+    const int e = i * 32 + lane, r = e / kChunks, c = e % kChunks, row = i0 + kWarpRows * warp + r;
+    if (row < n_q)
+      *reinterpret_cast<uint4*>(o_head + int64_t(row) * kD + c * 8) = *reinterpret_cast<const uint4*>(o_warp + r * kLd + c * 8);
+  }
+  if (t == 0) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int row = i0 + kWarpRows * warp + 16 * (r / 2) + 8 * (r % 2) + g;
+      // LSE = ln(sum e^(s * scale)) = (m + log2 l) * ln 2, with m and l in log2 units.
+      if (row < n_q) lse[int64_t(bh) * n_q + row] = m[r] == -INFINITY ? -INFINITY : (m[r] + log2f(l[r])) * 0.6931471805599453f;
+    }
+  }
+}
+
+template <class T, int kD, int kKeys>
+void launch_tuned_dim(const ForwardParams& p) {
+  const AttentionShape& s = p.shape;
+  const int bytes = int((kBlockRows + 2 * kKeys) * (kD + 8) * sizeof(T));
+  auto kernel = flash2_tuned_kernel<T, kD, kKeys>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  dim3 grid(unsigned((s.seq_q + kBlockRows - 1) / kBlockRows), unsigned(s.batch * s.heads_q));
+  kernel<<<grid, kTunedThreads, bytes, p.stream>>>(s, static_cast<const T*>(p.q), static_cast<const T*>(p.k),
+                                                   static_cast<const T*>(p.v), static_cast<T*>(p.o), p.lse);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_tuned(const ForwardParams& p) {
+  if (p.shape.head_dim == 64) {
+    launch_tuned_dim<T, 64, 128>(p);
+  } else {
+    launch_tuned_dim<T, 128, 64>(p);
+  }
+}
+// EXPLORE: smaller key tiles
+template <class T>
+void launch_tuned_alt(const ForwardParams& p) {
+  if (p.shape.head_dim == 64) {
+    launch_tuned_dim<T, 64, 64>(p);
+  } else {
+    launch_tuned_dim<T, 128, 32>(p);
+  }
+}
+
+ForwardKernel tuned_kernel(const char* name, DType dtype, void (*launch)(const ForwardParams&)) {
+  ForwardKernel k{name, 5, 5, "tuned", dtype,
+                  "variant 4 with 32 rows per warp (128 per block), Q via ldmatrix, split K/V waits, scale in the exponent",
+                  launch};
+  k.supports = mma_support;
+  return k;
+}
+
+}  // namespace
+
+FA_REGISTER_FORWARD_KERNEL(tuned_kernel("ch05_tuned_fp16", DType::F16, launch_tuned<__half>));
+FA_REGISTER_FORWARD_KERNEL(tuned_kernel("ch05_tuned_bf16", DType::BF16, launch_tuned<__nv_bfloat16>));
+FA_REGISTER_FORWARD_KERNEL(tuned_kernel("ch05_tunedalt_bf16", DType::BF16, launch_tuned_alt<__nv_bfloat16>));
+
+}  // namespace fa::flash2
