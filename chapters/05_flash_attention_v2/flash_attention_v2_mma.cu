@@ -15,7 +15,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 
 #include "algorithm.h"
 #include "cuda_check.h"
@@ -25,19 +27,6 @@
 namespace fa::flash2 {
 
 constexpr int kWarps = 4, kRows = 16 * kWarps, kKeys = 64, kMmaThreads = 32 * kWarps;
-
-/// Rows [first, first + 64) of a [n_rows, kD] 16-bit matrix into shared memory (row stride kLd),
-/// 16 bytes per thread per step; rows past the end are zero.
-template <class T, int kD, int kLd>
-__device__ void load_tile(T* tile, const T* src, int first, int n_rows) {
-  constexpr int kChunks = kD / 8;  // 8 elements = 16 bytes
-  for (int e = threadIdx.x; e < 64 * kChunks; e += blockDim.x) {
-    const int r = e / kChunks, c = e % kChunks;
-    uint4 value = make_uint4(0, 0, 0, 0);
-    if (first + r < n_rows) value = *reinterpret_cast<const uint4*>(src + int64_t(first + r) * kD + c * 8);
-    *reinterpret_cast<uint4*>(tile + r * kLd + c * 8) = value;
-  }
-}
 
 /// The same copy with cp.async: nothing waits for it until cp_async_wait.
 template <class T, int kD, int kLd>
@@ -68,7 +57,7 @@ __global__ void __launch_bounds__(kMmaThreads) flash2_mma_kernel(AttentionShape 
   const T* k_head = k + shape.kv_head_offset(bh);
   const T* v_head = v + shape.kv_head_offset(bh);
 
-  load_tile<T, kD, kLd>(q_s, q + shape.q_head_offset(bh), i0, n_q);
+  load_tile<T, kD, kLd, 64>(q_s, q + shape.q_head_offset(bh), i0, n_q);
   __syncthreads();
   // The warp's Q rows as A fragments, one per 16-wide step of the head dimension; they stay in
   // registers for the whole K/V loop.
@@ -111,8 +100,8 @@ __global__ void __launch_bounds__(kMmaThreads) flash2_mma_kernel(AttentionShape 
       __syncthreads();
     } else {
       __syncthreads();
-      load_tile<T, kD, kLd>(k_s, k_head, j0, n_k);
-      load_tile<T, kD, kLd>(v_s, v_head, j0, n_k);
+      load_tile<T, kD, kLd, 64>(k_s, k_head, j0, n_k);
+      load_tile<T, kD, kLd, 64>(v_s, v_head, j0, n_k);
       __syncthreads();
     }
 
@@ -276,10 +265,37 @@ std::string mma_support(const AttentionShape& s) {
   return "";
 }
 
+std::string warp_split_traffic_note(const AttentionShape& s, WarpSplit split) {
+  const double tile = 64.0 * s.head_dim;  // elements of a 64-row Q, K or V tile
+  const double stores = 2 * tile * 2;     // K_j and V_j written to shared memory, 16-bit
+  double kv_reads = 4 * 2 * tile * 2, q_reads = 0, o_bytes = 0, exchange = 0;  // Queries: all 4 warps read all of K_j, V_j
+  if (split == WarpSplit::Keys) {
+    kv_reads = 2 * tile * 2;                         // each K/V element read by one warp
+    q_reads = 4 * tile * 2;                          // every warp reads every Q row, every tile
+    o_bytes = tile * 4 * 2 + 4 * tile * 4 * 2;       // rescale (read + write), 4 warps' atomics (read + write)
+    exchange = 4 * 64 * 4 + kMmaThreads * 32 * 4;  // maxima posted; each thread reads 8 rows x 4 warps
+  }
+  const double per_tile = stores + kv_reads + q_reads + o_bytes + exchange;
+  int64_t tiles = 0;
+  for (int i0 = 0; i0 < s.seq_q; i0 += 64) {
+    const int end = s.causal ? s.visible_keys(std::min(i0 + 64, s.seq_q) - 1) : s.seq_kv;
+    if (end > 0) tiles += (end + 63) / 64;
+  }
+  tiles *= int64_t(s.batch) * s.heads_q;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "shared memory per block per K/V tile: %.0f KB (K/V in %.0f, K/V reads %.0f, Q reads %.0f, O in shared "
+                "%.0f, max exchange %.0f); %.1f GB over the launch",
+                per_tile / 1024, stores / 1024, kv_reads / 1024, q_reads / 1024, o_bytes / 1024, exchange / 1024,
+                per_tile * double(tiles) / 1e9);
+  return line;
+}
+
 ForwardKernel mma_kernel(const char* name, int number, const char* variant, DType dtype, const char* summary,
                          void (*launch)(const ForwardParams&)) {
   ForwardKernel k{name, 5, number, variant, dtype, summary, launch};
   k.supports = mma_support;
+  if (number == 3) k.memory_note = [](const AttentionShape& s) { return warp_split_traffic_note(s, WarpSplit::Queries); };
   return k;
 }
 constexpr const char* kMmaSummary = "Q tile split across 4 warps; S and P*V on tensor cores (mma.sync m16n8k16), P in registers";

@@ -252,15 +252,6 @@ void launch_tuned(const ForwardParams& p) {
     launch_tuned_dim<T, 128, 64>(p);
   }
 }
-// EXPLORE: smaller key tiles
-template <class T>
-void launch_tuned_alt(const ForwardParams& p) {
-  if (p.shape.head_dim == 64) {
-    launch_tuned_dim<T, 64, 64>(p);
-  } else {
-    launch_tuned_dim<T, 128, 32>(p);
-  }
-}
 
 ForwardKernel tuned_kernel(const char* name, DType dtype, void (*launch)(const ForwardParams&)) {
   ForwardKernel k{name, 5, 5, "tuned", dtype,
@@ -274,6 +265,5 @@ ForwardKernel tuned_kernel(const char* name, DType dtype, void (*launch)(const F
 
 FA_REGISTER_FORWARD_KERNEL(tuned_kernel("ch05_tuned_fp16", DType::F16, launch_tuned<__half>));
 FA_REGISTER_FORWARD_KERNEL(tuned_kernel("ch05_tuned_bf16", DType::BF16, launch_tuned<__nv_bfloat16>));
-FA_REGISTER_FORWARD_KERNEL(tuned_kernel("ch05_tunedalt_bf16", DType::BF16, launch_tuned_alt<__nv_bfloat16>));
 
 }  // namespace fa::flash2

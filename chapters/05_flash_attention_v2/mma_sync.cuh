@@ -19,6 +19,13 @@ namespace fa::flash2 {
 /// or 128, an sm_80+ GPU, batch * heads_q within the grid's y limit).
 std::string mma_support(const AttentionShape& s);
 
+/// How a block's 4 warps share a 64-row Q tile and a 64-key K/V tile: variant 3 splits the rows
+/// (Queries), variant 2 the keys (Keys, FlashAttention-1's arrangement).
+enum class WarpSplit { Queries, Keys };
+/// One line: the shared-memory bytes a block moves per K/V tile under `split`, by cause, and the
+/// total over the launch (counted from the code, not measured).
+std::string warp_split_traffic_note(const AttentionShape& s, WarpSplit split);
+
 /// D = A B + D for one 16 x 8 x 16 tile: A and B 16-bit (T), C and D fp32.
 template <class T>
 struct Mma;
@@ -77,6 +84,19 @@ __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
 }
 __device__ inline uint32_t pack16(const void* lo, const void* hi) {
   return uint32_t(*static_cast<const uint16_t*>(lo)) | (uint32_t(*static_cast<const uint16_t*>(hi)) << 16);
+}
+
+/// Rows [first, first + kRows) of a [n_rows, kD] 16-bit matrix into shared memory (row stride kLd),
+/// 16 bytes per thread per step; rows past the end are zero.
+template <class T, int kD, int kLd, int kRows>
+__device__ void load_tile(T* tile, const T* src, int first, int n_rows) {
+  constexpr int kChunks = kD / 8;  // 8 elements = 16 bytes
+  for (int e = threadIdx.x; e < kRows * kChunks; e += blockDim.x) {
+    const int r = e / kChunks, c = e % kChunks;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (first + r < n_rows) value = *reinterpret_cast<const uint4*>(src + int64_t(first + r) * kD + c * 8);
+    *reinterpret_cast<uint4*>(tile + r * kLd + c * 8) = value;
+  }
 }
 
 }  // namespace fa::flash2
