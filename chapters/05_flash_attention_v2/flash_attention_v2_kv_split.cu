@@ -6,8 +6,8 @@
 // of every K/V tile for *all* 64 rows. A row's scores are spread over four warps, so per tile:
 //   1. each warp's partial row maxima go through shared memory (barrier) to agree on m_new;
 //   2. the running O can live in no single warp: it sits in shared memory as fp32, every row is
-//      rescaled there (read + write), and after a barrier each warp adds its partial P_w V_w with
-//      shared-memory atomics (read + write of the whole 64 x d tile, four times);
+//      rescaled there (read + write), and each warp adds its partial P_w V_w into it (read +
+//      write of the whole 64 x d tile, four times, in four barrier-separated steps);
 //   3. every warp needs every Q row, so Q fragments are read from shared memory on every tile.
 // Variant 3 splits Q instead: a warp owns its rows, Q stays in registers, O stays in registers,
 // and none of the three costs exists. The chapter README counts the bytes; fa_bench times both.
@@ -136,12 +136,24 @@ __global__ void __launch_bounds__(kSplitThreads) flash2_kv_split_kernel(Attentio
     //! [kv_split_exchange]
 
     //! [kv_split_pv]
-    // Cost 2b: each warp adds its partial P_w V_w (64 x d) into the shared O with atomics.
+    // Cost 2b: each warp's partial P_w V_w (64 x d) must be added into the shared O. In step r,
+    // warp w adds m-tile (w + r) % 4: the four warps touch disjoint rows, and every row receives
+    // the warps' parts in the same order on every run (atomics would be faster to write and
+    // nondeterministic). A barrier separates the steps.
     const int b_row_offset = (key0 + (lane / 8 % 2) * 8 + lane % 8) * kLd + (lane / 16) * 8;
+#pragma unroll 1
+    for (int step = 0; step < kSplitWarps; ++step) {
+      const int my_mt = (warp + step) % kSplitWarps;
+      uint32_t p_frag[4];
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt) {
-      const uint32_t p_frag[4] = {Mma<T>::pack(s[mt][0][0], s[mt][0][1]), Mma<T>::pack(s[mt][0][2], s[mt][0][3]),
-                                  Mma<T>::pack(s[mt][1][0], s[mt][1][1]), Mma<T>::pack(s[mt][1][2], s[mt][1][3])};
+      for (int mt = 0; mt < 4; ++mt) {  // select m-tile my_mt without indexing registers at run time
+        if (mt == my_mt) {
+          p_frag[0] = Mma<T>::pack(s[mt][0][0], s[mt][0][1]);
+          p_frag[1] = Mma<T>::pack(s[mt][0][2], s[mt][0][3]);
+          p_frag[2] = Mma<T>::pack(s[mt][1][0], s[mt][1][1]);
+          p_frag[3] = Mma<T>::pack(s[mt][1][2], s[mt][1][3]);
+        }
+      }
       float acc[kD / 8][4] = {};
 #pragma unroll
       for (int db = 0; db < kD / 8; db += 2) {
@@ -152,18 +164,21 @@ __global__ void __launch_bounds__(kSplitThreads) flash2_kv_split_kernel(Attentio
       }
 #pragma unroll
       for (int db = 0; db < kD / 8; ++db) {
-        float* o_a = o_s + (16 * mt + g) * kLdO + db * 8 + 2 * t;
-        atomicAdd(o_a, acc[db][0]);
-        atomicAdd(o_a + 1, acc[db][1]);
-        atomicAdd(o_a + 8 * kLdO, acc[db][2]);
-        atomicAdd(o_a + 8 * kLdO + 1, acc[db][3]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float2* o_pair = reinterpret_cast<float2*>(o_s + (16 * my_mt + 8 * h + g) * kLdO + db * 8 + 2 * t);
+          const float2 old = *o_pair;
+          *o_pair = make_float2(old.x + acc[db][2 * h], old.y + acc[db][2 * h + 1]);
+        }
       }
+      __syncthreads();
     }
     //! [kv_split_pv]
   }
 
-  // Each warp's l covers its own keys: sum over the quad, then over the four warps.
-  __syncthreads();  // the last atomics are in, and `part` is free again
+  // Each warp's l covers its own keys: sum over the quad, then over the four warps. The loop's
+  // last barrier (or none, if it never ran) is behind us: `part` is free again.
+  __syncthreads();
 #pragma unroll
   for (int r = 0; r < 8; ++r) {
     l[r] += __shfl_xor_sync(0xFFFFFFFFu, l[r], 1);

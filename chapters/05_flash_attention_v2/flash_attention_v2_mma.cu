@@ -272,7 +272,7 @@ std::string warp_split_traffic_note(const AttentionShape& s, WarpSplit split) {
   if (split == WarpSplit::Keys) {
     kv_reads = 2 * tile * 2;                         // each K/V element read by one warp
     q_reads = 4 * tile * 2;                          // every warp reads every Q row, every tile
-    o_bytes = tile * 4 * 2 + 4 * tile * 4 * 2;       // rescale (read + write), 4 warps' atomics (read + write)
+    o_bytes = tile * 4 * 2 + 4 * tile * 4 * 2;       // rescale (read + write), 4 warps' adds (read + write)
     exchange = 4 * 64 * 4 + kMmaThreads * 32 * 4;  // maxima posted; each thread reads 8 rows x 4 warps
   }
   const double per_tile = stores + kv_reads + q_reads + o_bytes + exchange;
