@@ -130,7 +130,7 @@ int chapter_main(int argc, const char* const* argv, const ChapterInfo& chapter) 
     bool notes_header = false;
     for (const RunResult& r : results) {
       if (r.note.empty() || r.device != "gpu") continue;
-      if (!notes_header) std::cout << "\ndevice-memory traffic:\n";
+      if (!notes_header) std::cout << "\nmemory traffic (counted from the code):\n";
       notes_header = true;
       std::cout << "  " << r.name << ": " << r.note << "\n";
     }

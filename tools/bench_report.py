@@ -34,6 +34,7 @@ def main():
     parser.add_argument("--torch", default="")
     parser.add_argument("--ceilings", default="")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--note", default="", help="a paragraph printed under the title (where the numbers come from)")
     args = parser.parse_args()
 
     ours = [r for r in read(args.ours) if r["tflops"]]
@@ -65,6 +66,8 @@ def main():
         tflops[key][f"torch {r['backend']} {r['dtype']}"] = float(r["tflops"])
 
     lines = ["# Benchmark report", ""]
+    if args.note:
+        lines += [args.note, ""]
     lines.append("Forward TFLOP/s (4·B·H·N²·d, halved when causal) on the standard sweep: 16k tokens, hidden 2048 "
                  "(batch = 16384/seq, heads = 2048/d). A `!` marks a point whose oracle check did not pass.")
     lines.append("")
