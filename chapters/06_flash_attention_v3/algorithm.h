@@ -1,0 +1,87 @@
+// Chapter 06 on the CPU: FlashAttention-3's FP8 recipe, to measure what it costs in accuracy
+// without a GPU. Q, K and V are quantized to e4m3 with one scale per block of rows (block
+// quantization), optionally after rotating Q and K by the same random Hadamard matrix
+// (incoherent processing); S = Q K^T is computed from the dequantized values; P is rounded to
+// e4m3 before P V, as the FP8 tensor cores need both operands in FP8; the row sum l uses P before
+// rounding. One difference from the kernel: P is taken against the row's final max instead of
+// the running max of the tile loop, which changes which small P values underflow, not the scale
+// of the error.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "fp8.h"
+#include "problem.h"
+
+namespace fa::flash3 {
+
+/// How Q, K, V (and P) are put into e4m3. block_rows = 0 means one scale per head (per tensor).
+struct Fp8Recipe {
+  int q_block_rows = 128;   // the kernel's Q tile
+  int kv_block_rows = 128;  // the kernel's K/V tile
+  bool incoherent = true;   // rotate Q and K by diag(signs) * H / sqrt(d) first
+  bool p_in_fp8 = true;     // round P to e4m3 before P V
+  uint64_t sign_seed = 0x5EED;
+};
+
+/// The values a block-quantized matrix stands for, row-major.
+inline std::vector<float> dequantize(const Fp8Blocks& m) {
+  std::vector<float> x(std::size_t(m.rows) * m.cols);
+  for (int r = 0; r < m.rows; ++r)
+    for (int c = 0; c < m.cols; ++c) x[std::size_t(r) * m.cols + c] = m.at(r, c);
+  return x;
+}
+
+/// Attention over [batch, heads, seq, head_dim] float inputs with the FP8 recipe; o and lse as
+/// in the oracle. head_dim must be a power of two when recipe.incoherent is set.
+inline void fp8_attention_cpu(const AttentionShape& s, const float* q, const float* k, const float* v, float* o,
+                              float* lse, const Fp8Recipe& recipe) {
+  const int d = s.head_dim;
+  const float scale = float(s.softmax_scale());
+  const std::vector<float> signs = recipe.incoherent ? random_signs(d, recipe.sign_seed) : std::vector<float>();
+  std::vector<float> p(s.seq_kv);
+  for (int bh = 0; bh < s.batch * s.heads_q; ++bh) {
+    std::vector<float> qh(q + s.q_head_offset(bh), q + s.q_head_offset(bh) + int64_t(s.seq_q) * d);
+    std::vector<float> kh(k + s.kv_head_offset(bh), k + s.kv_head_offset(bh) + int64_t(s.seq_kv) * d);
+    if (recipe.incoherent) {
+      rotate_rows(qh.data(), s.seq_q, d, signs);
+      rotate_rows(kh.data(), s.seq_kv, d, signs);
+    }
+    const int q_block = recipe.q_block_rows > 0 ? recipe.q_block_rows : s.seq_q;
+    const int kv_block = recipe.kv_block_rows > 0 ? recipe.kv_block_rows : s.seq_kv;
+    const std::vector<float> q8 = dequantize(quantize_e4m3(qh.data(), s.seq_q, d, q_block));
+    const std::vector<float> k8 = dequantize(quantize_e4m3(kh.data(), s.seq_kv, d, kv_block));
+    const std::vector<float> v8 = dequantize(quantize_e4m3(v + s.kv_head_offset(bh), s.seq_kv, d, kv_block));
+    for (int i = 0; i < s.seq_q; ++i) {
+      float m = -INFINITY;
+      for (int j = 0; j < s.seq_kv; ++j) {
+        float dot = 0.0f;
+        for (int x = 0; x < d; ++x) dot += q8[std::size_t(i) * d + x] * k8[std::size_t(j) * d + x];
+        p[j] = s.visible(i, j) ? dot * scale : -INFINITY;
+        m = std::max(m, p[j]);
+      }
+      float* o_row = o + s.q_head_offset(bh) + int64_t(i) * d;
+      std::fill(o_row, o_row + d, 0.0f);
+      if (m == -INFINITY) {
+        lse[int64_t(bh) * s.seq_q + i] = -INFINITY;
+        continue;
+      }
+      float l = 0.0f;
+      for (int j = 0; j < s.seq_kv; ++j) {
+        p[j] = std::exp(p[j] - m);
+        l += p[j];
+        if (recipe.p_in_fp8) p[j] = round_to_e4m3(p[j]);
+      }
+      for (int j = 0; j < s.seq_kv; ++j)
+        if (p[j] != 0.0f)
+          for (int x = 0; x < d; ++x) o_row[x] += p[j] * v8[std::size_t(j) * d + x];
+      for (int x = 0; x < d; ++x) o_row[x] /= l;
+      lse[int64_t(bh) * s.seq_q + i] = m + std::log(l);
+    }
+  }
+}
+
+}  // namespace fa::flash3
