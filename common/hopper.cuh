@@ -1,0 +1,166 @@
+// Hopper's asynchronous instructions (sm_90a), each wrapped once in inline PTX with a comment on
+// what it does. Used by chapter 06; include it only from code built for sm_90a
+// (CMake: CUDA_ARCHITECTURES 90a-real), since wgmma and setmaxnreg exist nowhere else.
+//
+// The pieces, in the order a tile meets them:
+//   mbarrier  a 64-bit shared-memory barrier that counts thread arrivals *and* bytes of
+//             asynchronous copies; a wait on it finishes when both reach their targets;
+//   TMA       the tensor memory accelerator: one thread hands it a tensor map (shape, strides,
+//             box size, swizzle) and box coordinates, and it copies the box to shared memory,
+//             zero-filling what lies outside the tensor, then adds the bytes to an mbarrier;
+//   wgmma     a warpgroup (4 consecutive warps, 128 threads) multiplies a 64 x N tile: B always
+//             from shared memory, A from shared memory or registers, the fp32 accumulators in
+//             registers. It runs asynchronously: issue, commit a group, wait for groups;
+//   fences    order ordinary memory accesses against the asynchronous proxy (TMA, wgmma).
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (a 128-byte opaque struct); nothing from the driver library is linked
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace fa::hopper {
+
+__device__ inline uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// ---- mbarrier ------------------------------------------------------------------------------
+/// Sets the barrier's expected arrival count; its phase starts at 0.
+__device__ inline void mbarrier_init(uint64_t* bar, int arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals));
+}
+/// Makes the initialized barriers visible to the asynchronous proxy (TMA) before first use.
+__device__ inline void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+/// One arrival that also announces `bytes` more to come from asynchronous copies in this phase.
+__device__ inline void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+/// One plain arrival (a consumer saying "I am done with this stage").
+__device__ inline void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+/// Waits until the barrier's phase with parity `phase` has completed (all arrivals and bytes).
+__device__ inline void mbarrier_wait(uint64_t* bar, uint32_t phase) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(smem_addr(bar)),
+      "r"(phase)
+      : "memory");
+}
+
+// ---- TMA -----------------------------------------------------------------------------------
+/// Copies the box at coordinates (c0, c1, c2) of a 3-D tensor map into shared memory (dst must be
+/// 128-byte aligned, 1024 for the 128-byte swizzle) and reports its bytes to `bar`.
+__device__ inline void tma_load_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
+          smem_addr(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// ---- wgmma ---------------------------------------------------------------------------------
+/// A shared-memory matrix descriptor for the 128-byte swizzle, the layout TMA writes for a box
+/// whose rows are 128 bytes. Fields (PTX ISA, "matrix descriptor"): start address, leading and
+/// stride byte offsets, all in 16-byte units; bits 62-63 = 1 selects the 128-byte swizzle.
+///   K-major operand (Q, K: the reduction dimension contiguous): rows of 128 bytes, 8-row groups
+///     `stride_bytes` = 1024 apart; `leading_bytes` unused.
+///   MN-major operand (V for P V: the output dimension contiguous): 8 rows of the reduction
+///     dimension 128 bytes apart, groups of 8 `stride_bytes` = 1024 apart, and the next 64
+///     output columns (the next TMA box) `leading_bytes` apart.
+__device__ inline uint64_t make_desc_sw128(const void* smem, uint32_t leading_bytes, uint32_t stride_bytes) {
+  uint64_t desc = 0;
+  desc |= uint64_t((smem_addr(smem) & 0x3FFFF) >> 4);
+  desc |= uint64_t((leading_bytes >> 4) & 0x3FFF) << 16;
+  desc |= uint64_t((stride_bytes >> 4) & 0x3FFF) << 32;
+  desc |= uint64_t(1) << 62;
+  return desc;
+}
+/// Orders this thread's register and shared-memory accesses before the wgmma that follow.
+__device__ inline void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+/// Closes the group of wgmma issued since the last commit.
+__device__ inline void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+/// Waits until at most kPending committed groups are still running.
+template <int kPending>
+__device__ inline void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+/// Keeps the compiler from moving reads or writes of an accumulator across a wgmma boundary.
+template <int kN>
+__device__ inline void fence_operands(float (&d)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D (64 x N, fp32) = A (64 x 16, bf16) * B (16 x N, bf16) + (accumulate ? D : 0).
+// _ss: A from shared memory (descriptor); _rs: A from registers, laid out as mma.m16n8k16's A
+// fragment for the warp's 16 rows. kTransB = 1 when B is MN-major (V in P V).
+// Accumulator layout: warp w of the warpgroup holds rows 16w..16w+15; for each 8-column block j,
+// d[4j..4j+3] = (row g, col 8j+2t), (g, 8j+2t+1), (g+8, 8j+2t), (g+8, 8j+2t+1), g = lane/4, t = lane%4.
+template <int kTransB>
+__device__ inline void wgmma_m64n128k16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %67, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+      "}, %64, %65, p, 1, 1, 0, %66;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "n"(kTransB), "r"(int(accumulate)));
+}
+
+template <int kTransB>
+__device__ inline void wgmma_m64n128k16_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %70, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+      "}, {%64,%65,%66,%67}, %68, p, 1, 1, %69;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB), "r"(int(accumulate)));
+}
+
+template <int kTransB>
+__device__ inline void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+      "}, {%32,%33,%34,%35}, %36, p, 1, 1, %37;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB), "r"(int(accumulate)));
+}
+
+// ---- registers -----------------------------------------------------------------------------
+/// setmaxnreg: hand registers back (dec) or take them (inc) for the calling warpgroup; the
+/// producer gives up what the consumers need. Only honoured in a kernel with a register cap.
+template <int kRegs>
+__device__ inline void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
+template <int kRegs>
+__device__ inline void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
+
+}  // namespace fa::hopper

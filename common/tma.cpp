@@ -1,0 +1,38 @@
+// Tensor maps for TMA; see tma.h.
+#include "tma.h"
+
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace fa {
+
+CUtensorMap make_tensor_map_sw128(const void* base, int element_bytes, int cols, int rows, int planes, int box_rows) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess || fn == nullptr)
+      throw std::runtime_error("cuTensorMapEncodeTiled is not available from this CUDA driver");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (element_bytes != 1 && element_bytes != 2)
+    throw std::invalid_argument("make_tensor_map_sw128: element_bytes must be 1 or 2, got " + std::to_string(element_bytes));
+  const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(planes)};
+  const cuuint64_t strides[2] = {cuuint64_t(cols) * element_bytes, cuuint64_t(cols) * rows * element_bytes};  // bytes, dims 1 and 2
+  const cuuint32_t box[3] = {cuuint32_t(128 / element_bytes), cuuint32_t(box_rows), 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  CUtensorMap map{};
+  const CUresult r = encode(&map, element_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 3,
+                            const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ") for a [" +
+                             std::to_string(planes) + "][" + std::to_string(rows) + "][" + std::to_string(cols) +
+                             "] tensor with boxes of " + std::to_string(box_rows) + " rows");
+  return map;
+}
+
+}  // namespace fa

@@ -1,0 +1,18 @@
+// Host side of TMA: building the tensor maps chapter 06's kernels copy tiles with.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap; the encoder is fetched from the driver at run time, nothing is linked
+
+#include <cstdint>
+
+namespace fa {
+
+/// A tensor map over a 16-bit array laid out [planes][rows][cols] (cols contiguous; a plane is one
+/// (batch, head) of Q, K or V), cut into boxes of box_rows x 64 columns (128 bytes per box row)
+/// stored in shared memory with the 128-byte swizzle. Rows past `rows` (and columns past `cols`)
+/// read as zeros, so a tile hanging over the end of a sequence never sees the next head.
+/// element_bytes: 2 (bf16) or 1 (fp8, boxes of 128 columns). Throws std::runtime_error with the
+/// driver's message on failure.
+CUtensorMap make_tensor_map_sw128(const void* base, int element_bytes, int cols, int rows, int planes, int box_rows);
+
+}  // namespace fa
