@@ -1,0 +1,162 @@
+// Chapter 06: the per-tile work every variant shares, as device functions. A warpgroup owns 64
+// rows of the Q tile; one K/V tile is 128 keys. The variants differ only in who loads the tiles
+// and in what order the warpgroups issue these steps.
+//
+// Shared memory holds tiles as TMA boxes of 128 rows x 128 bytes (64 bf16 columns), written with
+// the 128-byte swizzle; a tile of head_dim d is d / 64 boxes side by side.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "hopper.cuh"
+#include "problem.h"
+
+namespace fa::flash3 {
+
+constexpr int kBlockN = 128;          // keys per K/V tile
+constexpr int kBoxBytes = 128 * 128;  // one TMA box
+
+/// Byte offsets of a block's shared memory: Q, then kStages K tiles, then kStages V tiles, then
+/// the mbarriers (kBarriers of them), each tile 1024-byte aligned.
+template <int kD, int kBlockM, int kStages, int kBarriers>
+struct Smem {
+  static constexpr int kBoxes = kD / 64;
+  static constexpr int kQBytes = kBoxes * kBlockM * 128;
+  static constexpr int kTileBytes = kBoxes * kBoxBytes;  // one 128-key K or V tile
+  static constexpr int kQ = 0, kK = kQBytes, kV = kK + kStages * kTileBytes;
+  static constexpr int kBars = kV + kStages * kTileBytes;
+  static constexpr int kBytes = kBars + 8 * kBarriers + 1024;  // + slack to align the base to 1024
+};
+
+/// The dynamic shared memory, aligned up to 1024 bytes (the swizzle pattern's period).
+__device__ inline unsigned char* aligned_smem(unsigned char* raw) {
+  return raw + ((1024 - (hopper::smem_addr(raw) & 1023)) & 1023);
+}
+
+/// Issues S (64 x 128, this warpgroup's rows) = Q K^T as kD / 16 wgmma and commits them; the
+/// caller waits. q_rows: the warpgroup's first Q row in box 0 (the same offset in every box).
+template <int kD, int kQBoxBytes>
+__device__ inline void issue_scores(float (&s)[kBlockN / 2], const unsigned char* q_rows, const unsigned char* k_tile) {
+  //! [wgmma_scores]
+  // kD / 16 wgmma of k = 16. Within a 128-byte swizzled row, the k-th 16-column step starts 32
+  // bytes further; columns 64 and up live in the next box.
+  hopper::wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    const int box = ks / 4, step = ks % 4;
+    const uint64_t a = hopper::make_desc_sw128(q_rows + box * kQBoxBytes + step * 32, 16, 1024);
+    const uint64_t b = hopper::make_desc_sw128(k_tile + box * kBoxBytes + step * 32, 16, 1024);
+    hopper::wgmma_m64n128k16_ss<0>(s, a, b, ks > 0);
+  }
+  hopper::wgmma_commit();
+  //! [wgmma_scores]
+}
+
+/// -inf where (row, key) is masked or out of range. row0: this thread's first row (g), row0 + 8
+/// its second; s[4c + e] is row row0 + 8 * (e / 2), key j0 + 8c + 2t + (e & 1).
+__device__ inline void mask_scores(float (&s)[kBlockN / 2], const AttentionShape& shape, int row0, int j0, int t) {
+#pragma unroll
+  for (int i = 0; i < kBlockN / 2; ++i) {
+    const int row = row0 + 8 * ((i % 4) / 2), key = j0 + 8 * (i / 4) + 2 * t + (i & 1);
+    if (!(row < shape.seq_q && key < shape.seq_kv && shape.visible(row, key))) s[i] = -INFINITY;
+  }
+}
+
+/// Online softmax on the raw scores (scale folded into the exponent), S replaced by P; returns
+/// the factors the running O must be multiplied by, one per row.
+__device__ inline void online_softmax(float (&s)[kBlockN / 2], float (&m)[2], float (&l)[2], float (&rescale)[2],
+                                      float scale_log2) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int c = 0; c < kBlockN / 8; ++c) tile_max = fmaxf(tile_max, fmaxf(s[4 * c + 2 * h], s[4 * c + 2 * h + 1]));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 2));
+    const float m_new = fmaxf(m[h], tile_max * scale_log2);
+    const bool seen = m_new != -INFINITY;
+    rescale[h] = seen ? exp2f(m[h] - m_new) : 1.0f;
+    const float m_use = seen ? m_new : 0.0f;
+    float row_sum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kBlockN / 8; ++c) {
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; ++e) {
+        s[4 * c + e] = exp2f(fmaf(s[4 * c + e], scale_log2, -m_use));
+        row_sum += s[4 * c + e];
+      }
+    }
+    l[h] = l[h] * rescale[h] + row_sum;
+    m[h] = m_new;
+  }
+}
+
+template <int kD>
+__device__ inline void rescale_output(float (&out)[kD / 2], const float (&rescale)[2]) {
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) out[i] *= rescale[(i % 4) / 2];
+}
+
+/// P as wgmma A fragments, straight from the S accumulators: 16 keys (two 8-column blocks) are
+/// one k-step, and the accumulator layout of two blocks is the A layout of one step.
+__device__ inline void pack_p(const float (&s)[kBlockN / 2], uint32_t (&p)[kBlockN / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+      p[kk][r] = *reinterpret_cast<const uint32_t*>(&pair);
+    }
+  }
+}
+
+/// Issues O += P V_j and commits; the caller waits.
+template <int kD>
+__device__ inline void issue_pv(float (&out)[kD / 2], const uint32_t (&p)[kBlockN / 16][4], const unsigned char* v_tile) {
+  //! [wgmma_pv]
+  // V is [keys][d] with d contiguous: "MN-major" for B, hence kTransB = 1. 8 keys are 8 rows of
+  // 128 bytes (1024 bytes per group of 8); the next 64 columns of d are the next box.
+  hopper::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    const uint64_t b = hopper::make_desc_sw128(v_tile + kk * 16 * 128, kBoxBytes, 1024);
+    if constexpr (kD == 128) {
+      hopper::wgmma_m64n128k16_rs<1>(out, p[kk], b, true);
+    } else {
+      hopper::wgmma_m64n64k16_rs<1>(out, p[kk], b, true);
+    }
+  }
+  hopper::wgmma_commit();
+  //! [wgmma_pv]
+}
+
+/// O / l rounded to bf16, and LSE, for this thread's two rows.
+template <int kD>
+__device__ inline void write_output(float (&out)[kD / 2], float (&m)[2], float (&l)[2], const AttentionShape& shape, int bh,
+                                    int row0, int t, __nv_bfloat16* o, float* lse) {
+  __nv_bfloat16* o_head = o + shape.q_head_offset(bh);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 2);
+    const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+    const int row = row0 + 8 * h;
+    if (row >= shape.seq_q) continue;
+#pragma unroll
+    for (int c = 0; c < kD / 8; ++c) {
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(out[4 * c + 2 * h] * inv, out[4 * c + 2 * h + 1] * inv);
+      *reinterpret_cast<__nv_bfloat162*>(o_head + int64_t(row) * kD + 8 * c + 2 * t) = pair;
+    }
+    if (t == 0)
+      lse[int64_t(bh) * shape.seq_q + row] = m[h] == -INFINITY ? -INFINITY : (m[h] + log2f(l[h])) * 0.6931471805599453f;
+  }
+}
+
+/// Does K/V tile j0 need the mask for some row of the block [i0, i0 + block_m)?
+__device__ inline bool tile_needs_mask(const AttentionShape& shape, int i0, int block_m, int j0) {
+  return (shape.causal && j0 + kBlockN > shape.visible_keys(i0)) || j0 + kBlockN > shape.seq_kv || i0 + block_m > shape.seq_q;
+}
+
+}  // namespace fa::flash3

@@ -1,0 +1,235 @@
+// Chapter 06, variants 3 and 4: warp specialization, then ping-pong and in-warpgroup overlap.
+//
+// Variant 3, `specialized`: 3 warpgroups. Warpgroup 0 is the producer: it gives most of its
+// registers away (setmaxnreg.dec to 24) and one of its threads issues every TMA copy, waiting on
+// an "empty" mbarrier per stage before it overwrites one. Warpgroups 1 and 2 are consumers
+// (setmaxnreg.inc to 240): each owns 64 rows of the 128-row Q tile, waits on a stage's "full"
+// barrier, computes, and arrives on its "empty" barrier. No __syncthreads in the loop: the two
+// consumers drift apart, so one's softmax can run while the other's wgmma does.
+//
+// Variant 4, `pingpong`: the same roles, plus two schedules.
+//   * Ping-pong: the consumers take turns issuing their GEMMs, handing the turn over with named
+//     barriers, so while one warpgroup runs its softmax the tensor cores work for the other.
+//   * In-warpgroup overlap: a consumer issues S_{j+1} = Q K_{j+1}^T and P_j V_j back to back, then
+//     runs the softmax of tile j+1 while P_j V_j is still on the tensor cores.
+// Run: build/bin/ch06_flash_attention_v3 --variant specialized   (or --variant pingpong)
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "cuda_check.h"
+#include "flash3_tile.cuh"
+#include "flash_attention_v3.h"
+#include "registry.h"
+#include "tma.h"
+
+namespace fa::flash3 {
+namespace {
+
+using namespace fa::hopper;
+
+constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers), kBlockM = 64 * kConsumers, kStages = 2;
+constexpr int kConsumerThreads = 128 * kConsumers;
+
+// Barriers: q_full, k_full[2], v_full[2], k_empty[2], v_empty[2].
+template <int kD>
+using Layout = Smem<kD, kBlockM, kStages, 1 + 4 * kStages>;
+
+/// Named barriers (ids 1 and 2; 0 is __syncthreads): "it is consumer c's turn to issue".
+__device__ inline void turn_wait(int consumer) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(1 + consumer), "n"(kConsumerThreads) : "memory");
+}
+__device__ inline void turn_give(int consumer) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(1 + consumer), "n"(kConsumerThreads) : "memory");
+}
+
+template <int kD, bool kPingPong>
+__global__ void __launch_bounds__(kThreads, 1)
+    flash3_specialized_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                              const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, __nv_bfloat16* o,
+                              float* lse) {
+  using S = Layout<kD>;
+  extern __shared__ unsigned char shared_raw[];
+  unsigned char* smem = aligned_smem(shared_raw);
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + S::kBars);
+  uint64_t* k_full = q_full + 1;
+  uint64_t* v_full = k_full + kStages;
+  uint64_t* k_empty = v_full + kStages;
+  uint64_t* v_empty = k_empty + kStages;
+
+  const int tid = threadIdx.x, wg = tid / 128;
+  const int bh = blockIdx.y;
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * kBlockM;
+  const int key_end = shape.causal ? shape.visible_keys(min(i0 + kBlockM, shape.seq_q) - 1) : shape.seq_kv;
+  const int n_tiles = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
+
+  if (tid == 0) {
+    mbarrier_init(q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(&k_full[s], 1);
+      mbarrier_init(&v_full[s], 1);
+      mbarrier_init(&k_empty[s], kConsumerThreads);
+      mbarrier_init(&v_empty[s], kConsumerThreads);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    //! [producer]
+    // The producer: registers handed back, one thread issuing copies. Before refilling a stage
+    // it waits for the consumers' arrivals on that stage's empty barrier (phase of the previous
+    // use: the first kStages tiles go into fresh stages and wait for nothing).
+    setmaxnreg_dec<24>();
+    if (tid == 0) {
+      const int kv_plane = (bh / shape.heads_q) * shape.heads_kv + shape.kv_head(bh % shape.heads_q);
+      mbarrier_arrive_expect_tx(q_full, S::kQBytes);
+      for (int b = 0; b < S::kBoxes; ++b) tma_load_3d(smem + S::kQ + b * kBlockM * 128, &tm_q, 64 * b, i0, bh, q_full);
+      for (int j = 0; j < n_tiles; ++j) {
+        const int stage = j % kStages;
+        const uint32_t previous_use = ((j / kStages) & 1) ^ 1;
+        if (j >= kStages) mbarrier_wait(&k_empty[stage], previous_use);
+        mbarrier_arrive_expect_tx(&k_full[stage], S::kTileBytes);
+        for (int b = 0; b < S::kBoxes; ++b)
+          tma_load_3d(smem + S::kK + stage * S::kTileBytes + b * kBoxBytes, &tm_k, 64 * b, j * kBlockN, kv_plane, &k_full[stage]);
+        if (j >= kStages) mbarrier_wait(&v_empty[stage], previous_use);
+        mbarrier_arrive_expect_tx(&v_full[stage], S::kTileBytes);
+        for (int b = 0; b < S::kBoxes; ++b)
+          tma_load_3d(smem + S::kV + stage * S::kTileBytes + b * kBoxBytes, &tm_v, 64 * b, j * kBlockN, kv_plane, &v_full[stage]);
+      }
+    }
+    //! [producer]
+    return;
+  }
+
+  setmaxnreg_inc<240>();
+  const int consumer = wg - 1, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int row0 = i0 + 64 * consumer + 16 * warp + g;
+  const unsigned char* q_rows = smem + S::kQ + consumer * 64 * 128;
+  const float scale_log2 = float(shape.softmax_scale()) * 1.4426950408889634f;
+  float out[kD / 2] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  auto k_tile = [&](int j) { return smem + S::kK + (j % kStages) * S::kTileBytes; };
+  auto v_tile = [&](int j) { return smem + S::kV + (j % kStages) * S::kTileBytes; };
+  auto phase = [](int j) { return uint32_t((j / kStages) & 1); };
+  mbarrier_wait(q_full, 0);
+
+  if constexpr (!kPingPong) {
+    for (int j = 0; j < n_tiles; ++j) {
+      mbarrier_wait(&k_full[j % kStages], phase(j));
+      float s[kBlockN / 2];
+      issue_scores<kD, kBlockM * 128>(s, q_rows, k_tile(j));
+      wgmma_wait<0>();
+      fence_operands(s);
+      mbarrier_arrive(&k_empty[j % kStages]);  // this warpgroup is done with K_j
+
+      if (tile_needs_mask(shape, i0, kBlockM, j * kBlockN)) mask_scores(s, shape, row0, j * kBlockN, t);
+      float rescale[2];
+      online_softmax(s, m, l, rescale, scale_log2);
+      rescale_output<kD>(out, rescale);
+      uint32_t p[kBlockN / 16][4];
+      pack_p(s, p);
+
+      mbarrier_wait(&v_full[j % kStages], phase(j));
+      issue_pv<kD>(out, p, v_tile(j));
+      wgmma_wait<0>();
+      fence_operands(out);
+      mbarrier_arrive(&v_empty[j % kStages]);
+    }
+  } else {
+    //! [pingpong]
+    // Tile 0's scores and softmax first; then per step: [my turn] issue S_{j+1} and P_j V_j,
+    // [hand the turn over], softmax of S_{j+1} while P_j V_j runs, then rescale O.
+    // Each consumer takes n_tiles + 1 turns, alternating, consumer 0 first: consumer 1 gives it
+    // the first one, and does not give back after its own last turn (nobody would take it).
+    if (consumer == 1 && n_tiles > 0) turn_give(0);
+    uint32_t p[kBlockN / 16][4];
+    if (n_tiles > 0) {
+      float s[kBlockN / 2];
+      mbarrier_wait(&k_full[0], 0);
+      turn_wait(consumer);
+      issue_scores<kD, kBlockM * 128>(s, q_rows, k_tile(0));
+      turn_give(1 - consumer);
+      wgmma_wait<0>();
+      fence_operands(s);
+      mbarrier_arrive(&k_empty[0]);
+      if (tile_needs_mask(shape, i0, kBlockM, 0)) mask_scores(s, shape, row0, 0, t);
+      float rescale[2];
+      online_softmax(s, m, l, rescale, scale_log2);
+      pack_p(s, p);
+    }
+    for (int j = 0; j + 1 < n_tiles; ++j) {
+      float s[kBlockN / 2];
+      mbarrier_wait(&k_full[(j + 1) % kStages], phase(j + 1));
+      mbarrier_wait(&v_full[j % kStages], phase(j));
+      turn_wait(consumer);
+      issue_scores<kD, kBlockM * 128>(s, q_rows, k_tile(j + 1));
+      issue_pv<kD>(out, p, v_tile(j));
+      turn_give(1 - consumer);
+      wgmma_wait<1>();  // S_{j+1} is done; P_j V_j may still run
+      fence_operands(s);
+      mbarrier_arrive(&k_empty[(j + 1) % kStages]);
+      if (tile_needs_mask(shape, i0, kBlockM, (j + 1) * kBlockN)) mask_scores(s, shape, row0, (j + 1) * kBlockN, t);
+      float rescale[2];
+      online_softmax(s, m, l, rescale, scale_log2);
+      wgmma_wait<0>();
+      fence_operands(out);
+      mbarrier_arrive(&v_empty[j % kStages]);
+      rescale_output<kD>(out, rescale);  // O now holds P_j V_j too: bring it to the new max
+      pack_p(s, p);
+    }
+    if (n_tiles > 0) {  // the last tile's P V, in the last turn
+      const int j = n_tiles - 1;
+      mbarrier_wait(&v_full[j % kStages], phase(j));
+      turn_wait(consumer);
+      issue_pv<kD>(out, p, v_tile(j));
+      if (consumer == 0) turn_give(1);
+      wgmma_wait<0>();
+      fence_operands(out);
+      mbarrier_arrive(&v_empty[j % kStages]);
+    }
+    //! [pingpong]
+  }
+  write_output<kD>(out, m, l, shape, bh, row0, t, o, lse);
+}
+
+template <int kD, bool kPingPong>
+void launch_specialized_dim(const ForwardParams& p) {
+  const AttentionShape& s = p.shape;
+  const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, kD, s.seq_q, s.batch * s.heads_q, kBlockM);
+  const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, kD, s.seq_kv, s.batch * s.heads_kv, kBlockN);
+  const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, kD, s.seq_kv, s.batch * s.heads_kv, kBlockN);
+  auto kernel = flash3_specialized_kernel<kD, kPingPong>;
+  const int bytes = Layout<kD>::kBytes;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  dim3 grid(unsigned((s.seq_q + kBlockM - 1) / kBlockM), unsigned(s.batch * s.heads_q));
+  kernel<<<grid, kThreads, bytes, p.stream>>>(tm_q, tm_k, tm_v, s, static_cast<__nv_bfloat16*>(p.o), p.lse);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <bool kPingPong>
+void launch_specialized(const ForwardParams& p) {
+  if (p.shape.head_dim == 64) {
+    launch_specialized_dim<64, kPingPong>(p);
+  } else {
+    launch_specialized_dim<128, kPingPong>(p);
+  }
+}
+
+ForwardKernel specialized_kernel(const char* name, int number, const char* variant, const char* summary,
+                                 void (*launch)(const ForwardParams&)) {
+  ForwardKernel k{name, 6, number, variant, DType::BF16, summary, launch};
+  k.supports = hopper_support;
+  return k;
+}
+
+}  // namespace
+
+FA_REGISTER_FORWARD_KERNEL(specialized_kernel("ch06_specialized_bf16", 3, "specialized",
+                                              "producer warpgroup (TMA, setmaxnreg.dec) + 2 consumer warpgroups, full/empty mbarriers",
+                                              launch_specialized<false>));
+FA_REGISTER_FORWARD_KERNEL(specialized_kernel("ch06_pingpong_bf16", 4, "pingpong",
+                                              "variant 3 + consumers take turns issuing GEMMs; softmax of j+1 overlaps P_j V_j",
+                                              launch_specialized<true>));
+
+}  // namespace fa::flash3
