@@ -14,6 +14,7 @@
 //   * Blocks start with the last Q tile: under a causal mask it has the most K/V tiles, so the
 //     longest blocks start first and the short ones fill the tail.
 //   * O is staged through shared memory (the block's own Q rows) and written with 16-byte stores.
+// The per-tile steps are in tuned_tile.cuh (chapter 06's variant 1 reuses them).
 // Run: build/bin/ch05_flash_attention_v2 --variant tuned
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -24,6 +25,7 @@
 #include "cuda_check.h"
 #include "mma_sync.cuh"
 #include "registry.h"
+#include "tuned_tile.cuh"
 
 namespace fa::flash2 {
 namespace {
@@ -81,7 +83,6 @@ __global__ void __launch_bounds__(kTunedThreads, 2) flash2_tuned_kernel(Attentio
   // Thread (g, t) of warp w holds rows w*32 + mt*16 + h*8 + g for mt, h in {0, 1}: index 2*mt + h.
   float out[2][kD / 8][4] = {};
   float m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l[4] = {};  // m in log2 units, scale folded in
-  const T* q_warp = q_s + (kWarpRows * warp + lane % 16) * kLd + (lane / 16) * 8;  // this lane's ldmatrix row
 
   for (int j0 = 0; j0 < key_end; j0 += kKeys) {
     cp_async_wait<0>();
@@ -89,101 +90,20 @@ __global__ void __launch_bounds__(kTunedThreads, 2) flash2_tuned_kernel(Attentio
     copy_rows_async<T, kD, kKeys>(v_s, v_head, j0, n_k);
     cp_async_commit();
 
-    //! [tuned_scores]
-    // S (32 x kKeys per warp) = Q K_j^T. Per 16-wide k-step: two ldmatrix for the A fragments of
-    // the warp's two m-tiles, then each ldmatrix of K (two n-blocks) feeds four mma.
     float s[2][kKeyBlocks][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      uint32_t a[2][4];
-      ldmatrix_x4(a[0], q_warp + ks * 16);
-      ldmatrix_x4(a[1], q_warp + 16 * kLd + ks * 16);
-#pragma unroll
-      for (int np = 0; np < kKeyBlocks / 2; ++np) {
-        uint32_t b[4];  // matrices (keys +0, dims +0), (keys +0, dims +8), (keys +8, dims +0), (keys +8, dims +8)
-        ldmatrix_x4(b, k_s + (np * 16 + (lane / 16) * 8 + lane % 8) * kLd + ks * 16 + (lane / 8 % 2) * 8);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          Mma<T>::run(s[mt][2 * np], a[mt], b[0], b[1]);
-          Mma<T>::run(s[mt][2 * np + 1], a[mt], b[2], b[3]);
-        }
-      }
-    }
-    //! [tuned_scores]
-
+    tuned_scores<T, kD, kKeys, PaddedRows<kD>, PaddedRows<kD>>(s, q_s, k_s, warp, lane);
     // Only tiles that cross the causal diagonal for some row of the block, or the ends, are masked.
     const bool needs_mask = (shape.causal && j0 + kKeys > shape.visible_keys(i0)) || j0 + kKeys > n_k ||
                             i0 + kBlockRows > n_q;
-    if (needs_mask) {
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int nb = 0; nb < kKeyBlocks; ++nb)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = i0 + kWarpRows * warp + 16 * mt + 8 * (e / 2) + g, key = j0 + nb * 8 + 2 * t + (e & 1);
-            if (!(row < n_q && key < n_k && shape.visible(row, key))) s[mt][nb][e] = -INFINITY;
-          }
-    }
+    if (needs_mask) tuned_mask<kKeys>(s, shape, i0 + kWarpRows * warp, j0, g, t);
 
     cp_async_wait<0>();
     __syncthreads();  // V_j has landed, and every warp is done reading K_j
     if (j0 + kKeys < key_end) copy_rows_async<T, kD, kKeys>(k_s, k_head, j0 + kKeys, n_k);
     cp_async_commit();
 
-    // Online softmax on raw scores: the max commutes with the (positive) scale, so the scale goes
-    // into the exponent, p = exp2(s * scale_log2 - m): one FFMA and one EX2 per score.
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int mt = r / 2, h = r % 2;
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int nb = 0; nb < kKeyBlocks; ++nb) tile_max = fmaxf(tile_max, fmaxf(s[mt][nb][2 * h], s[mt][nb][2 * h + 1]));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 1));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 2));
-      const float m_new = fmaxf(m[r], tile_max * scale_log2);
-      const bool seen = m_new != -INFINITY;
-      const float rescale = seen ? exp2f(m[r] - m_new) : 1.0f, m_use = seen ? m_new : 0.0f;
-      float row_sum = 0.0f;
-#pragma unroll
-      for (int nb = 0; nb < kKeyBlocks; ++nb) {
-#pragma unroll
-        for (int e = 2 * h; e < 2 * h + 2; ++e) {
-          s[mt][nb][e] = exp2f(fmaf(s[mt][nb][e], scale_log2, -m_use));  // exp2(-inf) = 0 for masked scores
-          row_sum += s[mt][nb][e];
-        }
-      }
-      l[r] = l[r] * rescale + row_sum;
-      m[r] = m_new;
-#pragma unroll
-      for (int db = 0; db < kD / 8; ++db) {
-        out[mt][db][2 * h] *= rescale;
-        out[mt][db][2 * h + 1] *= rescale;
-      }
-    }
-
-    // O += P V_j: P from registers (as in variant 3), each ldmatrix.trans of V feeds four mma.
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      uint32_t p_frag[2][4];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        p_frag[mt][0] = Mma<T>::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        p_frag[mt][1] = Mma<T>::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        p_frag[mt][2] = Mma<T>::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        p_frag[mt][3] = Mma<T>::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-      }
-#pragma unroll
-      for (int db = 0; db < kD / 8; db += 2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, v_s + (kk * 16 + (lane / 8 % 2) * 8 + lane % 8) * kLd + (db + lane / 16) * 8);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          Mma<T>::run(out[mt][db], p_frag[mt], b[0], b[1]);
-          Mma<T>::run(out[mt][db + 1], p_frag[mt], b[2], b[3]);
-        }
-      }
-    }
+    tuned_softmax<kD, kKeys>(s, out, m, l, scale_log2);
+    tuned_pv<T, kD, kKeys, PaddedRows<kD>>(out, s, v_s, lane);
   }
 
   // Epilogue. The Q copy may still be in flight if the loop never ran (a causal block that sees

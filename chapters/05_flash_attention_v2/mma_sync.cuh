@@ -82,6 +82,15 @@ __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
+/// The same two, given a 32-bit shared-memory address (what __cvta_generic_to_shared returns).
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem));
+}
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem));
+}
 __device__ inline uint32_t pack16(const void* lo, const void* hi) {
   return uint32_t(*static_cast<const uint16_t*>(lo)) | (uint32_t(*static_cast<const uint16_t*>(hi)) << 16);
 }

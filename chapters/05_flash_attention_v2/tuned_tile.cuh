@@ -1,0 +1,128 @@
+// Chapter 05 variant 5's work on one K/V tile, as device functions: scores, mask, online
+// softmax, P V. The shared-memory layout is a template parameter, so chapter 06's variant 1
+// runs the same code on the 128-byte-swizzled tiles TMA writes.
+//
+// A block has 4 warps and 128 Q rows; warp w owns rows 32w .. 32w + 31 as two m16 tiles.
+// Thread (g, t) of warp w holds rows 32w + 16mt + 8h + g for mt, h in {0, 1} (index r = 2mt + h).
+#pragma once
+
+#include <cstdint>
+
+#include "mma_sync.cuh"
+#include "problem.h"
+
+namespace fa::flash2 {
+
+/// Chapter 05's layout: rows of kD elements padded by 8 (16 bytes), so the 8 row addresses of
+/// an ldmatrix land in 8 different 16-byte bank groups.
+template <int kD>
+struct PaddedRows {
+  template <class T>
+  __device__ static const T* at(const T* tile, int row, int col) {
+    return tile + row * (kD + 8) + col;
+  }
+};
+
+/// S (32 x kKeys per warp) += Q K_j^T (pass S zeroed).
+template <class T, int kD, int kKeys, class QLayout, class KLayout>
+__device__ inline void tuned_scores(float (&s)[2][kKeys / 8][4], const T* q_s, const T* k_s, int warp, int lane) {
+  //! [tuned_scores]
+  // Per 16-wide k-step: two ldmatrix for the A fragments of the warp's two m-tiles, then each
+  // ldmatrix of K (two n-blocks) feeds four mma.
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    uint32_t a[2][4];
+    ldmatrix_x4(a[0], QLayout::at(q_s, 32 * warp + lane % 16, ks * 16 + (lane / 16) * 8));
+    ldmatrix_x4(a[1], QLayout::at(q_s, 32 * warp + 16 + lane % 16, ks * 16 + (lane / 16) * 8));
+#pragma unroll
+    for (int np = 0; np < kKeys / 16; ++np) {
+      uint32_t b[4];  // matrices (keys +0, dims +0), (keys +0, dims +8), (keys +8, dims +0), (keys +8, dims +8)
+      ldmatrix_x4(b, KLayout::at(k_s, np * 16 + (lane / 16) * 8 + lane % 8, ks * 16 + (lane / 8 % 2) * 8));
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        Mma<T>::run(s[mt][2 * np], a[mt], b[0], b[1]);
+        Mma<T>::run(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+  //! [tuned_scores]
+}
+
+/// -inf where (row, key) is masked or past the end. warp_row0: the warp's first row.
+template <int kKeys>
+__device__ inline void tuned_mask(float (&s)[2][kKeys / 8][4], AttentionShape shape, int warp_row0, int j0, int g,
+                                  int t) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nb = 0; nb < kKeys / 8; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = warp_row0 + 16 * mt + 8 * (e / 2) + g, key = j0 + nb * 8 + 2 * t + (e & 1);
+        if (!(row < shape.seq_q && key < shape.seq_kv && shape.visible(row, key))) s[mt][nb][e] = -INFINITY;
+      }
+}
+
+/// Online softmax on raw scores, S replaced by P, O rescaled. The max commutes with the
+/// (positive) scale, so the scale goes into the exponent, p = exp2(s * scale_log2 - m): one FFMA
+/// and one EX2 per score.
+template <int kD, int kKeys>
+__device__ inline void tuned_softmax(float (&s)[2][kKeys / 8][4], float (&out)[2][kD / 8][4], float (&m)[4], float (&l)[4],
+                                     float scale_log2) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int mt = r / 2, h = r % 2;
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int nb = 0; nb < kKeys / 8; ++nb) tile_max = fmaxf(tile_max, fmaxf(s[mt][nb][2 * h], s[mt][nb][2 * h + 1]));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 2));
+    const float m_new = fmaxf(m[r], tile_max * scale_log2);
+    const bool seen = m_new != -INFINITY;
+    const float rescale = seen ? exp2f(m[r] - m_new) : 1.0f, m_use = seen ? m_new : 0.0f;
+    float row_sum = 0.0f;
+#pragma unroll
+    for (int nb = 0; nb < kKeys / 8; ++nb) {
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; ++e) {
+        s[mt][nb][e] = exp2f(fmaf(s[mt][nb][e], scale_log2, -m_use));  // exp2(-inf) = 0 for masked scores
+        row_sum += s[mt][nb][e];
+      }
+    }
+    l[r] = l[r] * rescale + row_sum;
+    m[r] = m_new;
+#pragma unroll
+    for (int db = 0; db < kD / 8; ++db) {
+      out[mt][db][2 * h] *= rescale;
+      out[mt][db][2 * h + 1] *= rescale;
+    }
+  }
+}
+
+/// O += P V_j: P from registers (as in variant 3), each ldmatrix.trans of V feeds four mma.
+template <class T, int kD, int kKeys, class VLayout>
+__device__ inline void tuned_pv(float (&out)[2][kD / 8][4], const float (&s)[2][kKeys / 8][4], const T* v_s, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
+    uint32_t p_frag[2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      p_frag[mt][0] = Mma<T>::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+      p_frag[mt][1] = Mma<T>::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+      p_frag[mt][2] = Mma<T>::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+      p_frag[mt][3] = Mma<T>::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int db = 0; db < kD / 8; db += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, VLayout::at(v_s, kk * 16 + (lane / 8 % 2) * 8 + lane % 8, (db + lane / 16) * 8));
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        Mma<T>::run(out[mt][db], p_frag[mt], b[0], b[1]);
+        Mma<T>::run(out[mt][db + 1], p_frag[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+}  // namespace fa::flash2
