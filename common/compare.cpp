@@ -15,6 +15,8 @@ Tolerance tolerance_for(DType dtype) {
   return {0, 0, 0};
 }
 
+Tolerance fp8_tolerance() { return {1.5e-1, 6e-1, 3e-1}; }
+
 namespace {
 
 std::string format_number(double x) {
@@ -63,10 +65,10 @@ std::string CompareReport::details() const {
 
 CompareReport compare_forward(const AttentionShape& shape, DType dtype, const std::vector<unsigned char>& o_raw,
                               const std::vector<float>& lse, const CheckPlan& plan,
-                              const ForwardReference& ref) {
+                              const ForwardReference& ref, const Tolerance* tolerance) {
   CompareReport rep;
   rep.dtype = dtype;
-  rep.tolerance = tolerance_for(dtype);
+  rep.tolerance = tolerance ? *tolerance : tolerance_for(dtype);
   const int d = shape.head_dim;
   double err_sq = 0, ref_sq = 0;
   for (size_t e = 0; e < plan.heads.size(); ++e) {

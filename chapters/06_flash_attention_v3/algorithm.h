@@ -2,8 +2,9 @@
 // without a GPU. Q, K and V are quantized to e4m3 with one scale per block of rows (block
 // quantization), optionally after rotating Q and K by the same random Hadamard matrix
 // (incoherent processing); S = Q K^T is computed from the dequantized values; P is rounded to
-// e4m3 before P V, as the FP8 tensor cores need both operands in FP8; the row sum l uses P before
-// rounding. One difference from the kernel: P is taken against the row's final max instead of
+// e4m3 before P V, as the FP8 tensor cores need both operands in FP8 (scaled by 2^8 first, so
+// that probabilities down to 2^-17 stay representable; the factor is divided out with l); the
+// row sum l uses P before rounding. One difference from the kernel: P is taken against the row's final max instead of
 // the running max of the tile loop, which changes which small P values underflow, not the scale
 // of the error.
 #pragma once
@@ -18,12 +19,16 @@
 
 namespace fa::flash3 {
 
+/// P is multiplied by this exact power of two before it is rounded to e4m3 (and O divided by it
+/// at the end): P <= 1 maps to <= 256 < 448, and e4m3's normal range starts at 2^-6.
+constexpr float kPScale = 256.0f;
+
 /// How Q, K, V (and P) are put into e4m3. block_rows = 0 means one scale per head (per tensor).
 struct Fp8Recipe {
   int q_block_rows = 128;   // the kernel's Q tile
   int kv_block_rows = 128;  // the kernel's K/V tile
   bool incoherent = true;   // rotate Q and K by diag(signs) * H / sqrt(d) first
-  bool p_in_fp8 = true;     // round P to e4m3 before P V
+  bool p_in_fp8 = true;     // round P * kPScale to e4m3 before P V
   uint64_t sign_seed = 0x5EED;
 };
 
@@ -73,7 +78,7 @@ inline void fp8_attention_cpu(const AttentionShape& s, const float* q, const flo
       for (int j = 0; j < s.seq_kv; ++j) {
         p[j] = std::exp(p[j] - m);
         l += p[j];
-        if (recipe.p_in_fp8) p[j] = round_to_e4m3(p[j]);
+        if (recipe.p_in_fp8) p[j] = round_to_e4m3(p[j] * kPScale) / kPScale;
       }
       for (int j = 0; j < s.seq_kv; ++j)
         if (p[j] != 0.0f)

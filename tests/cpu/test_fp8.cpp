@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../../chapters/06_flash_attention_v3/algorithm.h"
+#include "compare.h"
 #include "fp8.h"
 #include "random.h"
 #include "reference.h"
@@ -186,6 +187,42 @@ TEST(Fp8Attention, IncoherentProcessingCutsTheErrorOnOutliers) {
   EXPECT_LT(e_full * 1.25, e_tensor) << "seed " << seed;
   EXPECT_LT(e_p32, e_full) << "rounding P to e4m3 must cost something";
   EXPECT_LT(e_full, 2.5e-2) << "the FlashAttention-3 paper reports 9.1e-3 for its FP8 recipe on this experiment";
+}
+
+TEST(Fp8Attention, ErrorOnPlainInputs) {
+  // No outliers: the error chapter 06's FP8 kernel is judged against (its tolerance row).
+  const AttentionShape s = shape_of(1, 2, 2, 300, 300, 128, true);
+  const uint64_t seed = fresh_seed();
+  std::vector<float> q(s.q_elems()), k(s.kv_elems()), v(s.kv_elems());
+  for (int64_t i = 0; i < s.q_elems(); ++i) q[i] = random_normal(seed, 0, i);
+  for (int64_t i = 0; i < s.kv_elems(); ++i) k[i] = random_normal(seed, 1, i), v[i] = random_normal(seed, 2, i);
+  std::vector<float> o(s.o_elems()), lse(s.lse_elems());
+  flash3::fp8_attention_cpu(s, q.data(), k.data(), v.data(), o.data(), lse.data(), flash3::Fp8Recipe{});
+  const CheckPlan plan = full_check_plan(s);
+  const ForwardReference ref = reference_forward(s, q.data(), k.data(), v.data(), plan);
+  double err = 0, norm = 0, max_abs = 0;
+  for (std::size_t e = 0; e < plan.heads.size(); ++e)
+    for (std::size_t r = 0; r < plan.heads[e].rows.size(); ++r)
+      for (int x = 0; x < s.head_dim; ++x) {
+        const int bh = plan.heads[e].batch * s.heads_q + plan.heads[e].head;
+        const double got = o[s.q_head_offset(bh) + int64_t(plan.heads[e].rows[r]) * s.head_dim + x], want = ref.o[e][r * s.head_dim + x];
+        err += (got - want) * (got - want);
+        norm += want * want;
+        max_abs = std::max(max_abs, std::fabs(got - want));
+      }
+  const double rel = std::sqrt(err / norm);
+  double lse_err = 0;
+  for (std::size_t e = 0; e < plan.heads.size(); ++e)
+    for (std::size_t r = 0; r < plan.heads[e].rows.size(); ++r) {
+      const int bh = plan.heads[e].batch * s.heads_q + plan.heads[e].head;
+      lse_err = std::max(lse_err, std::fabs(lse[int64_t(bh) * s.seq_q + plan.heads[e].rows[r]] - ref.lse[e][r]));
+    }
+  std::printf("FP8 recipe on N(0,1) inputs (%s, seed %llu): relative Frobenius error %.2e, max abs %.2e, LSE max abs %.2e\n",
+              s.to_string().c_str(), (unsigned long long)seed, rel, max_abs, lse_err);
+  const Tolerance fp8 = fp8_tolerance();
+  EXPECT_LT(rel, fp8.rel_fro / 2) << "the FP8 tolerance row must leave the recipe a 2x margin";
+  EXPECT_LT(max_abs, fp8.max_abs / 2);
+  EXPECT_LT(lse_err, fp8.lse_abs / 2);
 }
 
 }  // namespace
