@@ -17,17 +17,21 @@
 // `supports` (optional) returns "" when the kernel handles a shape, otherwise the reason it
 // does not ("head_dim must be a multiple of 32, got 48"). `workspace_bytes` (optional) asks the
 // runner for scratch device memory. `memory_note` (optional) is one line about what the kernel
-// moves through device memory, printed by the chapter program.
+// moves through device memory, printed by the chapter program. `tolerance` (optional) replaces
+// the dtype's row of the tolerance table, for kernels whose arithmetic is coarser than their
+// input and output dtype (chapter 06's FP8 kernel: bf16 in and out, e4m3 inside).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "compare.h"
 #include "dtype.h"
 #include "problem.h"
 
@@ -59,6 +63,7 @@ struct ForwardKernel {
   ShapeCheck supports;
   std::function<std::size_t(const AttentionShape&)> workspace_bytes;
   std::function<std::string(const AttentionShape&)> memory_note;
+  std::optional<Tolerance> tolerance;
 };
 
 /// A chapter's algorithm.h on the CPU, in float, same loops as its kernel. Outputs O [B,H,Nq,d]

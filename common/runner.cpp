@@ -137,7 +137,8 @@ RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOp
       std::vector<unsigned char> lse_raw = launch.lse.download();
       std::vector<float> lse_values(shape.lse_elems());
       std::memcpy(lse_values.data(), lse_raw.data(), lse_raw.size());
-      r.report = compare_forward(shape, kernel.dtype, o_raw, lse_values, problem.plan(), problem.reference(kernel.dtype));
+      r.report = compare_forward(shape, kernel.dtype, o_raw, lse_values, problem.plan(), problem.reference(kernel.dtype),
+                                 kernel.tolerance ? &*kernel.tolerance : nullptr);
       r.checked = true;
       r.plan = problem.plan().describe(shape);
     }
