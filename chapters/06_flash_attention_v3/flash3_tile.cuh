@@ -159,4 +159,69 @@ __device__ inline bool tile_needs_mask(const AttentionShape& shape, int i0, int 
   return (shape.causal && j0 + kBlockN > shape.visible_keys(i0)) || j0 + kBlockN > shape.seq_kv || i0 + block_m > shape.seq_q;
 }
 
+/// Named barriers 1 and 2 (0 is __syncthreads): "it is consumer c's turn to issue". Both
+/// consumer warpgroups (256 threads) take part: one waits with bar.sync, the other arrives.
+__device__ inline void turn_wait(int consumer) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(1 + consumer) : "memory");
+}
+__device__ inline void turn_give(int consumer) {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + consumer) : "memory");
+}
+
+/// Variant 4's schedule for one consumer warpgroup, written once for any operand type (bf16 in
+/// variant 4, e4m3 in variant 5). `ops` provides wait_k(j), wait_v(j), release_k(j),
+/// release_v(j); scores(j, s) and pv(j), each issuing and committing one wgmma group;
+/// softmax(j, s, rescale) (mask, online softmax, P left in s); rescale_out(rescale); pack(s)
+/// (P into the A fragments pv reads); fence_out().
+template <class Ops>
+__device__ inline void pingpong_schedule(Ops& ops, int n_tiles, int consumer) {
+  //! [pingpong]
+  // Tile 0's scores and softmax first; then per step: [my turn] issue S_{j+1} and P_j V_j,
+  // [hand the turn over], softmax of S_{j+1} while P_j V_j runs, then rescale O.
+  // Each consumer takes n_tiles + 1 turns, alternating, consumer 0 first: consumer 1 gives it
+  // the first one, and does not give back after its own last turn (nobody would take it).
+  if (n_tiles == 0) return;
+  if (consumer == 1) turn_give(0);
+  {
+    float s[kBlockN / 2];
+    float rescale[2];
+    ops.wait_k(0);
+    turn_wait(consumer);
+    ops.scores(0, s);
+    turn_give(1 - consumer);
+    hopper::wgmma_wait<0>();
+    hopper::fence_operands(s);
+    ops.release_k(0);
+    ops.softmax(0, s, rescale);  // O is still zero: nothing to rescale
+    ops.pack(s);
+  }
+  for (int j = 0; j + 1 < n_tiles; ++j) {
+    float s[kBlockN / 2];
+    float rescale[2];
+    ops.wait_k(j + 1);
+    ops.wait_v(j);
+    turn_wait(consumer);
+    ops.scores(j + 1, s);
+    ops.pv(j);
+    turn_give(1 - consumer);
+    hopper::wgmma_wait<1>();  // S_{j+1} is done; P_j V_j may still run
+    hopper::fence_operands(s);
+    ops.release_k(j + 1);
+    ops.softmax(j + 1, s, rescale);
+    hopper::wgmma_wait<0>();
+    ops.fence_out();
+    ops.release_v(j);
+    ops.rescale_out(rescale);  // O now holds P_j V_j too: bring it to the new max
+    ops.pack(s);
+  }
+  ops.wait_v(n_tiles - 1);  // the last tile's P V, in the last turn
+  turn_wait(consumer);
+  ops.pv(n_tiles - 1);
+  if (consumer == 0) turn_give(1);
+  hopper::wgmma_wait<0>();
+  ops.fence_out();
+  ops.release_v(n_tiles - 1);
+  //! [pingpong]
+}
+
 }  // namespace fa::flash3

@@ -1,4 +1,4 @@
-// Chapter 06, variant 5 -- `fp8`: variant 3's warp-specialized kernel on e4m3 operands, with
+// Chapter 06, variant 5 -- `fp8`: variant 4's warp-specialized ping-pong kernel on e4m3 operands, with
 // FlashAttention-3's two accuracy tricks. bf16 in and out; head_dim 128.
 //
 // Two preprocessing kernels turn the bf16 inputs into what the FP8 tensor cores take:
@@ -10,7 +10,7 @@
 //     the keys are also permuted, so that the P values a thread already holds in its S
 //     accumulators are exactly its A-fragment slots (see p_slot_key); P V sums over keys, so any
 //     order works as long as P and V agree.
-// The attention kernel (variant 3's producer/consumer structure):
+// The attention kernel: variant 4's producer/consumers and ping-pong schedule, on e4m3 operands:
 //   S = Q8 K8^T with wgmma.m64n128k32.e4m3, times scale_q * scale_k folded into the exponent;
 //   P * 2^8 rounded to e4m3 in registers (2^8 keeps small probabilities above e4m3's floor);
 //   O += P8 V8 with O kept in units of the current V block's scale (one more factor in the
@@ -42,6 +42,7 @@ constexpr int kRows8 = 128;                  // rows per Q block, keys per K/V b
 constexpr uint64_t kSignSeed = 0x5EED;       // the incoherent-processing signs (as algorithm.h)
 constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers), kStages = 2;
 constexpr int kTileBytes8 = kRows8 * 128;    // one 128 x 128-byte tile of Q, K or V^T
+constexpr int kBlockM8 = 64 * kConsumers;   // = kRows8: a Q tile is one scale block
 
 // ---- preprocessing ------------------------------------------------------------------------
 
@@ -63,48 +64,72 @@ __device__ inline uint32_t e4m3x4(float a, float b, float c, float d) {
   return lo | (hi << 16);
 }
 
-/// Q or K: thread r of block (b, plane) takes row 128b + r; signs, Hadamard, block scale, e4m3.
+/// Row `row` of a plane as this lane's 4 floats (columns 4 lane .. 4 lane + 3), zeros past the end.
+__device__ inline float4 load_row4(const __nv_bfloat16* plane_base, int row, int rows, int lane) {
+  if (row >= rows) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const uint2 raw = *reinterpret_cast<const uint2*>(plane_base + int64_t(row) * kD8 + 4 * lane);
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+//! [device_hadamard]
+/// x <- x * diag(signs) * H / sqrt(128) for one row spread over a warp (lane l holds columns
+/// 4l .. 4l + 3). Butterflies of distance 1 and 2 stay inside a lane; distance 4 .. 64 pairs
+/// lane l with lane l ^ (distance / 4), one shuffle per value.
+__device__ inline void rotate_row(float (&v)[4], int lane) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) v[e] *= (splitmix64(kSignSeed + uint64_t(4 * lane + e)) >> 63) ? -1.0f : 1.0f;
+#pragma unroll
+  for (int half = 1; half < 4; half *= 2)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (!(e & half)) {
+        const float a = v[e], b = v[e + half];
+        v[e] = a + b;
+        v[e + half] = a - b;
+      }
+#pragma unroll
+  for (int lanes = 1; lanes < 32; lanes *= 2) {
+    const bool upper = lane & lanes;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float other = __shfl_xor_sync(0xFFFFFFFFu, v[e], lanes);
+      v[e] = upper ? other - v[e] : v[e] + other;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) v[e] *= 0.08838834764831845f;  // 1 / sqrt(128)
+}
+//! [device_hadamard]
+
+/// Q or K, one block per (128-row block, plane), one warp per 32 rows (a row is 256 coalesced
+/// bytes): rotate, take the block's largest |x|, then e4m3 with that block's scale.
 __global__ void __launch_bounds__(128) quantize_rotated_kernel(const __nv_bfloat16* x, int rows, uint8_t* x8,
                                                                float* scales) {
   __shared__ float scratch[4];
-  const int plane = blockIdx.y, row = blockIdx.x * kRows8 + threadIdx.x;
-  const bool valid = row < rows;
-  float v[kD8];
-  const __nv_bfloat16* src = x + (int64_t(plane) * rows + row) * kD8;
-#pragma unroll
-  for (int c = 0; c < kD8; ++c) {
-    const float sign = (splitmix64(kSignSeed + uint64_t(c)) >> 63) ? -1.0f : 1.0f;
-    v[c] = valid ? sign * __bfloat162float(src[c]) : 0.0f;
-  }
-  //! [device_hadamard]
-  // The fast Walsh-Hadamard transform: 7 stages of butterflies, all in this thread's registers.
-#pragma unroll
-  for (int half = 1; half < kD8; half *= 2)
-#pragma unroll
-    for (int i = 0; i < kD8; i += 2 * half)
-#pragma unroll
-      for (int j = i; j < i + half; ++j) {
-        const float a = v[j], b = v[j + half];
-        v[j] = a + b;
-        v[j + half] = a - b;
-      }
-  //! [device_hadamard]
+  const int plane = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = blockIdx.x * kRows8 + 32 * warp;
+  const __nv_bfloat16* base = x + int64_t(plane) * rows * kD8;
+  float v[32][4];
   float amax = 0.0f;
 #pragma unroll
-  for (int c = 0; c < kD8; ++c) amax = fmaxf(amax, fabsf(v[c]));
-  amax = block_amax(amax * 0.08838834764831845f, scratch);  // 1 / sqrt(128): the orthogonal H
-  const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
-  if (threadIdx.x == 0) scales[int64_t(plane) * gridDim.x + blockIdx.x] = scale;
-  if (!valid) return;
-  const float inv = 0.08838834764831845f / scale;
-  uint4* dst = reinterpret_cast<uint4*>(x8 + (int64_t(plane) * rows + row) * kD8);
+  for (int r = 0; r < 32; ++r) {
+    const float4 f = load_row4(base, row0 + r, rows, lane);
+    v[r][0] = f.x, v[r][1] = f.y, v[r][2] = f.z, v[r][3] = f.w;
+    rotate_row(v[r], lane);
 #pragma unroll
-  for (int c = 0; c < kD8; c += 16) {
-    dst[c / 16] = make_uint4(e4m3x4(v[c] * inv, v[c + 1] * inv, v[c + 2] * inv, v[c + 3] * inv),
-                             e4m3x4(v[c + 4] * inv, v[c + 5] * inv, v[c + 6] * inv, v[c + 7] * inv),
-                             e4m3x4(v[c + 8] * inv, v[c + 9] * inv, v[c + 10] * inv, v[c + 11] * inv),
-                             e4m3x4(v[c + 12] * inv, v[c + 13] * inv, v[c + 14] * inv, v[c + 15] * inv));
+    for (int e = 0; e < 4; ++e) amax = fmaxf(amax, fabsf(v[r][e]));
   }
+  amax = block_amax(amax, scratch);
+  const float scale = amax > 0.0f ? amax / 448.0f : 1.0f, inv = 1.0f / scale;
+  if (threadIdx.x == 0) scales[int64_t(plane) * gridDim.x + blockIdx.x] = scale;
+  uint8_t* dst = x8 + int64_t(plane) * rows * kD8;
+#pragma unroll
+  for (int r = 0; r < 32; ++r)
+    if (row0 + r < rows)
+      *reinterpret_cast<uint32_t*>(dst + int64_t(row0 + r) * kD8 + 4 * lane) =
+          e4m3x4(v[r][0] * inv, v[r][1] * inv, v[r][2] * inv, v[r][3] * inv);
 }
 
 //! [p_slot_key]
@@ -125,36 +150,38 @@ static_assert(p_key_slot(p_slot_key(0)) == 0 && p_key_slot(p_slot_key(13)) == 13
 
 /// V: block of 128 keys -> e4m3 with one scale, written transposed and slot-permuted:
 /// vt8[plane][x][128 b + slot] for key 128 b + 32 g + p_slot_key(slot). Keys past the end are 0.
+/// One warp per 32 keys (coalesced reads); the transpose goes through shared memory so the
+/// writes are 128-byte rows too.
 __global__ void __launch_bounds__(128) quantize_v_kernel(const __nv_bfloat16* v, int rows, int rows_padded, uint8_t* vt8,
                                                          float* scales) {
   __shared__ float scratch[4];
-  __shared__ uint8_t tile[kD8][kRows8 + 16];  // [x][slot], rows padded against bank conflicts
-  const int plane = blockIdx.y, key = blockIdx.x * kRows8 + threadIdx.x;
-  const bool valid = key < rows;
-  float x[kD8];
-  const __nv_bfloat16* src = v + (int64_t(plane) * rows + key) * kD8;
-#pragma unroll
-  for (int c = 0; c < kD8; ++c) x[c] = valid ? __bfloat162float(src[c]) : 0.0f;
+  __shared__ __align__(16) uint8_t tile[kD8][kRows8 + 16];  // [x][slot], rows padded against bank conflicts
+  const int plane = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int key0 = blockIdx.x * kRows8 + 32 * warp;
+  const __nv_bfloat16* base = v + int64_t(plane) * rows * kD8;
+  float x[32][4];
   float amax = 0.0f;
 #pragma unroll
-  for (int c = 0; c < kD8; ++c) amax = fmaxf(amax, fabsf(x[c]));
+  for (int r = 0; r < 32; ++r) {
+    const float4 f = load_row4(base, key0 + r, rows, lane);
+    x[r][0] = f.x, x[r][1] = f.y, x[r][2] = f.z, x[r][3] = f.w;
+    amax = fmaxf(amax, fmaxf(fmaxf(fabsf(f.x), fabsf(f.y)), fmaxf(fabsf(f.z), fabsf(f.w))));
+  }
   amax = block_amax(amax, scratch);
-  const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+  const float scale = amax > 0.0f ? amax / 448.0f : 1.0f, inv = 1.0f / scale;
   if (threadIdx.x == 0) scales[int64_t(plane) * gridDim.x + blockIdx.x] = scale;
-  const int slot = (threadIdx.x / 32) * 32 + p_key_slot(threadIdx.x % 32);
 #pragma unroll
-  for (int c = 0; c < kD8; c += 2) {
-    const uint32_t pair = __nv_cvt_float2_to_fp8x2(make_float2(x[c] / scale, x[c + 1] / scale), __NV_SATFINITE, __NV_E4M3);
-    tile[c][slot] = uint8_t(pair & 0xFF);
-    tile[c + 1][slot] = uint8_t(pair >> 8);
+  for (int r = 0; r < 32; ++r) {
+    const int slot = 32 * warp + p_key_slot(r);
+    const uint32_t q4 = e4m3x4(x[r][0] * inv, x[r][1] * inv, x[r][2] * inv, x[r][3] * inv);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) tile[4 * lane + e][slot] = uint8_t(q4 >> (8 * e));
   }
   __syncthreads();
-  // 128 rows of 128 bytes, 16 bytes per thread per step.
   for (int e = threadIdx.x; e < kD8 * 8; e += 128) {
     const int r = e / 8, c = e % 8;
-    uint4 chunk;
-    memcpy(&chunk, &tile[r][c * 16], 16);
-    *reinterpret_cast<uint4*>(vt8 + (int64_t(plane) * kD8 + r) * rows_padded + blockIdx.x * kRows8 + c * 16) = chunk;
+    *reinterpret_cast<uint4*>(vt8 + (int64_t(plane) * kD8 + r) * rows_padded + blockIdx.x * kRows8 + c * 16) =
+        *reinterpret_cast<const uint4*>(&tile[r][c * 16]);
   }
 }
 
@@ -183,11 +210,71 @@ __device__ inline void pack_p_e4m3(const float (&s)[kBlockN / 2], uint32_t (&p)[
   }
 }
 
+/// The e4m3 operations variant 4's schedule (pingpong_schedule in flash3_tile.cuh) runs here.
+struct Fp8Ops {
+  unsigned char* smem;
+  const unsigned char* q_rows;
+  uint64_t *k_full, *v_full, *k_empty, *v_empty;
+  AttentionShape shape;
+  Fp8Scales scales;
+  int i0, row0, t, kv_plane;
+  float scale_log2;  // softmax scale * log2(e) * this Q block's scale
+  float out[kD8 / 2];
+  float m[2], l[2];
+  float v_scale;  // O is kept in units of the current V block's scale
+  uint32_t p[kBlockN / 32][4];
+
+  __device__ static uint32_t phase(int j) { return uint32_t((j / kStages) & 1); }
+  __device__ void wait_k(int j) { mbarrier_wait(&k_full[j % kStages], phase(j)); }
+  __device__ void wait_v(int j) { mbarrier_wait(&v_full[j % kStages], phase(j)); }
+  __device__ void release_k(int j) { mbarrier_arrive(&k_empty[j % kStages]); }
+  __device__ void release_v(int j) { mbarrier_arrive(&v_empty[j % kStages]); }
+  __device__ void scores(int j, float (&s)[kBlockN / 2]) {
+    //! [fp8_scores]
+    // S = Q8 K8^T: 4 wgmma of k = 32 bytes; the true scores are S * scale_q * scale_k.
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kD8 / 32; ++ks) {
+      const uint64_t a = make_desc_sw128(q_rows + ks * 32, 16, 1024);
+      const uint64_t b = make_desc_sw128(smem + kK8 + (j % kStages) * kTileBytes8 + ks * 32, 16, 1024);
+      wgmma_m64n128k32_e4m3_ss(s, a, b, ks > 0);
+    }
+    wgmma_commit();
+    //! [fp8_scores]
+  }
+  __device__ void pv(int j) {
+    //! [fp8_pv]
+    // O += P8 V8: B = the V^T tile, K-major (keys contiguous in each of the 128 rows of d).
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 32; ++kk) {
+      const uint64_t b = make_desc_sw128(smem + kV8 + (j % kStages) * kTileBytes8 + kk * 32, 16, 1024);
+      wgmma_m64n128k32_e4m3_rs(out, p[kk], b, true);
+    }
+    wgmma_commit();
+    //! [fp8_pv]
+  }
+  __device__ void softmax(int j, float (&s)[kBlockN / 2], float (&rescale)[2]) {
+    if (tile_needs_mask(shape, i0, kBlockM8, j * kBlockN)) mask_scores(s, shape, row0, j * kBlockN, t);
+    online_softmax(s, m, l, rescale, scale_log2 * scales.k[int64_t(kv_plane) * scales.kv_blocks + j]);
+    // O also changes units, from the old V block's scale to V_j's.
+    const float v_scale_j = scales.v[int64_t(kv_plane) * scales.kv_blocks + j], units = v_scale / v_scale_j;
+    rescale[0] *= units;
+    rescale[1] *= units;
+    v_scale = v_scale_j;
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i) s[i] *= kPScale;
+  }
+  __device__ void rescale_out(const float (&rescale)[2]) { rescale_output<kD8>(out, rescale); }
+  __device__ void pack(const float (&s)[kBlockN / 2]) { pack_p_e4m3(s, p); }
+  __device__ void fence_out() { fence_operands(out); }
+};
+
 __global__ void __launch_bounds__(kThreads, 1)
     flash3_fp8_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                       const __grid_constant__ CUtensorMap tm_vt, AttentionShape shape, Fp8Scales scales,
                       __nv_bfloat16* o, float* lse) {
-  constexpr int kBlockM = 64 * kConsumers;
+  constexpr int kBlockM = kBlockM8;
   extern __shared__ unsigned char shared_raw[];
   unsigned char* smem = aligned_smem(shared_raw);
   uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + kBars8);
@@ -236,69 +323,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   setmaxnreg_inc<240>();
   const int consumer = wg - 1, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int row0 = i0 + 64 * consumer + 16 * warp + g;
-  const unsigned char* q_rows = smem + kQ8 + consumer * 64 * 128;
   const float scale_q = scales.q[int64_t(bh) * scales.q_blocks + q_block];
-  const float scale_log2 = float(shape.softmax_scale()) * 1.4426950408889634f * scale_q;
-  float out[kD8 / 2] = {};
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  float v_scale = 1.0f;  // O is kept in units of the current V block's scale
+  Fp8Ops ops{smem, smem + kQ8 + consumer * 64 * 128, k_full, v_full, k_empty, v_empty, shape, scales, i0, row0, t, kv_plane,
+             float(shape.softmax_scale()) * 1.4426950408889634f * scale_q, {}, {-INFINITY, -INFINITY}, {0.0f, 0.0f}, 1.0f, {}};
   mbarrier_wait(q_full, 0);
-
-  for (int j = 0; j < n_tiles; ++j) {
-    const int stage = j % kStages;
-    const uint32_t phase = (j / kStages) & 1;
-    const float k_scale = scales.k[int64_t(kv_plane) * scales.kv_blocks + j];
-    const float v_scale_j = scales.v[int64_t(kv_plane) * scales.kv_blocks + j];
-    mbarrier_wait(&k_full[stage], phase);
-    //! [fp8_scores]
-    // S = Q8 K8^T: 4 wgmma of k = 32 bytes; then the true scores are S * scale_q * scale_k.
-    float s[kBlockN / 2];
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kD8 / 32; ++ks) {
-      const uint64_t a = make_desc_sw128(q_rows + ks * 32, 16, 1024);
-      const uint64_t b = make_desc_sw128(smem + kK8 + stage * kTileBytes8 + ks * 32, 16, 1024);
-      wgmma_m64n128k32_e4m3_ss(s, a, b, ks > 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands(s);
-    //! [fp8_scores]
-    mbarrier_arrive(&k_empty[stage]);
-
-    if (tile_needs_mask(shape, i0, kBlockM, j * kBlockN)) mask_scores(s, shape, row0, j * kBlockN, t);
-    float rescale[2];
-    online_softmax(s, m, l, rescale, scale_log2 * k_scale);
-    // O holds the old tile's units (v_scale); bring it to the new max and to V_j's units.
-    const float units = v_scale / v_scale_j;
-    rescale[0] *= units;
-    rescale[1] *= units;
-    v_scale = v_scale_j;
-    rescale_output<kD8>(out, rescale);
-#pragma unroll
-    for (int i = 0; i < kBlockN / 2; ++i) s[i] *= kPScale;
-    uint32_t p[kBlockN / 32][4];
-    pack_p_e4m3(s, p);
-
-    mbarrier_wait(&v_full[stage], phase);
-    //! [fp8_pv]
-    // O += P8 V8: B = V^T tile, K-major (keys contiguous in each of the 128 rows of d).
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 32; ++kk) {
-      const uint64_t b = make_desc_sw128(smem + kV8 + stage * kTileBytes8 + kk * 32, 16, 1024);
-      wgmma_m64n128k32_e4m3_rs(out, p[kk], b, true);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands(out);
-    //! [fp8_pv]
-    mbarrier_arrive(&v_empty[stage]);
-  }
+  pingpong_schedule(ops, n_tiles, consumer);
   // O_true = out * v_scale / 2^8, then / l.
-  float factor[2] = {v_scale / kPScale, v_scale / kPScale};
-  rescale_output<kD8>(out, factor);
-  write_output<kD8>(out, m, l, shape, bh, row0, t, o, lse);
+  const float factor[2] = {ops.v_scale / kPScale, ops.v_scale / kPScale};
+  rescale_output<kD8>(ops.out, factor);
+  write_output<kD8>(ops.out, ops.m, ops.l, shape, bh, row0, t, o, lse);
 }
 
 // ---- host ---------------------------------------------------------------------------------
@@ -371,7 +404,7 @@ std::string fp8_support(const AttentionShape& s) {
 
 ForwardKernel fp8_kernel() {
   ForwardKernel k{"ch06_fp8", 6, 5, "fp8", DType::BF16,
-                  "variant 3 on e4m3: Hadamard-rotated, block-scaled Q/K/V (quantized on the GPU), P in e4m3, bf16 out",
+                  "variant 4 on e4m3: Hadamard-rotated, block-scaled Q/K/V (quantized on the GPU), P in e4m3, bf16 out",
                   launch_fp8};
   k.supports = fp8_support;
   k.workspace_bytes = fp8_workspace_bytes;

@@ -35,13 +35,37 @@ constexpr int kConsumerThreads = 128 * kConsumers;
 template <int kD>
 using Layout = Smem<kD, kBlockM, kStages, 1 + 4 * kStages>;
 
-/// Named barriers (ids 1 and 2; 0 is __syncthreads): "it is consumer c's turn to issue".
-__device__ inline void turn_wait(int consumer) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(1 + consumer), "n"(kConsumerThreads) : "memory");
-}
-__device__ inline void turn_give(int consumer) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(1 + consumer), "n"(kConsumerThreads) : "memory");
-}
+/// The bf16 operations variant 4's schedule (pingpong_schedule in flash3_tile.cuh) runs.
+template <int kD>
+struct Bf16Ops {
+  using S = Layout<kD>;
+  unsigned char* smem;
+  const unsigned char* q_rows;
+  uint64_t *k_full, *v_full, *k_empty, *v_empty;
+  AttentionShape shape;
+  int i0, row0, t;
+  float scale_log2;
+  float out[kD / 2];
+  float m[2], l[2];
+  uint32_t p[kBlockN / 16][4];
+
+  __device__ static uint32_t phase(int j) { return uint32_t((j / kStages) & 1); }
+  __device__ void wait_k(int j) { mbarrier_wait(&k_full[j % kStages], phase(j)); }
+  __device__ void wait_v(int j) { mbarrier_wait(&v_full[j % kStages], phase(j)); }
+  __device__ void release_k(int j) { mbarrier_arrive(&k_empty[j % kStages]); }
+  __device__ void release_v(int j) { mbarrier_arrive(&v_empty[j % kStages]); }
+  __device__ void scores(int j, float (&s)[kBlockN / 2]) {
+    issue_scores<kD, kBlockM * 128>(s, q_rows, smem + S::kK + (j % kStages) * S::kTileBytes);
+  }
+  __device__ void pv(int j) { issue_pv<kD>(out, p, smem + S::kV + (j % kStages) * S::kTileBytes); }
+  __device__ void softmax(int j, float (&s)[kBlockN / 2], float (&rescale)[2]) {
+    if (tile_needs_mask(shape, i0, kBlockM, j * kBlockN)) mask_scores(s, shape, row0, j * kBlockN, t);
+    online_softmax(s, m, l, rescale, scale_log2);
+  }
+  __device__ void rescale_out(const float (&rescale)[2]) { rescale_output<kD>(out, rescale); }
+  __device__ void pack(const float (&s)[kBlockN / 2]) { pack_p(s, p); }
+  __device__ void fence_out() { fence_operands(out); }
+};
 
 template <int kD, bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -107,14 +131,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int row0 = i0 + 64 * consumer + 16 * warp + g;
   const unsigned char* q_rows = smem + S::kQ + consumer * 64 * 128;
   const float scale_log2 = float(shape.softmax_scale()) * 1.4426950408889634f;
-  float out[kD / 2] = {};
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  auto k_tile = [&](int j) { return smem + S::kK + (j % kStages) * S::kTileBytes; };
-  auto v_tile = [&](int j) { return smem + S::kV + (j % kStages) * S::kTileBytes; };
-  auto phase = [](int j) { return uint32_t((j / kStages) & 1); };
   mbarrier_wait(q_full, 0);
 
   if constexpr (!kPingPong) {
+    float out[kD / 2] = {};
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    auto k_tile = [&](int j) { return smem + S::kK + (j % kStages) * S::kTileBytes; };
+    auto v_tile = [&](int j) { return smem + S::kV + (j % kStages) * S::kTileBytes; };
+    auto phase = [](int j) { return uint32_t((j / kStages) & 1); };
     for (int j = 0; j < n_tiles; ++j) {
       mbarrier_wait(&k_full[j % kStages], phase(j));
       float s[kBlockN / 2];
@@ -136,61 +160,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_operands(out);
       mbarrier_arrive(&v_empty[j % kStages]);
     }
+    write_output<kD>(out, m, l, shape, bh, row0, t, o, lse);
   } else {
-    //! [pingpong]
-    // Tile 0's scores and softmax first; then per step: [my turn] issue S_{j+1} and P_j V_j,
-    // [hand the turn over], softmax of S_{j+1} while P_j V_j runs, then rescale O.
-    // Each consumer takes n_tiles + 1 turns, alternating, consumer 0 first: consumer 1 gives it
-    // the first one, and does not give back after its own last turn (nobody would take it).
-    if (consumer == 1 && n_tiles > 0) turn_give(0);
-    uint32_t p[kBlockN / 16][4];
-    if (n_tiles > 0) {
-      float s[kBlockN / 2];
-      mbarrier_wait(&k_full[0], 0);
-      turn_wait(consumer);
-      issue_scores<kD, kBlockM * 128>(s, q_rows, k_tile(0));
-      turn_give(1 - consumer);
-      wgmma_wait<0>();
-      fence_operands(s);
-      mbarrier_arrive(&k_empty[0]);
-      if (tile_needs_mask(shape, i0, kBlockM, 0)) mask_scores(s, shape, row0, 0, t);
-      float rescale[2];
-      online_softmax(s, m, l, rescale, scale_log2);
-      pack_p(s, p);
-    }
-    for (int j = 0; j + 1 < n_tiles; ++j) {
-      float s[kBlockN / 2];
-      mbarrier_wait(&k_full[(j + 1) % kStages], phase(j + 1));
-      mbarrier_wait(&v_full[j % kStages], phase(j));
-      turn_wait(consumer);
-      issue_scores<kD, kBlockM * 128>(s, q_rows, k_tile(j + 1));
-      issue_pv<kD>(out, p, v_tile(j));
-      turn_give(1 - consumer);
-      wgmma_wait<1>();  // S_{j+1} is done; P_j V_j may still run
-      fence_operands(s);
-      mbarrier_arrive(&k_empty[(j + 1) % kStages]);
-      if (tile_needs_mask(shape, i0, kBlockM, (j + 1) * kBlockN)) mask_scores(s, shape, row0, (j + 1) * kBlockN, t);
-      float rescale[2];
-      online_softmax(s, m, l, rescale, scale_log2);
-      wgmma_wait<0>();
-      fence_operands(out);
-      mbarrier_arrive(&v_empty[j % kStages]);
-      rescale_output<kD>(out, rescale);  // O now holds P_j V_j too: bring it to the new max
-      pack_p(s, p);
-    }
-    if (n_tiles > 0) {  // the last tile's P V, in the last turn
-      const int j = n_tiles - 1;
-      mbarrier_wait(&v_full[j % kStages], phase(j));
-      turn_wait(consumer);
-      issue_pv<kD>(out, p, v_tile(j));
-      if (consumer == 0) turn_give(1);
-      wgmma_wait<0>();
-      fence_operands(out);
-      mbarrier_arrive(&v_empty[j % kStages]);
-    }
-    //! [pingpong]
+    Bf16Ops<kD> ops{smem, q_rows, k_full, v_full, k_empty, v_empty, shape, i0, row0, t, scale_log2,
+                    {}, {-INFINITY, -INFINITY}, {0.0f, 0.0f}, {}};
+    pingpong_schedule(ops, n_tiles, consumer);
+    write_output<kD>(ops.out, ops.m, ops.l, shape, bh, row0, t, o, lse);
   }
-  write_output<kD>(out, m, l, shape, bh, row0, t, o, lse);
 }
 
 template <int kD, bool kPingPong>
