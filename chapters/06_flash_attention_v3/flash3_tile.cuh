@@ -65,9 +65,10 @@ __device__ inline void mask_scores(float (&s)[kBlockN / 2], const AttentionShape
 }
 
 /// Online softmax on the raw scores (scale folded into the exponent), S replaced by P; returns
-/// the factors the running O must be multiplied by, one per row.
+/// the factors the running O must be multiplied by, one per row. p_log2_scale multiplies every
+/// P (and so l) by 2^p_log2_scale for free, inside the exponent (the FP8 variant uses 8).
 __device__ inline void online_softmax(float (&s)[kBlockN / 2], float (&m)[2], float (&l)[2], float (&rescale)[2],
-                                      float scale_log2) {
+                                      float scale_log2, float p_log2_scale = 0.0f) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float tile_max = -INFINITY;
@@ -78,7 +79,7 @@ __device__ inline void online_softmax(float (&s)[kBlockN / 2], float (&m)[2], fl
     const float m_new = fmaxf(m[h], tile_max * scale_log2);
     const bool seen = m_new != -INFINITY;
     rescale[h] = seen ? exp2f(m[h] - m_new) : 1.0f;
-    const float m_use = seen ? m_new : 0.0f;
+    const float m_use = (seen ? m_new : 0.0f) - p_log2_scale;
     float row_sum = 0.0f;
 #pragma unroll
     for (int c = 0; c < kBlockN / 8; ++c) {

@@ -12,7 +12,8 @@
 //     order works as long as P and V agree.
 // The attention kernel: variant 4's producer/consumers and ping-pong schedule, on e4m3 operands:
 //   S = Q8 K8^T with wgmma.m64n128k32.e4m3, times scale_q * scale_k folded into the exponent;
-//   P * 2^8 rounded to e4m3 in registers (2^8 keeps small probabilities above e4m3's floor);
+//   P * 2^8 (inside the exponent) rounded to e4m3 in registers (2^8 keeps small probabilities
+//   above e4m3's floor);
 //   O += P8 V8 with O kept in units of the current V block's scale (one more factor in the
 //   per-row rescale), and O / (2^8 l) at the end.
 // The CPU model of all this, and its accuracy experiment, is algorithm.h / tests/cpu/test_fp8.cpp.
@@ -40,7 +41,7 @@ using namespace fa::hopper;
 constexpr int kD8 = 128;                     // head_dim (one 128-byte row of e4m3)
 constexpr int kRows8 = 128;                  // rows per Q block, keys per K/V block (and per scale)
 constexpr uint64_t kSignSeed = 0x5EED;       // the incoherent-processing signs (as algorithm.h)
-constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers), kStages = 2;
+constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers), kStages = 4;  // e4m3 tiles are small: 4 stages fit
 constexpr int kTileBytes8 = kRows8 * 128;    // one 128 x 128-byte tile of Q, K or V^T
 constexpr int kBlockM8 = 64 * kConsumers;   // = kRows8: a Q tile is one scale block
 
@@ -256,14 +257,13 @@ struct Fp8Ops {
   }
   __device__ void softmax(int j, float (&s)[kBlockN / 2], float (&rescale)[2]) {
     if (tile_needs_mask(shape, i0, kBlockM8, j * kBlockN)) mask_scores(s, shape, row0, j * kBlockN, t);
-    online_softmax(s, m, l, rescale, scale_log2 * scales.k[int64_t(kv_plane) * scales.kv_blocks + j]);
+    // P comes out times 2^8 (kPScale), ready for e4m3; l carries the same factor.
+    online_softmax(s, m, l, rescale, scale_log2 * scales.k[int64_t(kv_plane) * scales.kv_blocks + j], 8.0f);
     // O also changes units, from the old V block's scale to V_j's.
     const float v_scale_j = scales.v[int64_t(kv_plane) * scales.kv_blocks + j], units = v_scale / v_scale_j;
     rescale[0] *= units;
     rescale[1] *= units;
     v_scale = v_scale_j;
-#pragma unroll
-    for (int i = 0; i < kBlockN / 2; ++i) s[i] *= kPScale;
   }
   __device__ void rescale_out(const float (&rescale)[2]) { rescale_output<kD8>(out, rescale); }
   __device__ void pack(const float (&s)[kBlockN / 2]) { pack_p_e4m3(s, p); }
@@ -328,8 +328,12 @@ __global__ void __launch_bounds__(kThreads, 1)
              float(shape.softmax_scale()) * 1.4426950408889634f * scale_q, {}, {-INFINITY, -INFINITY}, {0.0f, 0.0f}, 1.0f, {}};
   mbarrier_wait(q_full, 0);
   pingpong_schedule(ops, n_tiles, consumer);
-  // O_true = out * v_scale / 2^8, then / l.
+  // O_true = out * v_scale / 2^8 / l, with l itself 2^8 too large: take the 2^8 out of l (for the
+  // LSE), and put it into the factor.
+  static_assert(kPScale == 256.0f, "the exponent offset passed to online_softmax is log2(kPScale)");
   const float factor[2] = {ops.v_scale / kPScale, ops.v_scale / kPScale};
+  ops.l[0] /= kPScale;
+  ops.l[1] /= kPScale;
   rescale_output<kD8>(ops.out, factor);
   write_output<kD8>(ops.out, ops.m, ops.l, shape, bh, row0, t, o, lse);
 }

@@ -102,6 +102,10 @@ TEST_P(ForwardKernelProperty, LargeLogits) {
   ASSERT_TRUE(r.ran && r.error.empty()) << r.skipped << r.error;
   if (k.chapter == 1) {
     EXPECT_GT(r.report.nonfinite + r.report.lse_bad, 0) << k.name << " was expected to overflow";
+  } else if (k.tolerance) {
+    // FP8 (its own tolerance row): e4m3 scores are off by ~2^-4 of |S|, which at |S| ~ 100 reorders
+    // the near-one-hot softmax, so accuracy is not expected here; nothing may overflow, though.
+    EXPECT_EQ(r.report.nonfinite + r.report.unwritten, 0) << r.report.details();
   } else {
     EXPECT_TRUE(r.report.passed()) << r.report.details();
   }
