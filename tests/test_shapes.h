@@ -3,8 +3,10 @@
 
 #include <cstdint>
 #include <random>
+#include <vector>
 
 #include "problem.h"
+#include "random.h"
 
 namespace fa {
 
@@ -22,5 +24,16 @@ inline AttentionShape shape_of(int batch, int heads_q, int heads_kv, int seq_q, 
 
 /// A fresh seed per test: inputs differ from run to run. Tests print it on failure.
 inline uint64_t fresh_seed() { return std::random_device{}(); }
+
+/// The FlashAttention-3 paper's FP8 experiment inputs: entries N(0, 1), plus N(0, 10^2) on 0.1%
+/// of them (which ones depends on seed and stream).
+inline std::vector<float> with_outliers(int64_t n, uint64_t seed, int stream) {
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const bool outlier = (splitmix64(seed * 31 + uint64_t(stream) * 1000003 + uint64_t(i)) % 1000) == 0;
+    x[i] = random_normal(seed, stream, uint64_t(i)) + (outlier ? 10.0f * random_normal(seed, stream + 10, uint64_t(i)) : 0.0f);
+  }
+  return x;
+}
 
 }  // namespace fa

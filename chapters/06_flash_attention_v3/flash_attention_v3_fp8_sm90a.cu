@@ -105,7 +105,9 @@ __device__ inline void rotate_row(float (&v)[4], int lane) {
 //! [device_hadamard]
 
 /// Q or K, one block per (128-row block, plane), one warp per 32 rows (a row is 256 coalesced
-/// bytes): rotate, take the block's largest |x|, then e4m3 with that block's scale.
+/// bytes): rotate (unless kRotate is off: the control kernel), take the block's largest |x|,
+/// then e4m3 with that block's scale.
+template <bool kRotate>
 __global__ void __launch_bounds__(128) quantize_rotated_kernel(const __nv_bfloat16* x, int rows, uint8_t* x8,
                                                                float* scales) {
   __shared__ float scratch[4];
@@ -118,7 +120,7 @@ __global__ void __launch_bounds__(128) quantize_rotated_kernel(const __nv_bfloat
   for (int r = 0; r < 32; ++r) {
     const float4 f = load_row4(base, row0 + r, rows, lane);
     v[r][0] = f.x, v[r][1] = f.y, v[r][2] = f.z, v[r][3] = f.w;
-    rotate_row(v[r], lane);
+    if constexpr (kRotate) rotate_row(v[r], lane);
 #pragma unroll
     for (int e = 0; e < 4; ++e) amax = fmaxf(amax, fabsf(v[r][e]));
   }
@@ -374,14 +376,15 @@ Fp8Workspace carve_workspace(const AttentionShape& s, void* base) {
 /// Sizes only (base = nullptr) or lays the parts out in `base`.
 std::size_t fp8_workspace_bytes(const AttentionShape& s) { return carve_workspace(s, nullptr).bytes; }
 
+template <bool kRotate>
 void launch_fp8(const ForwardParams& p) {
   const AttentionShape& s = p.shape;
   const Fp8Workspace w = carve_workspace(s, p.workspace);
   const int planes_q = s.batch * s.heads_q, planes_kv = s.batch * s.heads_kv;
-  quantize_rotated_kernel<<<dim3(w.q_blocks, planes_q), 128, 0, p.stream>>>(static_cast<const __nv_bfloat16*>(p.q), s.seq_q,
+  quantize_rotated_kernel<kRotate><<<dim3(w.q_blocks, planes_q), 128, 0, p.stream>>>(static_cast<const __nv_bfloat16*>(p.q), s.seq_q,
                                                                              w.q8, w.q_scales);
   CUDA_CHECK_LAUNCH();
-  quantize_rotated_kernel<<<dim3(w.kv_blocks, planes_kv), 128, 0, p.stream>>>(static_cast<const __nv_bfloat16*>(p.k),
+  quantize_rotated_kernel<kRotate><<<dim3(w.kv_blocks, planes_kv), 128, 0, p.stream>>>(static_cast<const __nv_bfloat16*>(p.k),
                                                                                s.seq_kv, w.k8, w.k_scales);
   CUDA_CHECK_LAUNCH();
   quantize_v_kernel<<<dim3(w.kv_blocks, planes_kv), 128, 0, p.stream>>>(static_cast<const __nv_bfloat16*>(p.v), s.seq_kv,
@@ -406,10 +409,9 @@ std::string fp8_support(const AttentionShape& s) {
   return hopper_support(s);
 }
 
-ForwardKernel fp8_kernel() {
-  ForwardKernel k{"ch06_fp8", 6, 5, "fp8", DType::BF16,
-                  "variant 4 on e4m3: Hadamard-rotated, block-scaled Q/K/V (quantized on the GPU), P in e4m3, bf16 out",
-                  launch_fp8};
+ForwardKernel fp8_kernel(const char* name, int number, const char* variant, const char* summary,
+                         void (*launch)(const ForwardParams&)) {
+  ForwardKernel k{name, 6, number, variant, DType::BF16, summary, launch};
   k.supports = fp8_support;
   k.workspace_bytes = fp8_workspace_bytes;
   k.tolerance = fp8_tolerance();
@@ -418,6 +420,11 @@ ForwardKernel fp8_kernel() {
 
 }  // namespace
 
-FA_REGISTER_FORWARD_KERNEL(fp8_kernel());
+FA_REGISTER_FORWARD_KERNEL(fp8_kernel("ch06_fp8", 5, "fp8",
+                                      "variant 4 on e4m3: Hadamard-rotated, block-scaled Q/K/V (quantized on the GPU), P in e4m3, bf16 out",
+                                      launch_fp8<true>));
+FA_REGISTER_FORWARD_KERNEL(fp8_kernel("ch06_fp8_plain", 6, "fp8_plain",
+                                      "control for variant 5: the same kernel without the Hadamard rotation (block scales only)",
+                                      launch_fp8<false>));
 
 }  // namespace fa::flash3

@@ -133,16 +133,6 @@ TEST(Hadamard, SpreadsAnOutlier) {
   for (float x : row) EXPECT_NEAR(std::fabs(x), 100.0f / std::sqrt(float(n)), 1e-3f);
 }
 
-// The FlashAttention-3 paper's experiment: entries N(0, 1), plus N(0, 10^2) on 0.1% of them.
-std::vector<float> with_outliers(int64_t n, uint64_t seed, int stream) {
-  std::vector<float> x(n);
-  for (int64_t i = 0; i < n; ++i) {
-    const bool outlier = (splitmix64(seed * 31 + uint64_t(stream) * 1000003 + uint64_t(i)) % 1000) == 0;
-    x[i] = random_normal(seed, stream, uint64_t(i)) + (outlier ? 10.0f * random_normal(seed, stream + 10, uint64_t(i)) : 0.0f);
-  }
-  return x;
-}
-
 double rmse_vs_oracle(const AttentionShape& s, const std::vector<float>& q, const std::vector<float>& k,
                       const std::vector<float>& v, const flash3::Fp8Recipe& recipe) {
   std::vector<float> o(s.o_elems()), lse(s.lse_elems());

@@ -1,0 +1,99 @@
+// Chapter 06's FP8 kernels on the FlashAttention-3 paper's outlier experiment, beside the CPU
+// model of the same recipe (chapters/06_flash_attention_v3/algorithm.h): RMSE of O against the
+// fp64 oracle with incoherent processing (ch06_fp8) and without (ch06_fp8_plain).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "../../chapters/06_flash_attention_v3/algorithm.h"
+#include "cuda_check.h"
+#include "dtype.h"
+#include "reference.h"
+#include "registry.h"
+#include "tensor.h"
+#include "../test_shapes.h"
+
+namespace fa {
+namespace {
+
+const ForwardKernel* find_kernel(const std::string& name) {
+  for (const ForwardKernel& k : forward_kernels())
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+double rmse(const AttentionShape& s, const std::vector<float>& o, const CheckPlan& plan, const ForwardReference& ref) {
+  double sum = 0;
+  int64_t count = 0;
+  for (std::size_t e = 0; e < plan.heads.size(); ++e) {
+    const int bh = plan.heads[e].batch * s.heads_q + plan.heads[e].head;
+    for (std::size_t r = 0; r < plan.heads[e].rows.size(); ++r)
+      for (int x = 0; x < s.head_dim; ++x) {
+        const double diff = o[s.q_head_offset(bh) + int64_t(plan.heads[e].rows[r]) * s.head_dim + x] - ref.o[e][r * s.head_dim + x];
+        sum += diff * diff;
+        ++count;
+      }
+  }
+  return std::sqrt(sum / double(count));
+}
+
+std::vector<float> run_on_gpu(const ForwardKernel& k, const AttentionShape& s, const std::vector<float>& q,
+                              const std::vector<float>& kk, const std::vector<float>& v) {
+  DeviceBuffer dq = upload_as(DType::BF16, q), dk = upload_as(DType::BF16, kk), dv = upload_as(DType::BF16, v);
+  DeviceBuffer o(std::size_t(s.o_elems()) * 2), lse(std::size_t(s.lse_elems()) * sizeof(float));
+  DeviceBuffer workspace(k.workspace_bytes ? k.workspace_bytes(s) : 0);
+  ForwardParams p;
+  p.shape = s;
+  p.q = dq.get();
+  p.k = dk.get();
+  p.v = dv.get();
+  p.o = o.get();
+  p.lse = static_cast<float*>(lse.get());
+  p.workspace = workspace.get();
+  k.launch(p);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> out(s.o_elems());
+  decode_elements(DType::BF16, o.download().data(), out.data(), out.size());
+  return out;
+}
+
+TEST(Fp8OnTheGpu, IncoherentProcessingOnOutliers) {
+  const GpuInfo& gpu = detect_gpu();
+  if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason;
+  const ForwardKernel* rotated = find_kernel("ch06_fp8");
+  const ForwardKernel* plain = find_kernel("ch06_fp8_plain");
+  ASSERT_TRUE(rotated && plain) << "chapter 06's FP8 kernels are not registered";
+  const AttentionShape s = shape_of(1, 4, 4, 512, 512, 128, false);
+  const std::string why = rotated->supports(s);
+  if (!why.empty()) GTEST_SKIP() << why;
+
+  const uint64_t seed = fresh_seed();
+  std::vector<float> q = with_outliers(s.q_elems(), seed, 0), k = with_outliers(s.kv_elems(), seed, 1),
+                     v = with_outliers(s.kv_elems(), seed, 2);
+  for (auto* x : {&q, &k, &v})
+    for (float& e : *x) e = round_to_dtype(e, DType::BF16);  // the oracle sees exactly the kernel's inputs
+  const CheckPlan plan = full_check_plan(s);
+  const ForwardReference ref = reference_forward(s, q.data(), k.data(), v.data(), plan);
+
+  const double gpu_rotated = rmse(s, run_on_gpu(*rotated, s, q, k, v), plan, ref);
+  const double gpu_plain = rmse(s, run_on_gpu(*plain, s, q, k, v), plan, ref);
+  std::vector<float> o(s.o_elems()), lse(s.lse_elems());
+  flash3::fp8_attention_cpu(s, q.data(), k.data(), v.data(), o.data(), lse.data(), flash3::Fp8Recipe{128, 128, true, true});
+  const double cpu_rotated = rmse(s, o, plan, ref);
+  flash3::fp8_attention_cpu(s, q.data(), k.data(), v.data(), o.data(), lse.data(), flash3::Fp8Recipe{128, 128, false, true});
+  const double cpu_plain = rmse(s, o, plan, ref);
+  std::printf("FP8 RMSE vs fp64 on inputs with 0.1%% outliers (%s, seed %llu):\n"
+              "                        GPU kernel   CPU model\n"
+              "  block scales          %.2e     %.2e\n"
+              "  + incoherent          %.2e     %.2e\n",
+              s.to_string().c_str(), (unsigned long long)seed, gpu_plain, cpu_plain, gpu_rotated, cpu_rotated);
+  EXPECT_LT(gpu_rotated, gpu_plain) << "incoherent processing must lower the error on outliers; seed " << seed;
+  EXPECT_LT(gpu_rotated, 1.5 * cpu_rotated) << "the kernel strays from its CPU model; seed " << seed;
+  EXPECT_GT(gpu_rotated, cpu_rotated / 1.5) << "the kernel strays from its CPU model; seed " << seed;
+}
+
+}  // namespace
+}  // namespace fa
