@@ -14,5 +14,8 @@ namespace fa {
 /// element_bytes: 2 (bf16) or 1 (fp8, boxes of 128 columns). Throws std::runtime_error with the
 /// driver's message on failure.
 CUtensorMap make_tensor_map_sw128(const void* base, int element_bytes, int cols, int rows, int planes, int box_rows);
+/// The same with box rows of `row_bytes` (64 or 128) and the matching swizzle (64- or 128-byte).
+CUtensorMap make_tensor_map_swizzled(const void* base, int element_bytes, int cols, int rows, int planes, int box_rows,
+                                     int row_bytes);
 
 }  // namespace fa

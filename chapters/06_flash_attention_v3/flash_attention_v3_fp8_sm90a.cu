@@ -1,5 +1,5 @@
 // Chapter 06, variant 5 -- `fp8`: variant 4's warp-specialized ping-pong kernel on e4m3 operands, with
-// FlashAttention-3's two accuracy tricks. bf16 in and out; head_dim 128.
+// FlashAttention-3's two accuracy tricks. bf16 in and out; head_dim 64 and 128.
 //
 // Two preprocessing kernels turn the bf16 inputs into what the FP8 tensor cores take:
 //   * Q and K: each row times diag(signs) * H / sqrt(128) (incoherent processing: the same
@@ -38,11 +38,12 @@ namespace {
 
 using namespace fa::hopper;
 
-constexpr int kD8 = 128;                     // head_dim (one 128-byte row of e4m3)
 constexpr int kRows8 = 128;                  // rows per Q block, keys per K/V block (and per scale)
 constexpr uint64_t kSignSeed = 0x5EED;       // the incoherent-processing signs (as algorithm.h)
 constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers), kStages = 4;  // e4m3 tiles are small: 4 stages fit
-constexpr int kTileBytes8 = kRows8 * 128;    // one 128 x 128-byte tile of Q, K or V^T
+/// Bytes of one tile: 128 rows of head_dim e4m3 (Q, K), or head_dim rows of 128 keys (V^T).
+template <int kD>
+constexpr int kTileBytes8 = kRows8 * kD;
 constexpr int kBlockM8 = 64 * kConsumers;   // = kRows8: a Q tile is one scale block
 
 // ---- preprocessing ------------------------------------------------------------------------
@@ -65,26 +66,31 @@ __device__ inline uint32_t e4m3x4(float a, float b, float c, float d) {
   return lo | (hi << 16);
 }
 
-/// Row `row` of a plane as this lane's 4 floats (columns 4 lane .. 4 lane + 3), zeros past the end.
-__device__ inline float4 load_row4(const __nv_bfloat16* plane_base, int row, int rows, int lane) {
-  if (row >= rows) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  const uint2 raw = *reinterpret_cast<const uint2*>(plane_base + int64_t(row) * kD8 + 4 * lane);
-  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-  return make_float4(a.x, a.y, b.x, b.y);
+/// Row `row` of a plane as this lane's kD / 32 floats (columns (kD / 32) lane ...), zeros past the end.
+template <int kD>
+__device__ inline void load_row(float (&v)[kD / 32], const __nv_bfloat16* plane_base, int row, int rows, int lane) {
+  const __nv_bfloat162* src = reinterpret_cast<const __nv_bfloat162*>(plane_base + int64_t(row) * kD + (kD / 32) * lane);
+#pragma unroll
+  for (int e = 0; e < kD / 32; e += 2) {
+    const float2 f = row < rows ? __bfloat1622float2(src[e / 2]) : make_float2(0.0f, 0.0f);
+    v[e] = f.x;
+    v[e + 1] = f.y;
+  }
 }
 
 //! [device_hadamard]
-/// x <- x * diag(signs) * H / sqrt(128) for one row spread over a warp (lane l holds columns
-/// 4l .. 4l + 3). Butterflies of distance 1 and 2 stay inside a lane; distance 4 .. 64 pairs
-/// lane l with lane l ^ (distance / 4), one shuffle per value.
-__device__ inline void rotate_row(float (&v)[4], int lane) {
+/// x <- x * diag(signs) * H / sqrt(kD) for one row spread over a warp (lane l holds the kD / 32
+/// columns from (kD / 32) l). Butterflies shorter than kD / 32 stay inside a lane; longer ones
+/// pair lane l with lane l ^ (distance / (kD / 32)), one shuffle per value.
+template <int kD>
+__device__ inline void rotate_row(float (&v)[kD / 32], int lane) {
+  constexpr int kPer = kD / 32;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) v[e] *= (splitmix64(kSignSeed + uint64_t(4 * lane + e)) >> 63) ? -1.0f : 1.0f;
+  for (int e = 0; e < kPer; ++e) v[e] *= (splitmix64(kSignSeed + uint64_t(kPer * lane + e)) >> 63) ? -1.0f : 1.0f;
 #pragma unroll
-  for (int half = 1; half < 4; half *= 2)
+  for (int half = 1; half < kPer; half *= 2)
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
+    for (int e = 0; e < kPer; ++e)
       if (!(e & half)) {
         const float a = v[e], b = v[e + half];
         v[e] = a + b;
@@ -94,45 +100,51 @@ __device__ inline void rotate_row(float (&v)[4], int lane) {
   for (int lanes = 1; lanes < 32; lanes *= 2) {
     const bool upper = lane & lanes;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
+    for (int e = 0; e < kPer; ++e) {
       const float other = __shfl_xor_sync(0xFFFFFFFFu, v[e], lanes);
       v[e] = upper ? other - v[e] : v[e] + other;
     }
   }
+  const float norm = kD == 128 ? 0.08838834764831845f : 0.125f;  // 1 / sqrt(kD)
 #pragma unroll
-  for (int e = 0; e < 4; ++e) v[e] *= 0.08838834764831845f;  // 1 / sqrt(128)
+  for (int e = 0; e < kPer; ++e) v[e] *= norm;
 }
 //! [device_hadamard]
 
 /// Q or K, one block per (128-row block, plane), one warp per 32 rows (a row is 256 coalesced
 /// bytes): rotate (unless kRotate is off: the control kernel), take the block's largest |x|,
 /// then e4m3 with that block's scale.
-template <bool kRotate>
+template <int kD, bool kRotate>
 __global__ void __launch_bounds__(128) quantize_rotated_kernel(const __nv_bfloat16* x, int rows, uint8_t* x8,
                                                                float* scales) {
   __shared__ float scratch[4];
   const int plane = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = blockIdx.x * kRows8 + 32 * warp;
-  const __nv_bfloat16* base = x + int64_t(plane) * rows * kD8;
-  float v[32][4];
+  const __nv_bfloat16* base = x + int64_t(plane) * rows * kD;
+  float v[32][kD / 32];
   float amax = 0.0f;
 #pragma unroll
   for (int r = 0; r < 32; ++r) {
-    const float4 f = load_row4(base, row0 + r, rows, lane);
-    v[r][0] = f.x, v[r][1] = f.y, v[r][2] = f.z, v[r][3] = f.w;
-    if constexpr (kRotate) rotate_row(v[r], lane);
+    load_row<kD>(v[r], base, row0 + r, rows, lane);
+    if constexpr (kRotate) rotate_row<kD>(v[r], lane);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) amax = fmaxf(amax, fabsf(v[r][e]));
+    for (int e = 0; e < kD / 32; ++e) amax = fmaxf(amax, fabsf(v[r][e]));
   }
   amax = block_amax(amax, scratch);
   const float scale = amax > 0.0f ? amax / 448.0f : 1.0f, inv = 1.0f / scale;
   if (threadIdx.x == 0) scales[int64_t(plane) * gridDim.x + blockIdx.x] = scale;
-  uint8_t* dst = x8 + int64_t(plane) * rows * kD8;
+  uint8_t* dst = x8 + int64_t(plane) * rows * kD;
 #pragma unroll
-  for (int r = 0; r < 32; ++r)
-    if (row0 + r < rows)
-      *reinterpret_cast<uint32_t*>(dst + int64_t(row0 + r) * kD8 + 4 * lane) =
-          e4m3x4(v[r][0] * inv, v[r][1] * inv, v[r][2] * inv, v[r][3] * inv);
+  for (int r = 0; r < 32; ++r) {
+    if (row0 + r >= rows) continue;
+    uint8_t* row_dst = dst + int64_t(row0 + r) * kD + (kD / 32) * lane;
+    if constexpr (kD == 128) {
+      *reinterpret_cast<uint32_t*>(row_dst) = e4m3x4(v[r][0] * inv, v[r][1] * inv, v[r][2] * inv, v[r][3] * inv);
+    } else {
+      *reinterpret_cast<uint16_t*>(row_dst) =
+          uint16_t(__nv_cvt_float2_to_fp8x2(make_float2(v[r][0] * inv, v[r][1] * inv), __NV_SATFINITE, __NV_E4M3));
+    }
+  }
 }
 
 //! [p_slot_key]
@@ -155,20 +167,21 @@ static_assert(p_key_slot(p_slot_key(0)) == 0 && p_key_slot(p_slot_key(13)) == 13
 /// vt8[plane][x][128 b + slot] for key 128 b + 32 g + p_slot_key(slot). Keys past the end are 0.
 /// One warp per 32 keys (coalesced reads); the transpose goes through shared memory so the
 /// writes are 128-byte rows too.
+template <int kD>
 __global__ void __launch_bounds__(128) quantize_v_kernel(const __nv_bfloat16* v, int rows, int rows_padded, uint8_t* vt8,
                                                          float* scales) {
   __shared__ float scratch[4];
-  __shared__ __align__(16) uint8_t tile[kD8][kRows8 + 16];  // [x][slot], rows padded against bank conflicts
+  __shared__ __align__(16) uint8_t tile[kD][kRows8 + 16];  // [x][slot], rows padded against bank conflicts
   const int plane = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int key0 = blockIdx.x * kRows8 + 32 * warp;
-  const __nv_bfloat16* base = v + int64_t(plane) * rows * kD8;
-  float x[32][4];
+  const __nv_bfloat16* base = v + int64_t(plane) * rows * kD;
+  float x[32][kD / 32];
   float amax = 0.0f;
 #pragma unroll
   for (int r = 0; r < 32; ++r) {
-    const float4 f = load_row4(base, key0 + r, rows, lane);
-    x[r][0] = f.x, x[r][1] = f.y, x[r][2] = f.z, x[r][3] = f.w;
-    amax = fmaxf(amax, fmaxf(fmaxf(fabsf(f.x), fabsf(f.y)), fmaxf(fabsf(f.z), fabsf(f.w))));
+    load_row<kD>(x[r], base, key0 + r, rows, lane);
+#pragma unroll
+    for (int e = 0; e < kD / 32; ++e) amax = fmaxf(amax, fabsf(x[r][e]));
   }
   amax = block_amax(amax, scratch);
   const float scale = amax > 0.0f ? amax / 448.0f : 1.0f, inv = 1.0f / scale;
@@ -176,14 +189,17 @@ __global__ void __launch_bounds__(128) quantize_v_kernel(const __nv_bfloat16* v,
 #pragma unroll
   for (int r = 0; r < 32; ++r) {
     const int slot = 32 * warp + p_key_slot(r);
-    const uint32_t q4 = e4m3x4(x[r][0] * inv, x[r][1] * inv, x[r][2] * inv, x[r][3] * inv);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) tile[4 * lane + e][slot] = uint8_t(q4 >> (8 * e));
+    for (int e = 0; e < kD / 32; e += 2) {
+      const uint32_t q2 = __nv_cvt_float2_to_fp8x2(make_float2(x[r][e] * inv, x[r][e + 1] * inv), __NV_SATFINITE, __NV_E4M3);
+      tile[(kD / 32) * lane + e][slot] = uint8_t(q2 & 0xFF);
+      tile[(kD / 32) * lane + e + 1][slot] = uint8_t(q2 >> 8);
+    }
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < kD8 * 8; e += 128) {
+  for (int e = threadIdx.x; e < kD * 8; e += 128) {
     const int r = e / 8, c = e % 8;
-    *reinterpret_cast<uint4*>(vt8 + (int64_t(plane) * kD8 + r) * rows_padded + blockIdx.x * kRows8 + c * 16) =
+    *reinterpret_cast<uint4*>(vt8 + (int64_t(plane) * kD + r) * rows_padded + blockIdx.x * kRows8 + c * 16) =
         *reinterpret_cast<const uint4*>(&tile[r][c * 16]);
   }
 }
@@ -198,8 +214,12 @@ struct Fp8Scales {
 };
 
 // Q tile, kStages K tiles, kStages V^T tiles; barriers q_full, k_full, v_full, k_empty, v_empty.
-constexpr int kQ8 = 0, kK8 = kTileBytes8, kV8 = kK8 + kStages * kTileBytes8, kBars8 = kV8 + kStages * kTileBytes8;
-constexpr int kSmemBytes8 = kBars8 + 8 * (1 + 4 * kStages) + 1024;
+template <int kD>
+struct Fp8Smem {
+  static constexpr int kTile = kTileBytes8<kD>;
+  static constexpr int kQ = 0, kK = kTile, kV = kK + kStages * kTile, kBars = kV + kStages * kTile;
+  static constexpr int kBytes = kBars + 8 * (1 + 4 * kStages) + 1024;
+};
 
 /// P (fp32, already times 2^8) as e4m3 A fragments for the 4 k-steps of 32 keys.
 __device__ inline void pack_p_e4m3(const float (&s)[kBlockN / 2], uint32_t (&p)[kBlockN / 32][4]) {
@@ -214,7 +234,9 @@ __device__ inline void pack_p_e4m3(const float (&s)[kBlockN / 2], uint32_t (&p)[
 }
 
 /// The e4m3 operations variant 4's schedule (pingpong_schedule in flash3_tile.cuh) runs here.
+template <int kD>
 struct Fp8Ops {
+  using L = Fp8Smem<kD>;
   unsigned char* smem;
   const unsigned char* q_rows;
   uint64_t *k_full, *v_full, *k_empty, *v_empty;
@@ -222,7 +244,7 @@ struct Fp8Ops {
   Fp8Scales scales;
   int i0, row0, t, kv_plane;
   float scale_log2;  // softmax scale * log2(e) * this Q block's scale
-  float out[kD8 / 2];
+  float out[kD / 2];
   float m[2], l[2];
   float v_scale;  // O is kept in units of the current V block's scale
   uint32_t p[kBlockN / 32][4];
@@ -234,12 +256,14 @@ struct Fp8Ops {
   __device__ void release_v(int j) { mbarrier_arrive(&v_empty[j % kStages]); }
   __device__ void scores(int j, float (&s)[kBlockN / 2]) {
     //! [fp8_scores]
-    // S = Q8 K8^T: 4 wgmma of k = 32 bytes; the true scores are S * scale_q * scale_k.
+    // S = Q8 K8^T: kD / 32 wgmma of k = 32 bytes; the true scores are S * scale_q * scale_k.
+    // Rows are kD bytes: the 128-byte swizzle at head_dim 128, the 64-byte one at 64.
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < kD8 / 32; ++ks) {
-      const uint64_t a = make_desc_sw128(q_rows + ks * 32, 16, 1024);
-      const uint64_t b = make_desc_sw128(smem + kK8 + (j % kStages) * kTileBytes8 + ks * 32, 16, 1024);
+    for (int ks = 0; ks < kD / 32; ++ks) {
+      const unsigned char* k_tile = smem + L::kK + (j % kStages) * L::kTile;
+      const uint64_t a = kD == 128 ? make_desc_sw128(q_rows + ks * 32, 16, 1024) : make_desc_sw64(q_rows + ks * 32, 16, 512);
+      const uint64_t b = kD == 128 ? make_desc_sw128(k_tile + ks * 32, 16, 1024) : make_desc_sw64(k_tile + ks * 32, 16, 512);
       wgmma_m64n128k32_e4m3_ss(s, a, b, ks > 0);
     }
     wgmma_commit();
@@ -247,12 +271,16 @@ struct Fp8Ops {
   }
   __device__ void pv(int j) {
     //! [fp8_pv]
-    // O += P8 V8: B = the V^T tile, K-major (keys contiguous in each of the 128 rows of d).
+    // O += P8 V8: B = the V^T tile, K-major (keys contiguous in each of its kD rows of 128 bytes).
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 32; ++kk) {
-      const uint64_t b = make_desc_sw128(smem + kV8 + (j % kStages) * kTileBytes8 + kk * 32, 16, 1024);
-      wgmma_m64n128k32_e4m3_rs(out, p[kk], b, true);
+      const uint64_t b = make_desc_sw128(smem + L::kV + (j % kStages) * L::kTile + kk * 32, 16, 1024);
+      if constexpr (kD == 128) {
+        wgmma_m64n128k32_e4m3_rs(out, p[kk], b, true);
+      } else {
+        wgmma_m64n64k32_e4m3_rs(out, p[kk], b, true);
+      }
     }
     wgmma_commit();
     //! [fp8_pv]
@@ -267,19 +295,21 @@ struct Fp8Ops {
     rescale[1] *= units;
     v_scale = v_scale_j;
   }
-  __device__ void rescale_out(const float (&rescale)[2]) { rescale_output<kD8>(out, rescale); }
+  __device__ void rescale_out(const float (&rescale)[2]) { rescale_output<kD>(out, rescale); }
   __device__ void pack(const float (&s)[kBlockN / 2]) { pack_p_e4m3(s, p); }
   __device__ void fence_out() { fence_operands(out); }
 };
 
+template <int kD>
 __global__ void __launch_bounds__(kThreads, 1)
     flash3_fp8_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                       const __grid_constant__ CUtensorMap tm_vt, AttentionShape shape, Fp8Scales scales,
                       __nv_bfloat16* o, float* lse) {
   constexpr int kBlockM = kBlockM8;
+  using L = Fp8Smem<kD>;
   extern __shared__ unsigned char shared_raw[];
   unsigned char* smem = aligned_smem(shared_raw);
-  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + kBars8);
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + L::kBars);
   uint64_t* k_full = q_full + 1;
   uint64_t* v_full = k_full + kStages;
   uint64_t* k_empty = v_full + kStages;
@@ -306,17 +336,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == 0) {  // the producer, as in variant 3; V^T tiles are (keys, d rows) boxes
     setmaxnreg_dec<24>();
     if (tid == 0) {
-      mbarrier_arrive_expect_tx(q_full, kTileBytes8);
-      tma_load_3d(smem + kQ8, &tm_q, 0, i0, bh, q_full);
+      mbarrier_arrive_expect_tx(q_full, L::kTile);
+      tma_load_3d(smem + L::kQ, &tm_q, 0, i0, bh, q_full);
       for (int j = 0; j < n_tiles; ++j) {
         const int stage = j % kStages;
         const uint32_t previous_use = ((j / kStages) & 1) ^ 1;
         if (j >= kStages) mbarrier_wait(&k_empty[stage], previous_use);
-        mbarrier_arrive_expect_tx(&k_full[stage], kTileBytes8);
-        tma_load_3d(smem + kK8 + stage * kTileBytes8, &tm_k, 0, j * kBlockN, kv_plane, &k_full[stage]);
+        mbarrier_arrive_expect_tx(&k_full[stage], L::kTile);
+        tma_load_3d(smem + L::kK + stage * L::kTile, &tm_k, 0, j * kBlockN, kv_plane, &k_full[stage]);
         if (j >= kStages) mbarrier_wait(&v_empty[stage], previous_use);
-        mbarrier_arrive_expect_tx(&v_full[stage], kTileBytes8);
-        tma_load_3d(smem + kV8 + stage * kTileBytes8, &tm_vt, j * kBlockN, 0, kv_plane, &v_full[stage]);
+        mbarrier_arrive_expect_tx(&v_full[stage], L::kTile);
+        tma_load_3d(smem + L::kV + stage * L::kTile, &tm_vt, j * kBlockN, 0, kv_plane, &v_full[stage]);
       }
     }
     return;
@@ -326,7 +356,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int consumer = wg - 1, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int row0 = i0 + 64 * consumer + 16 * warp + g;
   const float scale_q = scales.q[int64_t(bh) * scales.q_blocks + q_block];
-  Fp8Ops ops{smem, smem + kQ8 + consumer * 64 * 128, k_full, v_full, k_empty, v_empty, shape, scales, i0, row0, t, kv_plane,
+  Fp8Ops<kD> ops{smem, smem + L::kQ + consumer * 64 * kD, k_full, v_full, k_empty, v_empty, shape, scales, i0, row0, t, kv_plane,
              float(shape.softmax_scale()) * 1.4426950408889634f * scale_q, {}, {-INFINITY, -INFINITY}, {0.0f, 0.0f}, 1.0f, {}};
   mbarrier_wait(q_full, 0);
   pingpong_schedule(ops, n_tiles, consumer);
@@ -336,8 +366,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float factor[2] = {ops.v_scale / kPScale, ops.v_scale / kPScale};
   ops.l[0] /= kPScale;
   ops.l[1] /= kPScale;
-  rescale_output<kD8>(ops.out, factor);
-  write_output<kD8>(ops.out, ops.m, ops.l, shape, bh, row0, t, o, lse);
+  rescale_output<kD>(ops.out, factor);
+  write_output<kD>(ops.out, ops.m, ops.l, shape, bh, row0, t, o, lse);
 }
 
 // ---- host ---------------------------------------------------------------------------------
@@ -363,9 +393,10 @@ Fp8Workspace carve_workspace(const AttentionShape& s, void* base) {
     at += align(bytes);
     return r;
   };
-  w.q8 = take(std::size_t(planes_q) * s.seq_q * kD8);
-  w.k8 = take(std::size_t(planes_kv) * s.seq_kv * kD8);
-  w.vt8 = take(std::size_t(planes_kv) * kD8 * w.kv_padded);
+  const std::size_t d = std::size_t(s.head_dim);
+  w.q8 = take(std::size_t(planes_q) * s.seq_q * d);
+  w.k8 = take(std::size_t(planes_kv) * s.seq_kv * d);
+  w.vt8 = take(std::size_t(planes_kv) * d * w.kv_padded);
   w.q_scales = reinterpret_cast<float*>(take(std::size_t(planes_q) * w.q_blocks * sizeof(float)));
   w.k_scales = reinterpret_cast<float*>(take(std::size_t(planes_kv) * w.kv_blocks * sizeof(float)));
   w.v_scales = reinterpret_cast<float*>(take(std::size_t(planes_kv) * w.kv_blocks * sizeof(float)));
@@ -376,43 +407,50 @@ Fp8Workspace carve_workspace(const AttentionShape& s, void* base) {
 /// Sizes only (base = nullptr) or lays the parts out in `base`.
 std::size_t fp8_workspace_bytes(const AttentionShape& s) { return carve_workspace(s, nullptr).bytes; }
 
-template <bool kRotate>
-void launch_fp8(const ForwardParams& p) {
+template <int kD, bool kRotate>
+void launch_fp8_dim(const ForwardParams& p) {
   const AttentionShape& s = p.shape;
   const Fp8Workspace w = carve_workspace(s, p.workspace);
   const int planes_q = s.batch * s.heads_q, planes_kv = s.batch * s.heads_kv;
-  quantize_rotated_kernel<kRotate><<<dim3(w.q_blocks, planes_q), 128, 0, p.stream>>>(static_cast<const __nv_bfloat16*>(p.q), s.seq_q,
-                                                                             w.q8, w.q_scales);
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q);
+  const auto* k = static_cast<const __nv_bfloat16*>(p.k);
+  const auto* v = static_cast<const __nv_bfloat16*>(p.v);
+  quantize_rotated_kernel<kD, kRotate><<<dim3(w.q_blocks, planes_q), 128, 0, p.stream>>>(q, s.seq_q, w.q8, w.q_scales);
   CUDA_CHECK_LAUNCH();
-  quantize_rotated_kernel<kRotate><<<dim3(w.kv_blocks, planes_kv), 128, 0, p.stream>>>(static_cast<const __nv_bfloat16*>(p.k),
-                                                                               s.seq_kv, w.k8, w.k_scales);
+  quantize_rotated_kernel<kD, kRotate><<<dim3(w.kv_blocks, planes_kv), 128, 0, p.stream>>>(k, s.seq_kv, w.k8, w.k_scales);
   CUDA_CHECK_LAUNCH();
-  quantize_v_kernel<<<dim3(w.kv_blocks, planes_kv), 128, 0, p.stream>>>(static_cast<const __nv_bfloat16*>(p.v), s.seq_kv,
-                                                                         w.kv_padded, w.vt8, w.v_scales);
+  quantize_v_kernel<kD><<<dim3(w.kv_blocks, planes_kv), 128, 0, p.stream>>>(v, s.seq_kv, w.kv_padded, w.vt8, w.v_scales);
   CUDA_CHECK_LAUNCH();
   mark_phase(p.stream, "quantize");
 
-  const CUtensorMap tm_q = make_tensor_map_sw128(w.q8, 1, kD8, s.seq_q, planes_q, kRows8);
-  const CUtensorMap tm_k = make_tensor_map_sw128(w.k8, 1, kD8, s.seq_kv, planes_kv, kRows8);
-  const CUtensorMap tm_vt = make_tensor_map_sw128(w.vt8, 1, w.kv_padded, kD8, planes_kv, kD8);
+  // Q and K rows are kD bytes (64- or 128-byte swizzle); V^T rows are 128 keys = 128 bytes.
+  const CUtensorMap tm_q = make_tensor_map_swizzled(w.q8, 1, kD, s.seq_q, planes_q, kRows8, kD);
+  const CUtensorMap tm_k = make_tensor_map_swizzled(w.k8, 1, kD, s.seq_kv, planes_kv, kRows8, kD);
+  const CUtensorMap tm_vt = make_tensor_map_swizzled(w.vt8, 1, w.kv_padded, kD, planes_kv, kD, 128);
   const Fp8Scales scales{w.q_scales, w.k_scales, w.v_scales, w.q_blocks, w.kv_blocks};
-  CUDA_CHECK(cudaFuncSetAttribute(flash3_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes8));
+  auto kernel = flash3_fp8_kernel<kD>;
+  constexpr int kBytes = Fp8Smem<kD>::kBytes;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
   dim3 grid(unsigned(w.q_blocks), unsigned(planes_q));
-  flash3_fp8_kernel<<<grid, kThreads, kSmemBytes8, p.stream>>>(tm_q, tm_k, tm_vt, s, scales,
-                                                               static_cast<__nv_bfloat16*>(p.o), p.lse);
+  kernel<<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_vt, s, scales, static_cast<__nv_bfloat16*>(p.o), p.lse);
   CUDA_CHECK_LAUNCH();
   mark_phase(p.stream, "attention");
 }
 
-std::string fp8_support(const AttentionShape& s) {
-  if (s.head_dim != 128) return "the FP8 variant takes head_dim 128 only (one 128-byte e4m3 row), got " + std::to_string(s.head_dim);
-  return hopper_support(s);
+template <bool kRotate>
+void launch_fp8(const ForwardParams& p) {
+  if (p.shape.head_dim == 64) {
+    launch_fp8_dim<64, kRotate>(p);
+  } else {
+    launch_fp8_dim<128, kRotate>(p);
+  }
 }
+
 
 ForwardKernel fp8_kernel(const char* name, int number, const char* variant, const char* summary,
                          void (*launch)(const ForwardParams&)) {
   ForwardKernel k{name, 6, number, variant, DType::BF16, summary, launch};
-  k.supports = fp8_support;
+  k.supports = hopper_support;  // head_dim 64 or 128, an sm_90 GPU
   k.workspace_bytes = fp8_workspace_bytes;
   k.tolerance = fp8_tolerance();
   return k;
