@@ -44,7 +44,8 @@ inline void flash_backward_cpu(const AttentionShape& s, const float* q, const fl
       const int keys = std::min(kTileKeys, s.seq_kv - j0);
       for (int i0 = 0; i0 < s.seq_q; i0 += kTileRows) {
         const int rows = std::min(kTileRows, s.seq_q - i0);
-        // P and dS for the tile.
+        //! [backward_tile]
+        // P (recomputed from Q, K and LSE) and dS = P * (dO V^T - D) for the tile.
         for (int r = 0; r < rows; ++r) {
           const int i = i0 + r;
           for (int c = 0; c < keys; ++c) {
@@ -77,6 +78,7 @@ inline void flash_backward_cpu(const AttentionShape& s, const float* q, const fl
             for (int c = 0; c < keys; ++c) acc += ds[r * kTileKeys + c] * k[kvo + int64_t(j0 + c) * d + x];
             dq[qo + int64_t(i0 + r) * d + x] += acc * scale;
           }
+        //! [backward_tile]
       }
     }
   }
