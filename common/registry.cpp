@@ -14,6 +14,11 @@ std::vector<ForwardKernel>& kernel_list() {
   return list;
 }
 
+std::vector<BackwardKernel>& backward_list() {
+  static std::vector<BackwardKernel> list;
+  return list;
+}
+
 std::vector<CpuAlgorithm>& cpu_list() {
   static std::vector<CpuAlgorithm> list;
   return list;
@@ -60,13 +65,24 @@ bool register_cpu_algorithm(CpuAlgorithm algorithm) {
   return insert_sorted(cpu_list(), std::move(algorithm), runnable);
 }
 
+bool register_backward_kernel(BackwardKernel kernel) {
+  bool runnable = bool(kernel.launch);
+  return insert_sorted(backward_list(), std::move(kernel), runnable);
+}
+
 const std::vector<ForwardKernel>& forward_kernels() { return kernel_list(); }
+const std::vector<BackwardKernel>& backward_kernels() { return backward_list(); }
+std::vector<const BackwardKernel*> backward_kernels_of_chapter(int chapter) { return of_chapter(backward_list(), chapter); }
 const std::vector<CpuAlgorithm>& cpu_algorithms() { return cpu_list(); }
 
 std::vector<const ForwardKernel*> forward_kernels_of_chapter(int chapter) { return of_chapter(kernel_list(), chapter); }
 std::vector<const CpuAlgorithm*> cpu_algorithms_of_chapter(int chapter) { return of_chapter(cpu_list(), chapter); }
 
 std::string support_reason(const ForwardKernel& kernel, const AttentionShape& shape) {
+  return kernel.supports ? kernel.supports(shape) : std::string();
+}
+
+std::string support_reason(const BackwardKernel& kernel, const AttentionShape& shape) {
   return kernel.supports ? kernel.supports(shape) : std::string();
 }
 

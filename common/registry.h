@@ -80,21 +80,51 @@ struct CpuAlgorithm {
   ShapeCheck supports;
 };
 
+/// What a backward launcher receives (chapter 07). q/k/v/o/d_o hold elements of the kernel's
+/// dtype ([batch, heads, seq, head_dim]); lse is float [batch, heads_q, seq_q], as the forward
+/// wrote it; dq (like q), dk and dv (like k) are outputs of the kernel's dtype, poisoned before
+/// the launch: the kernel writes every element (zeroing what it accumulates into).
+struct BackwardParams {
+  AttentionShape shape;
+  const void *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *d_o = nullptr;
+  const float* lse = nullptr;
+  void *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  void* workspace = nullptr;
+  cudaStream_t stream = nullptr;
+};
+
+struct BackwardKernel {
+  std::string name;
+  int chapter = 0;
+  int number = 0;
+  std::string variant;
+  DType dtype = DType::F32;
+  std::string summary;
+  std::function<void(const BackwardParams&)> launch;
+  ShapeCheck supports;
+  std::function<std::size_t(const AttentionShape&)> workspace_bytes;
+};
+
 /// gtest and diagnostics print a kernel as its name.
 inline void PrintTo(const ForwardKernel* kernel, std::ostream* out) { *out << kernel->name; }
+inline void PrintTo(const BackwardKernel* kernel, std::ostream* out) { *out << kernel->name; }
 
 bool register_forward_kernel(ForwardKernel kernel);
 bool register_cpu_algorithm(CpuAlgorithm algorithm);
+bool register_backward_kernel(BackwardKernel kernel);
 
 /// All registered kernels, ordered by chapter, then variant number, then name.
 const std::vector<ForwardKernel>& forward_kernels();
 const std::vector<CpuAlgorithm>& cpu_algorithms();
 std::vector<const ForwardKernel*> forward_kernels_of_chapter(int chapter);
 std::vector<const CpuAlgorithm*> cpu_algorithms_of_chapter(int chapter);
+const std::vector<BackwardKernel>& backward_kernels();
+std::vector<const BackwardKernel*> backward_kernels_of_chapter(int chapter);
 
 /// "" when supported, otherwise why not (empty `supports` means every valid shape).
 std::string support_reason(const ForwardKernel& kernel, const AttentionShape& shape);
 std::string support_reason(const CpuAlgorithm& algorithm, const AttentionShape& shape);
+std::string support_reason(const BackwardKernel& kernel, const AttentionShape& shape);
 
 }  // namespace fa
 
@@ -103,6 +133,9 @@ std::string support_reason(const CpuAlgorithm& algorithm, const AttentionShape& 
 /// Registers a ForwardKernel at program start. One line per kernel.
 #define FA_REGISTER_FORWARD_KERNEL(...) \
   static const bool FA_CONCAT(fa_registered_kernel_, __LINE__) = ::fa::register_forward_kernel(__VA_ARGS__)
+/// Registers a BackwardKernel at program start.
+#define FA_REGISTER_BACKWARD_KERNEL(...) \
+  static const bool FA_CONCAT(fa_registered_backward_, __LINE__) = ::fa::register_backward_kernel(__VA_ARGS__)
 /// Registers a CpuAlgorithm at program start.
 #define FA_REGISTER_CPU_ALGORITHM(...) \
   static const bool FA_CONCAT(fa_registered_cpu_, __LINE__) = ::fa::register_cpu_algorithm(__VA_ARGS__)

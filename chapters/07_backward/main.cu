@@ -1,0 +1,78 @@
+// Chapter 07 program: build/bin/ch07_backward --help
+//
+// Runs the chapter's backward kernels on one shape and checks dQ, dK, dV against the fp64
+// backward oracle (common/reference.cpp). The oracle computes every head in double precision,
+// so the default shape is smaller than the other chapters' (b1 h8 N1024 d64).
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <random>
+#include <stdexcept>
+#include <string>
+
+#include "backward_runner.h"
+#include "cli.h"
+#include "cuda_check.h"
+#include "registry.h"
+
+int main(int argc, char** argv) {
+  using namespace fa;
+  try {
+    CliOptions opt = parse_cli(argc, argv);
+    if (opt.help) {
+      std::cout << "Backward pass by recomputation (chapter 7)\n\n" << cli_usage("ch07_backward");
+      return 0;
+    }
+    const std::vector<const BackwardKernel*> kernels = backward_kernels_of_chapter(7);
+    if (opt.list) {
+      for (const BackwardKernel* k : kernels)
+        std::printf("  %d  %-10s %-24s %-5s %s\n", k->number, k->variant.c_str(), k->name.c_str(), dtype_name(k->dtype),
+                    k->summary.c_str());
+      return 0;
+    }
+    AttentionShape shape = opt.shape;
+    if (!opt.shape_given) {
+      shape.batch = 1, shape.heads_q = shape.heads_kv = 8, shape.seq_q = shape.seq_kv = 1024, shape.head_dim = 64;
+    }
+    shape.validate();
+    if (opt.variant != "all") {
+      bool known = false;
+      std::string available;
+      for (const BackwardKernel* k : kernels) {
+        known = known || opt.variant == k->variant || opt.variant == std::to_string(k->number);
+        available += std::to_string(k->number) + "/" + k->variant + ", ";
+      }
+      if (!known) throw std::invalid_argument("unknown variant '" + opt.variant + "' for chapter 7; available: " + available + "all");
+    }
+    const uint64_t seed = opt.seed_given ? opt.seed : std::random_device{}();
+    std::printf("chapter 7: backward pass by recomputation\nproblem: %s, seed %llu  (--seed %llu repeats it)\n",
+                shape.to_string().c_str(), (unsigned long long)seed, (unsigned long long)seed);
+    const GpuInfo& gpu = detect_gpu();
+    if (!gpu.available) {
+      std::printf("no GPU (%s): chapter 07's kernels need one; algorithm.h is checked by the CPU tests\n", gpu.reason.c_str());
+      return 0;
+    }
+    std::printf("checking against the fp64 backward oracle (all heads)...\n");
+    const BackwardProblem problem = make_backward_problem(shape, seed, DType::F32);
+    const double flops = 2.5 * shape.forward_flops();  // the usual convention: backward = 2.5 x forward
+    bool all_passed = true;
+    std::printf("\n%-12s %-7s %-9s %9s %9s  %s\n", "kernel", "dtype", "status", "time ms", "TFLOP/s", "gradients vs fp64");
+    for (const BackwardKernel* k : kernels) {
+      if (opt.variant != "all" && opt.variant != k->variant && opt.variant != std::to_string(k->number)) continue;
+      const BackwardRunResult r = run_backward(*k, problem, opt.iters);
+      if (!r.ran) {
+        std::printf("%-12s %-7s %-9s  %s\n", k->name.c_str(), dtype_name(k->dtype), r.error.empty() ? "skipped" : "error",
+                    (r.error.empty() ? r.skipped : r.error).c_str());
+        all_passed = all_passed && r.error.empty();
+        continue;
+      }
+      all_passed = all_passed && r.passed;
+      std::printf("%-12s %-7s %-9s %9.3f %9.2f  %s\n", k->name.c_str(), dtype_name(k->dtype), r.passed ? "ok" : "FAILED",
+                  r.time_ms, r.time_ms > 0 ? flops / (r.time_ms * 1e9) : 0.0, r.summary().c_str());
+    }
+    return all_passed ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ch07_backward: error: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,148 @@
+// See backward_runner.h.
+#include "backward_runner.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "cuda_check.h"
+#include "random.h"
+#include "runner.h"
+#include "tensor.h"
+
+namespace fa {
+
+BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed, DType dtype) {
+  BackwardProblem p;
+  p.shape = shape;
+  p.seed = seed;
+  p.dtype = dtype;
+  auto fill = [&](std::vector<float>& x, int64_t n, int stream) {
+    x.resize(n);
+    for (int64_t i = 0; i < n; ++i) x[i] = round_to_dtype(random_normal(seed, stream, uint64_t(i)), dtype);
+  };
+  fill(p.q, shape.q_elems(), 0);
+  fill(p.k, shape.kv_elems(), 1);
+  fill(p.v, shape.kv_elems(), 2);
+  fill(p.d_o, shape.o_elems(), 3);
+  p.ref = reference_backward(shape, p.q.data(), p.k.data(), p.v.data(), p.d_o.data());
+  p.o.resize(p.ref.o.size());
+  for (std::size_t i = 0; i < p.o.size(); ++i) p.o[i] = round_to_dtype(float(p.ref.o[i]), dtype);
+  p.lse.assign(p.ref.lse.begin(), p.ref.lse.end());
+  return p;
+}
+
+double backward_tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return 1e-4;  // float sums over seq terms, atomics in any order
+    case DType::F16: return 1e-2;
+    case DType::BF16: return 5e-2;
+  }
+  return 0;
+}
+
+namespace {
+
+GradientCheck check(DType dtype, const std::vector<unsigned char>& raw, const std::vector<double>& want) {
+  GradientCheck c;
+  std::vector<float> got(want.size());
+  decode_elements(dtype, raw.data(), got.data(), got.size());
+  double err = 0, norm = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (is_poison(dtype, raw.data(), i)) {
+      ++c.unwritten;
+      continue;
+    }
+    if (!std::isfinite(got[i])) {
+      ++c.nonfinite;
+      continue;
+    }
+    const double diff = got[i] - want[i];
+    err += diff * diff;
+    norm += want[i] * want[i];
+    c.max_abs = std::max(c.max_abs, std::fabs(diff));
+  }
+  c.rel = norm > 0 ? std::sqrt(err / norm) : std::sqrt(err);
+  return c;
+}
+
+}  // namespace
+
+std::string BackwardRunResult::summary() const {
+  char line[320];
+  std::snprintf(line, sizeof line, "dQ rel %.1e max %.1e, dK rel %.1e max %.1e, dV rel %.1e max %.1e (limit %.0e)%s", dq.rel,
+                dq.max_abs, dk.rel, dk.max_abs, dv.rel, dv.max_abs, limit,
+                dq.unwritten + dk.unwritten + dv.unwritten + dq.nonfinite + dk.nonfinite + dv.nonfinite > 0
+                    ? ", some outputs never written or not finite"
+                    : "");
+  return line;
+}
+
+BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProblem& problem, int iters) {
+  BackwardRunResult r;
+  const AttentionShape& s = problem.shape;
+  const GpuInfo& gpu = detect_gpu();
+  if (!gpu.available) {
+    r.skipped = "no GPU: " + gpu.reason;
+    return r;
+  }
+  r.skipped = support_reason(kernel, s);
+  if (!r.skipped.empty()) return r;
+  try {
+    const DType t = kernel.dtype;
+    DeviceBuffer q = upload_as(t, problem.q), k = upload_as(t, problem.k), v = upload_as(t, problem.v);
+    DeviceBuffer o = upload_as(t, problem.o), d_o = upload_as(t, problem.d_o), lse = upload_as(DType::F32, problem.lse);
+    DeviceBuffer dq(std::size_t(s.q_elems()) * dtype_size(t)), dk(std::size_t(s.kv_elems()) * dtype_size(t)),
+        dv(std::size_t(s.kv_elems()) * dtype_size(t));
+    DeviceBuffer workspace(kernel.workspace_bytes ? kernel.workspace_bytes(s) : 0);
+    dq.poison();
+    dk.poison();
+    dv.poison();
+    BackwardParams p;
+    p.shape = s;
+    p.q = q.get();
+    p.k = k.get();
+    p.v = v.get();
+    p.o = o.get();
+    p.d_o = d_o.get();
+    p.lse = static_cast<const float*>(lse.get());
+    p.dq = dq.get();
+    p.dk = dk.get();
+    p.dv = dv.get();
+    p.workspace = workspace.get();
+    kernel.launch(p);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    r.ran = true;
+    r.dq = check(t, dq.download(), problem.ref.dq);
+    r.dk = check(t, dk.download(), problem.ref.dk);
+    r.dv = check(t, dv.download(), problem.ref.dv);
+    r.limit = backward_tolerance(t);
+    const auto ok = [&](const GradientCheck& c) { return c.unwritten == 0 && c.nonfinite == 0 && c.rel <= r.limit; };
+    r.passed = ok(r.dq) && ok(r.dk) && ok(r.dv);
+    if (iters > 0) {
+      cudaEvent_t start, stop;
+      CUDA_CHECK(cudaEventCreate(&start));
+      CUDA_CHECK(cudaEventCreate(&stop));
+      std::vector<float> times;
+      for (int i = 0; i < iters; ++i) {
+        CUDA_CHECK(cudaEventRecord(start));
+        kernel.launch(p);
+        CUDA_CHECK(cudaEventRecord(stop));
+        CUDA_CHECK(cudaEventSynchronize(stop));
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        times.push_back(ms);
+      }
+      CUDA_CHECK(cudaEventDestroy(start));
+      CUDA_CHECK(cudaEventDestroy(stop));
+      r.time_ms = median_ms(times);
+    }
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  return r;
+}
+
+}  // namespace fa

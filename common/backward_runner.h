@@ -1,0 +1,55 @@
+// Running a backward kernel (chapter 07) against the fp64 backward oracle: inputs, the oracle's
+// gradients, one launch on poisoned outputs, the comparison, and the timing. Used by chapter
+// 07's program and by tests/gpu/test_backward_kernels.cu.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dtype.h"
+#include "problem.h"
+#include "reference.h"
+#include "registry.h"
+
+namespace fa {
+
+/// Inputs rounded to `dtype`, the forward's O (rounded to dtype) and LSE as a forward kernel
+/// would have left them, and the oracle's dQ, dK, dV for the loss sum(O * dO).
+struct BackwardProblem {
+  AttentionShape shape;
+  uint64_t seed = 0;
+  DType dtype = DType::F32;
+  std::vector<float> q, k, v, d_o, o, lse;
+  BackwardReference ref;
+};
+BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed, DType dtype);
+
+/// One gradient tensor against the oracle.
+struct GradientCheck {
+  double rel = 0;        // relative Frobenius error over finite, written elements
+  double max_abs = 0;
+  int64_t unwritten = 0;  // still the poison pattern
+  int64_t nonfinite = 0;
+};
+
+struct BackwardRunResult {
+  bool ran = false;
+  std::string skipped;  // why it did not run (unsupported shape, no GPU)
+  std::string error;
+  GradientCheck dq, dk, dv;
+  double limit = 0;  // on each relative error
+  bool passed = false;
+  double time_ms = 0;
+  /// "dQ rel 3e-07 max 1e-06, dK ..., dV ..." plus counts of unwritten / non-finite elements.
+  std::string summary() const;
+};
+
+/// Relative-error limit on each gradient for a backward kernel of `dtype`.
+double backward_tolerance(DType dtype);
+
+/// Launches once on poisoned outputs and compares; then, when iters > 0, times iters launches
+/// (median, CUDA events).
+BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProblem& problem, int iters);
+
+}  // namespace fa
