@@ -21,9 +21,20 @@ struct BackwardProblem {
   uint64_t seed = 0;
   DType dtype = DType::F32;
   std::vector<float> q, k, v, d_o, o, lse;
+  /// The oracle's gradients for `checked`: the whole problem, or (for big shapes) its first
+  /// K/V heads of batch 0 with their query heads. Those are the leading elements of dQ, dK and
+  /// dV, so a kernel's outputs are compared on that prefix (and checked written everywhere).
+  AttentionShape checked;
   BackwardReference ref;
+  bool needs_forward = false;  // o and lse are empty: run a forward kernel to fill them
 };
-BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed, DType dtype);
+/// check_kv_heads = 0: the oracle over the whole problem, which also gives O and LSE. Otherwise
+/// the oracle covers only the first check_kv_heads K/V heads of batch 0, and O and LSE must come
+/// from a forward kernel (run_forward_for).
+BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed, DType dtype, int check_kv_heads = 0);
+
+/// Fills problem.o and problem.lse with `forward`'s output on the problem's inputs (a GPU run).
+void run_forward_for(BackwardProblem& problem, const ForwardKernel& forward);
 
 /// One gradient tensor against the oracle.
 struct GradientCheck {

@@ -1,8 +1,8 @@
 // Chapter 07 program: build/bin/ch07_backward --help
 //
-// Runs the chapter's backward kernels on one shape and checks dQ, dK, dV against the fp64
-// backward oracle (common/reference.cpp). The oracle computes every head in double precision,
-// so the default shape is smaller than the other chapters' (b1 h8 N1024 d64).
+// Runs a forward kernel (chapter 04's fp32 `registers`) for O and LSE, then the chapter's
+// backward kernels, and checks dQ, dK, dV against the fp64 backward oracle (common/reference.cpp)
+// on the first two K/V heads of batch 0 and their query heads (every head with --full-check).
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -30,10 +30,7 @@ int main(int argc, char** argv) {
                     k->summary.c_str());
       return 0;
     }
-    AttentionShape shape = opt.shape;
-    if (!opt.shape_given) {
-      shape.batch = 1, shape.heads_q = shape.heads_kv = 8, shape.seq_q = shape.seq_kv = 1024, shape.head_dim = 64;
-    }
+    const AttentionShape shape = opt.shape_given ? opt.shape : default_gpu_shape();
     shape.validate();
     if (opt.variant != "all") {
       bool known = false;
@@ -52,8 +49,22 @@ int main(int argc, char** argv) {
       std::printf("no GPU (%s): chapter 07's kernels need one; algorithm.h is checked by the CPU tests\n", gpu.reason.c_str());
       return 0;
     }
-    std::printf("checking against the fp64 backward oracle (all heads)...\n");
-    const BackwardProblem problem = make_backward_problem(shape, seed, DType::F32);
+    BackwardProblem problem = make_backward_problem(shape, seed, DType::F32, opt.full_check ? 0 : 2);
+    std::printf("check: fp64 backward oracle on %s\n",
+                problem.needs_forward ? ("the first " + std::to_string(problem.checked.heads_kv) + " K/V heads of batch 0 and their " +
+                                         std::to_string(problem.checked.heads_q) + " query heads, all rows (--full-check: every head)")
+                                            .c_str()
+                                      : "every head");
+    if (problem.needs_forward) {
+      const ForwardKernel* forward = nullptr;
+      for (const ForwardKernel& k : forward_kernels())
+        if (k.name == "ch04_registers") forward = &k;
+      if (!forward) throw std::runtime_error("the forward kernel ch04_registers is not registered");
+      const std::string why = support_reason(*forward, shape);
+      if (!why.empty()) throw std::invalid_argument("the forward (ch04_registers) cannot run this shape: " + why);
+      run_forward_for(problem, *forward);
+      std::printf("forward: O and LSE from %s\n", forward->name.c_str());
+    }
     const double flops = 2.5 * shape.forward_flops();  // the usual convention: backward = 2.5 x forward
     bool all_passed = true;
     std::printf("\n%-12s %-7s %-9s %9s %9s  %s\n", "kernel", "dtype", "status", "time ms", "TFLOP/s", "gradients vs fp64");
