@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch scaled_dot_product_attention on fa_bench's sweep, one backend at a time, CSV out.
 
+--pass backward times o.backward(dO) alone (after an untimed forward), FLOPs 2.5 x the forward's.
+
 Backends and dtypes: FLASH_ATTENTION (bf16, fp16), CUDNN_ATTENTION (bf16, fp16), and for the fp32
 chapters EFFICIENT_ATTENTION (fp32, the fused memory-efficient kernel) and MATH (fp32, unfused:
 scores in memory, like chapters 01-03). Timing as in fa_bench: CUDA events, warm-up, median.
@@ -51,6 +53,28 @@ def time_ms(fn, warmup, iters, budget_ms):
     return statistics.median(times)
 
 
+def backward_ms(q, k, v, causal, warmup, iters, budget_ms):
+    """Median time of o.backward(dO) alone: each repeat runs an untimed forward first."""
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    d_out = torch.randn_like(q)
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for i in range(warmup + iters):
+        q.grad = k.grad = v.grad = None
+        o = scaled_dot_product_attention(q, k, v, is_causal=causal)
+        start.record()
+        o.backward(d_out)
+        stop.record()
+        stop.synchronize()
+        if i >= warmup:
+            times.append(start.elapsed_time(stop))
+            if len(times) == 1:
+                iters = max(3, min(iters, int(budget_ms / max(times[0], 1e-3))))
+            if len(times) >= iters:
+                break
+    return statistics.median(times)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", default="standard", choices=["standard", "quick"])
@@ -59,6 +83,9 @@ def main():
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--budget-ms", type=float, default=1500)
+    parser.add_argument("--pass", dest="which", choices=["forward", "backward"], default="forward",
+                        help="time the forward, or the backward alone (o.backward(dO) after an untimed forward; "
+                             "FLOPs = 2.5 x the forward's)")
     parser.add_argument("--backends", default="",
                         help="comma-separated backend_dtype pairs to run, e.g. flash_bf16,cudnn_bf16 (default: all)")
     args = parser.parse_args()
@@ -83,12 +110,23 @@ def main():
             g = torch.Generator(device="cuda").manual_seed(1234)
             q32, k32, v32 = (torch.randn(shape, device="cuda", generator=g) for _ in range(3))
             flops = 4.0 * p["batch"] * p["heads"] * p["seq"] * p["seq"] * p["dim"] / (2 if p["causal"] else 1)
+            if args.which == "backward":
+                flops *= 2.5
             for name, backend, dtype in backends:
                 n += 1
                 q, k, v = (t.to(dtype) for t in (q32, k32, v32))
                 label = f"[{n:3d}/{len(points) * len(backends)}] {name:9s} {DTYPE_NAMES[dtype]} " \
                         f"b{p['batch']} h{p['heads']} s{p['seq']} d{p['dim']}{' causal' if p['causal'] else ''}"
                 try:
+                    if args.which == "backward":
+                        with sdpa_kernel([backend]):
+                            ms = backward_ms(q, k, v, p["causal"], args.warmup, args.iters, args.budget_ms)
+                        tflops = flops / (ms * 1e-3) / 1e12
+                        out.writerow([name, DTYPE_NAMES[dtype], p["batch"], p["heads"], p["seq"], p["dim"],
+                                      int(p["causal"]), "ok", f"{ms:.6g}", f"{tflops:.6g}", ""])
+                        print(f"{label} backward: {ms:9.3f} ms {tflops:8.2f} TFLOP/s", flush=True)
+                        f.flush()
+                        continue
                     with sdpa_kernel([backend]):
                         fn = lambda: scaled_dot_product_attention(q, k, v, is_causal=p["causal"])
                         o = fn()
