@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <map>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -49,28 +50,35 @@ int main(int argc, char** argv) {
       std::printf("no GPU (%s): chapter 07's kernels need one; algorithm.h is checked by the CPU tests\n", gpu.reason.c_str());
       return 0;
     }
-    BackwardProblem problem = make_backward_problem(shape, seed, DType::F32, opt.full_check ? 0 : 2);
-    std::printf("check: fp64 backward oracle on %s\n",
-                problem.needs_forward ? ("the first " + std::to_string(problem.checked.heads_kv) + " K/V heads of batch 0 and their " +
-                                         std::to_string(problem.checked.heads_q) + " query heads, all rows (--full-check: every head)")
-                                            .c_str()
-                                      : "every head");
-    if (problem.needs_forward) {
-      const ForwardKernel* forward = nullptr;
-      for (const ForwardKernel& k : forward_kernels())
-        if (k.name == "ch04_registers") forward = &k;
-      if (!forward) throw std::runtime_error("the forward kernel ch04_registers is not registered");
-      const std::string why = support_reason(*forward, shape);
-      if (!why.empty()) throw std::invalid_argument("the forward (ch04_registers) cannot run this shape: " + why);
-      run_forward_for(problem, *forward);
-      std::printf("forward: O and LSE from %s\n", forward->name.c_str());
-    }
+    // One problem per input dtype: inputs rounded to it before the oracle sees them.
+    std::map<DType, BackwardProblem> problems;
+    auto problem_for = [&](DType dtype) -> const BackwardProblem& {
+      auto found = problems.find(dtype);
+      if (found != problems.end()) return found->second;
+      BackwardProblem problem = make_backward_problem(shape, seed, dtype, opt.full_check ? 0 : 2);
+      std::printf("%s: fp64 backward oracle on %s\n", dtype_name(dtype),
+                  problem.needs_forward ? ("the first " + std::to_string(problem.checked.heads_kv) + " K/V heads of batch 0 and their " +
+                                           std::to_string(problem.checked.heads_q) + " query heads, all rows (--full-check: every head)")
+                                              .c_str()
+                                        : "every head");
+      if (problem.needs_forward) {
+        const ForwardKernel* forward = nullptr;
+        for (const ForwardKernel& k : forward_kernels())
+          if (k.name == "ch04_registers") forward = &k;
+        if (!forward) throw std::runtime_error("the forward kernel ch04_registers is not registered");
+        const std::string why = support_reason(*forward, shape);
+        if (!why.empty()) throw std::invalid_argument("the forward (ch04_registers) cannot run this shape: " + why);
+        run_forward_for(problem, *forward);
+        std::printf("%s: O and LSE from %s\n", dtype_name(dtype), forward->name.c_str());
+      }
+      return problems.emplace(dtype, std::move(problem)).first->second;
+    };
     const double flops = 2.5 * shape.forward_flops();  // the usual convention: backward = 2.5 x forward
     bool all_passed = true;
     std::printf("\n%-12s %-7s %-9s %9s %9s  %s\n", "kernel", "dtype", "status", "time ms", "TFLOP/s", "gradients vs fp64");
     for (const BackwardKernel* k : kernels) {
       if (opt.variant != "all" && opt.variant != k->variant && opt.variant != std::to_string(k->number)) continue;
-      const BackwardRunResult r = run_backward(*k, problem, opt.iters);
+      const BackwardRunResult r = run_backward(*k, problem_for(k->dtype), opt.iters);
       if (!r.ran) {
         std::printf("%-12s %-7s %-9s  %s\n", k->name.c_str(), dtype_name(k->dtype), r.error.empty() ? "skipped" : "error",
                     (r.error.empty() ? r.skipped : r.error).c_str());
