@@ -75,9 +75,14 @@ int main(int argc, char** argv) {
     };
     const double flops = 2.5 * shape.forward_flops();  // the usual convention: backward = 2.5 x forward
     bool all_passed = true;
+    auto selected = [&](const BackwardKernel* k) {
+      return opt.variant == "all" || opt.variant == k->variant || opt.variant == std::to_string(k->number);
+    };
+    for (const BackwardKernel* k : kernels)
+      if (selected(k) && support_reason(*k, shape).empty()) problem_for(k->dtype);  // oracle and forward first
     std::printf("\n%-12s %-7s %-9s %9s %9s  %s\n", "kernel", "dtype", "status", "time ms", "TFLOP/s", "gradients vs fp64");
     for (const BackwardKernel* k : kernels) {
-      if (opt.variant != "all" && opt.variant != k->variant && opt.variant != std::to_string(k->number)) continue;
+      if (!selected(k)) continue;
       const BackwardRunResult r = run_backward(*k, problem_for(k->dtype), opt.iters);
       if (!r.ran) {
         std::printf("%-12s %-7s %-9s  %s\n", k->name.c_str(), dtype_name(k->dtype), r.error.empty() ? "skipped" : "error",
