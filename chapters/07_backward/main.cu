@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
                     k->summary.c_str());
       return 0;
     }
-    const AttentionShape shape = opt.shape_given ? opt.shape : default_gpu_shape();
+    const AttentionShape shape = opt.shape;  // the shared default (b8 h16 N2048 d128) with the flags applied
     shape.validate();
     if (opt.variant != "all") {
       bool known = false;
