@@ -16,23 +16,13 @@
 #include <string>
 
 #include "cuda_check.h"
+#include "delta.cuh"
 #include "registry.h"
 
 namespace fa::backward {
 namespace {
 
 constexpr int kTile = 64, kThreads = 256, kLdP = kTile + 1;
-
-/// D_i = sum_x dO[i][x] O[i][x] for every query row (one warp per row).
-__global__ void delta_kernel(const float* o, const float* d_o, float* delta, int64_t rows, int d) {
-  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  float sum = 0.0f;
-  for (int x = lane; x < d; x += 32) sum += o[row * d + x] * d_o[row * d + x];
-  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, off);
-  if (lane == 0) delta[row] = sum;
-}
 
 template <int kD>
 __global__ void __launch_bounds__(kThreads) backward_fp32_kernel(AttentionShape s, const float* q, const float* k,
@@ -133,10 +123,7 @@ void launch_dim(const BackwardParams& p) {
   const AttentionShape& s = p.shape;
   float* delta = static_cast<float*>(p.workspace);
   CUDA_CHECK(cudaMemsetAsync(p.dq, 0, std::size_t(s.q_elems()) * sizeof(float), p.stream));
-  const int64_t rows = s.lse_elems();
-  delta_kernel<<<unsigned((rows * 32 + 255) / 256), 256, 0, p.stream>>>(static_cast<const float*>(p.o),
-                                                                         static_cast<const float*>(p.d_o), delta, rows, kD);
-  CUDA_CHECK_LAUNCH();
+  launch_delta<float>(p.o, p.d_o, delta, s.lse_elems(), kD, p.stream);
   const int bytes = int((4 * kTile * kD + 2 * kTile * kLdP + 2 * kTile) * sizeof(float));
   auto kernel = backward_fp32_kernel<kD>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));

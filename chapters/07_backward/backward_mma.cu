@@ -20,6 +20,7 @@
 
 #include "../05_flash_attention_v2/mma_sync.cuh"
 #include "cuda_check.h"
+#include "delta.cuh"
 #include "registry.h"
 
 namespace fa::backward {
@@ -31,34 +32,10 @@ using flash2::Mma;
 
 constexpr int kKeys = 64, kRows = 64, kWarps = 4, kThreads = 32 * kWarps;
 
-/// D_i = dO_i . O_i (fp32), one warp per row.
-template <class T>
-__global__ void delta16_kernel(const T* o, const T* d_o, float* delta, int64_t rows, int d) {
-  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  float sum = 0.0f;
-  for (int x = lane; x < d; x += 32) sum += float(o[row * d + x]) * float(d_o[row * d + x]);
-  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, off);
-  if (lane == 0) delta[row] = sum;
-}
-
 template <class T>
 __global__ void round_dq_kernel(const float* dq32, T* dq, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) dq[i] = T(dq32[i]);
-}
-
-/// Rows [first, first + 64) of a [n_rows, kD] matrix into shared memory (row stride kD + 8), zeros past the end.
-template <class T, int kD>
-__device__ void load_rows(T* tile, const T* src, int first, int n_rows) {
-  constexpr int kChunks = kD / 8, kLd = kD + 8;
-  for (int e = threadIdx.x; e < 64 * kChunks; e += kThreads) {
-    const int r = e / kChunks, c = e % kChunks;
-    uint4 value = make_uint4(0, 0, 0, 0);
-    if (first + r < n_rows) value = *reinterpret_cast<const uint4*>(src + int64_t(first + r) * kD + c * 8);
-    *reinterpret_cast<uint4*>(tile + r * kLd + c * 8) = value;
-  }
 }
 
 template <class T, int kD>
@@ -81,8 +58,8 @@ __global__ void __launch_bounds__(kThreads) backward_mma_kernel(AttentionShape s
   const float scale = float(s.softmax_scale()), scale_log2 = scale * 1.4426950408889634f;
   const T* k_head = k + int64_t(kv_plane) * s.seq_kv * kD;
   const T* v_head = v + int64_t(kv_plane) * s.seq_kv * kD;
-  load_rows<T, kD>(k_s, k_head, j0, s.seq_kv);
-  load_rows<T, kD>(v_s, v_head, j0, s.seq_kv);
+  flash2::load_tile<T, kD, kD + 8, 64>(k_s, k_head, j0, s.seq_kv);
+  flash2::load_tile<T, kD, kD + 8, 64>(v_s, v_head, j0, s.seq_kv);
 
   float dk_acc[kD / 8][4] = {}, dv_acc[kD / 8][4] = {};  // this warp's 16 keys x kD
   const int key_a = j0 + 16 * warp + g;                  // this thread's keys: key_a, key_a + 8
@@ -94,8 +71,8 @@ __global__ void __launch_bounds__(kThreads) backward_mma_kernel(AttentionShape s
     const T* do_head = d_o + int64_t(bh) * s.seq_q * kD;
     for (int i0 = first_row / kRows * kRows; i0 < s.seq_q; i0 += kRows) {
       __syncthreads();  // the previous tile's Q, dO and dS are no longer read
-      load_rows<T, kD>(q_s, q_head, i0, s.seq_q);
-      load_rows<T, kD>(do_s, do_head, i0, s.seq_q);
+      flash2::load_tile<T, kD, kD + 8, 64>(q_s, q_head, i0, s.seq_q);
+      flash2::load_tile<T, kD, kD + 8, 64>(do_s, do_head, i0, s.seq_q);
       for (int r = threadIdx.x; r < kRows; r += kThreads) {
         const bool in = i0 + r < s.seq_q;
         lse_s[r] = in ? lse[int64_t(bh) * s.seq_q + i0 + r] * 1.4426950408889634f : INFINITY;  // exp2(x - inf) = 0
@@ -221,10 +198,7 @@ void launch_dim(const BackwardParams& p) {
   float* delta = static_cast<float*>(p.workspace);
   float* dq32 = delta + s.lse_elems();
   CUDA_CHECK(cudaMemsetAsync(dq32, 0, std::size_t(s.q_elems()) * sizeof(float), p.stream));
-  const int64_t rows = s.lse_elems();
-  delta16_kernel<T><<<unsigned((rows * 32 + 255) / 256), 256, 0, p.stream>>>(static_cast<const T*>(p.o),
-                                                                              static_cast<const T*>(p.d_o), delta, rows, kD);
-  CUDA_CHECK_LAUNCH();
+  launch_delta<T>(p.o, p.d_o, delta, s.lse_elems(), kD, p.stream);
   const int bytes = int((2 * kKeys + 2 * kRows) * (kD + 8) * sizeof(T) + kRows * (kKeys + 8) * sizeof(T) + 2 * kRows * sizeof(float));
   auto kernel = backward_mma_kernel<T, kD>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
