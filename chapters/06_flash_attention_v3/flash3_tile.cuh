@@ -10,8 +10,11 @@
 
 #include <cstdint>
 
+#include "cuda_check.h"
 #include "hopper.cuh"
 #include "problem.h"
+#include "registry.h"
+#include "tma.h"
 
 namespace fa::flash3 {
 
@@ -223,6 +226,22 @@ __device__ inline void pingpong_schedule(Ops& ops, int n_tiles, int consumer) {
   ops.fence_out();
   ops.release_v(n_tiles - 1);
   //! [pingpong]
+}
+
+/// The host side of variants 1-4: tensor maps over the bf16 Q (boxes of block_m rows), K and V
+/// (boxes of key_rows), the shared-memory limit raised to smem_bytes, one block per (Q tile,
+/// batch * head). `kernel` takes (tm_q, tm_k, tm_v, shape, o, lse).
+template <class Kernel>
+void launch_bf16_tiles(Kernel kernel, const ForwardParams& p, int head_dim, int block_m, int key_rows, int threads,
+                       int smem_bytes) {
+  const AttentionShape& s = p.shape;
+  const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, head_dim, s.seq_q, s.batch * s.heads_q, block_m);
+  const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, head_dim, s.seq_kv, s.batch * s.heads_kv, key_rows);
+  const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, head_dim, s.seq_kv, s.batch * s.heads_kv, key_rows);
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  const dim3 grid(unsigned((s.seq_q + block_m - 1) / block_m), unsigned(s.batch * s.heads_q));
+  kernel<<<grid, threads, smem_bytes, p.stream>>>(tm_q, tm_k, tm_v, s, static_cast<__nv_bfloat16*>(p.o), p.lse);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace fa::flash3

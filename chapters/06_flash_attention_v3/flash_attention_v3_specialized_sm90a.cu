@@ -171,16 +171,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <int kD, bool kPingPong>
 void launch_specialized_dim(const ForwardParams& p) {
-  const AttentionShape& s = p.shape;
-  const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, kD, s.seq_q, s.batch * s.heads_q, kBlockM);
-  const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, kD, s.seq_kv, s.batch * s.heads_kv, kBlockN);
-  const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, kD, s.seq_kv, s.batch * s.heads_kv, kBlockN);
-  auto kernel = flash3_specialized_kernel<kD, kPingPong>;
-  const int bytes = Layout<kD>::kBytes;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  dim3 grid(unsigned((s.seq_q + kBlockM - 1) / kBlockM), unsigned(s.batch * s.heads_q));
-  kernel<<<grid, kThreads, bytes, p.stream>>>(tm_q, tm_k, tm_v, s, static_cast<__nv_bfloat16*>(p.o), p.lse);
-  CUDA_CHECK_LAUNCH();
+  launch_bf16_tiles(flash3_specialized_kernel<kD, kPingPong>, p, kD, kBlockM, kBlockN, kThreads, Layout<kD>::kBytes);
 }
 
 template <bool kPingPong>

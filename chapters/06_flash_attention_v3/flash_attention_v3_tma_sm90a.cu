@@ -152,17 +152,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 template <int kD>
 void launch_tma_dim(const ForwardParams& p) {
-  const AttentionShape& s = p.shape;
-  constexpr int kKeys = kTmaKeys<kD>;
-  const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, kD, s.seq_q, s.batch * s.heads_q, kRows);
-  const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, kD, s.seq_kv, s.batch * s.heads_kv, kKeys);
-  const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, kD, s.seq_kv, s.batch * s.heads_kv, kKeys);
-  auto kernel = flash3_tma_kernel<kD>;
-  const int bytes = TmaLayout<kD>::kBytes;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  dim3 grid(unsigned((s.seq_q + kRows - 1) / kRows), unsigned(s.batch * s.heads_q));
-  kernel<<<grid, kThreads, bytes, p.stream>>>(tm_q, tm_k, tm_v, s, static_cast<__nv_bfloat16*>(p.o), p.lse);
-  CUDA_CHECK_LAUNCH();
+  launch_bf16_tiles(flash3_tma_kernel<kD>, p, kD, kRows, kTmaKeys<kD>, kThreads, TmaLayout<kD>::kBytes);
 }
 
 void launch_tma(const ForwardParams& p) {
