@@ -38,6 +38,24 @@ __device__ inline unsigned char* aligned_smem(unsigned char* raw) {
   return raw + ((1024 - (hopper::smem_addr(raw) & 1023)) & 1023);
 }
 
+/// Thread 0 sets up the copy ring's mbarriers, then the block waits for it. q_full and the
+/// `stages` K and V "full" barriers take one arrival each (the issuing thread's expect_tx); the
+/// "empty" barriers, when given, take one arrival per consumer thread.
+__device__ inline void init_ring(uint64_t* q_full, uint64_t* k_full, uint64_t* v_full, int stages,
+                                 uint64_t* k_empty = nullptr, uint64_t* v_empty = nullptr, int consumer_threads = 0) {
+  if (threadIdx.x == 0) {
+    hopper::mbarrier_init(q_full, 1);
+    for (int s = 0; s < stages; ++s) {
+      hopper::mbarrier_init(&k_full[s], 1);
+      hopper::mbarrier_init(&v_full[s], 1);
+      if (k_empty) hopper::mbarrier_init(&k_empty[s], consumer_threads);
+      if (v_empty) hopper::mbarrier_init(&v_empty[s], consumer_threads);
+    }
+    hopper::fence_barrier_init();
+  }
+  __syncthreads();
+}
+
 /// Issues S (64 x 128, this warpgroup's rows) = Q K^T as kD / 16 wgmma and commits them; the
 /// caller waits. q_rows: the warpgroup's first Q row in box 0 (the same offset in every box).
 template <int kD, int kQBoxBytes>

@@ -321,17 +321,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int key_end = shape.causal ? shape.visible_keys(min(i0 + kBlockM, shape.seq_q) - 1) : shape.seq_kv;
   const int n_tiles = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
 
-  if (tid == 0) {
-    mbarrier_init(q_full, 1);
-    for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(&k_full[s], 1);
-      mbarrier_init(&v_full[s], 1);
-      mbarrier_init(&k_empty[s], 128 * kConsumers);
-      mbarrier_init(&v_empty[s], 128 * kConsumers);
-    }
-    fence_barrier_init();
-  }
-  __syncthreads();
+  init_ring(q_full, k_full, v_full, kStages, k_empty, v_empty, 128 * kConsumers);
 
   if (wg == 0) {  // the producer, as in variant 3; V^T tiles are (keys, d rows) boxes
     setmaxnreg_dec<24>();

@@ -87,17 +87,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int key_end = shape.causal ? shape.visible_keys(min(i0 + kBlockM, shape.seq_q) - 1) : shape.seq_kv;
   const int n_tiles = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
 
-  if (tid == 0) {
-    mbarrier_init(q_full, 1);
-    for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(&k_full[s], 1);
-      mbarrier_init(&v_full[s], 1);
-      mbarrier_init(&k_empty[s], kConsumerThreads);
-      mbarrier_init(&v_empty[s], kConsumerThreads);
-    }
-    fence_barrier_init();
-  }
-  __syncthreads();
+  init_ring(q_full, k_full, v_full, kStages, k_empty, v_empty, kConsumerThreads);
 
   if (wg == 0) {
     //! [producer]

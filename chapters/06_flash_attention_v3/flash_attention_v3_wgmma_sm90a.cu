@@ -65,15 +65,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   //! [tma_ring]
 
-  if (tid == 0) {
-    mbarrier_init(q_full, 1);
-    for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(&k_full[s], 1);
-      mbarrier_init(&v_full[s], 1);
-    }
-    fence_barrier_init();
-  }
-  __syncthreads();
+  init_ring(q_full, k_full, v_full, kStages);
   if (tid == 0) {
     mbarrier_arrive_expect_tx(q_full, S::kQBytes);
     for (int b = 0; b < S::kBoxes; ++b) tma_load_3d(smem + S::kQ + b * kBlockM * 128, &tm_q, 64 * b, i0, bh, q_full);
