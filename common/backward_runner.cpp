@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 
 #include "cuda_check.h"
 #include "random.h"
@@ -46,27 +45,8 @@ BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed
 }
 
 void run_forward_for(BackwardProblem& problem, const ForwardKernel& forward) {
-  const AttentionShape& s = problem.shape;
-  const DType t = forward.dtype;
-  DeviceBuffer q = upload_as(t, problem.q), k = upload_as(t, problem.k), v = upload_as(t, problem.v);
-  DeviceBuffer o(std::size_t(s.o_elems()) * dtype_size(t)), lse(std::size_t(s.lse_elems()) * sizeof(float));
-  DeviceBuffer workspace(forward.workspace_bytes ? forward.workspace_bytes(s) : 0);
-  ForwardParams p;
-  p.shape = s;
-  p.q = q.get();
-  p.k = k.get();
-  p.v = v.get();
-  p.o = o.get();
-  p.lse = static_cast<float*>(lse.get());
-  p.workspace = workspace.get();
-  forward.launch(p);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  problem.o.resize(s.o_elems());
-  decode_elements(t, o.download().data(), problem.o.data(), problem.o.size());
+  launch_forward_on(forward, problem.shape, problem.q, problem.k, problem.v, problem.o, problem.lse);
   for (float& x : problem.o) x = round_to_dtype(x, problem.dtype);
-  const std::vector<unsigned char> raw = lse.download();
-  problem.lse.resize(s.lse_elems());
-  std::memcpy(problem.lse.data(), raw.data(), raw.size());
   problem.needs_forward = false;
 }
 

@@ -83,6 +83,30 @@ std::string gib(double bytes) {
 
 }  // namespace
 
+void launch_forward_on(const ForwardKernel& kernel, const AttentionShape& shape, const std::vector<float>& q,
+                       const std::vector<float>& k, const std::vector<float>& v, std::vector<float>& o,
+                       std::vector<float>& lse) {
+  const DType t = kernel.dtype;
+  DeviceBuffer dq = upload_as(t, q), dk = upload_as(t, k), dv = upload_as(t, v);
+  DeviceBuffer d_o(std::size_t(shape.o_elems()) * dtype_size(t)), d_lse(std::size_t(shape.lse_elems()) * sizeof(float));
+  DeviceBuffer workspace(kernel.workspace_bytes ? kernel.workspace_bytes(shape) : 0);
+  ForwardParams p;
+  p.shape = shape;
+  p.q = dq.get();
+  p.k = dk.get();
+  p.v = dv.get();
+  p.o = d_o.get();
+  p.lse = static_cast<float*>(d_lse.get());
+  p.workspace = workspace.get();
+  kernel.launch(p);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  o.resize(shape.o_elems());
+  decode_elements(t, d_o.download().data(), o.data(), o.size());
+  const std::vector<unsigned char> raw = d_lse.download();
+  lse.resize(shape.lse_elems());
+  std::memcpy(lse.data(), raw.data(), raw.size());
+}
+
 ForwardLaunch prepare_forward(const ForwardKernel& kernel, Problem& problem) {
   const AttentionShape& shape = problem.shape();
   const DeviceInputs& in = problem.device(kernel.dtype);

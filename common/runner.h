@@ -87,6 +87,13 @@ struct ForwardLaunch {
 ForwardLaunch prepare_forward(const ForwardKernel& kernel, Problem& problem);
 
 RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOptions& options);
+
+/// One launch of `kernel` on inputs the caller brings (float, uploaded in the kernel's dtype),
+/// for callers outside the Problem flow (chapter 07's forward, the FP8 outlier test): O decoded
+/// to float into `o`, LSE as written into `lse`.
+void launch_forward_on(const ForwardKernel& kernel, const AttentionShape& shape, const std::vector<float>& q,
+                       const std::vector<float>& k, const std::vector<float>& v, std::vector<float>& o,
+                       std::vector<float>& lse);
 RunResult run_cpu_algorithm(const CpuAlgorithm& algorithm, Problem& problem, const RunOptions& options);
 
 /// Median of a list of timings (ms); 0 for an empty list.

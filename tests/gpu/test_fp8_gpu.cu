@@ -13,7 +13,7 @@
 #include "dtype.h"
 #include "reference.h"
 #include "registry.h"
-#include "tensor.h"
+#include "runner.h"
 #include "../test_shapes.h"
 
 namespace fa {
@@ -42,22 +42,9 @@ double rmse(const AttentionShape& s, const std::vector<float>& o, const CheckPla
 
 std::vector<float> run_on_gpu(const ForwardKernel& k, const AttentionShape& s, const std::vector<float>& q,
                               const std::vector<float>& kk, const std::vector<float>& v) {
-  DeviceBuffer dq = upload_as(DType::BF16, q), dk = upload_as(DType::BF16, kk), dv = upload_as(DType::BF16, v);
-  DeviceBuffer o(std::size_t(s.o_elems()) * 2), lse(std::size_t(s.lse_elems()) * sizeof(float));
-  DeviceBuffer workspace(k.workspace_bytes ? k.workspace_bytes(s) : 0);
-  ForwardParams p;
-  p.shape = s;
-  p.q = dq.get();
-  p.k = dk.get();
-  p.v = dv.get();
-  p.o = o.get();
-  p.lse = static_cast<float*>(lse.get());
-  p.workspace = workspace.get();
-  k.launch(p);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<float> out(s.o_elems());
-  decode_elements(DType::BF16, o.download().data(), out.data(), out.size());
-  return out;
+  std::vector<float> o, lse;
+  launch_forward_on(k, s, q, kk, v, o, lse);
+  return o;
 }
 
 TEST(Fp8OnTheGpu, IncoherentProcessingOnOutliers) {
