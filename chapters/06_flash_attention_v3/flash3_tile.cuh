@@ -56,6 +56,25 @@ __device__ inline void init_ring(uint64_t* q_full, uint64_t* k_full, uint64_t* v
   __syncthreads();
 }
 
+/// The producer's loop (variants 3-5): K/V tile j goes into stage j % stages. Before refilling a
+/// stage it waits on that stage's empty barrier for the consumers' arrivals from its previous use
+/// (the first `stages` tiles go into fresh stages and wait for nothing). load_k(j, stage) and
+/// load_v(j, stage) announce the bytes on the full barrier and issue the copies.
+template <class LoadK, class LoadV>
+__device__ inline void produce_kv(int n_tiles, int stages, uint64_t* k_empty, uint64_t* v_empty, LoadK load_k,
+                                  LoadV load_v) {
+  //! [produce_kv]
+  for (int j = 0; j < n_tiles; ++j) {
+    const int stage = j % stages;
+    const uint32_t previous_use = ((j / stages) & 1) ^ 1;
+    if (j >= stages) hopper::mbarrier_wait(&k_empty[stage], previous_use);
+    load_k(j, stage);
+    if (j >= stages) hopper::mbarrier_wait(&v_empty[stage], previous_use);
+    load_v(j, stage);
+  }
+  //! [produce_kv]
+}
+
 /// Issues S (64 x 128, this warpgroup's rows) = Q K^T as kD / 16 wgmma and commits them; the
 /// caller waits. q_rows: the warpgroup's first Q row in box 0 (the same offset in every box).
 template <int kD, int kQBoxBytes>

@@ -328,16 +328,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid == 0) {
       mbarrier_arrive_expect_tx(q_full, L::kTile);
       tma_load_3d(smem + L::kQ, &tm_q, 0, i0, bh, q_full);
-      for (int j = 0; j < n_tiles; ++j) {
-        const int stage = j % kStages;
-        const uint32_t previous_use = ((j / kStages) & 1) ^ 1;
-        if (j >= kStages) mbarrier_wait(&k_empty[stage], previous_use);
-        mbarrier_arrive_expect_tx(&k_full[stage], L::kTile);
-        tma_load_3d(smem + L::kK + stage * L::kTile, &tm_k, 0, j * kBlockN, kv_plane, &k_full[stage]);
-        if (j >= kStages) mbarrier_wait(&v_empty[stage], previous_use);
-        mbarrier_arrive_expect_tx(&v_full[stage], L::kTile);
-        tma_load_3d(smem + L::kV + stage * L::kTile, &tm_vt, j * kBlockN, 0, kv_plane, &v_full[stage]);
-      }
+      produce_kv(
+          n_tiles, kStages, k_empty, v_empty,
+          [&](int j, int stage) {
+            mbarrier_arrive_expect_tx(&k_full[stage], L::kTile);
+            tma_load_3d(smem + L::kK + stage * L::kTile, &tm_k, 0, j * kBlockN, kv_plane, &k_full[stage]);
+          },
+          [&](int j, int stage) {
+            mbarrier_arrive_expect_tx(&v_full[stage], L::kTile);
+            tma_load_3d(smem + L::kV + stage * L::kTile, &tm_vt, j * kBlockN, 0, kv_plane, &v_full[stage]);
+          });
     }
     return;
   }

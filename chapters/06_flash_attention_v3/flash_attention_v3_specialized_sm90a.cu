@@ -91,26 +91,28 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (wg == 0) {
     //! [producer]
-    // The producer: registers handed back, one thread issuing copies. Before refilling a stage
-    // it waits for the consumers' arrivals on that stage's empty barrier (phase of the previous
-    // use: the first kStages tiles go into fresh stages and wait for nothing).
+    // The producer: registers handed back, one thread issuing copies. produce_kv (flash3_tile.cuh)
+    // waits on a stage's empty barrier, the consumers' arrivals from its previous use, before
+    // the refill (the first kStages tiles go into fresh stages and wait for nothing).
     setmaxnreg_dec<24>();
     if (tid == 0) {
       const int kv_plane = (bh / shape.heads_q) * shape.heads_kv + shape.kv_head(bh % shape.heads_q);
       mbarrier_arrive_expect_tx(q_full, S::kQBytes);
       for (int b = 0; b < S::kBoxes; ++b) tma_load_3d(smem + S::kQ + b * kBlockM * 128, &tm_q, 64 * b, i0, bh, q_full);
-      for (int j = 0; j < n_tiles; ++j) {
-        const int stage = j % kStages;
-        const uint32_t previous_use = ((j / kStages) & 1) ^ 1;
-        if (j >= kStages) mbarrier_wait(&k_empty[stage], previous_use);
-        mbarrier_arrive_expect_tx(&k_full[stage], S::kTileBytes);
-        for (int b = 0; b < S::kBoxes; ++b)
-          tma_load_3d(smem + S::kK + stage * S::kTileBytes + b * kBoxBytes, &tm_k, 64 * b, j * kBlockN, kv_plane, &k_full[stage]);
-        if (j >= kStages) mbarrier_wait(&v_empty[stage], previous_use);
-        mbarrier_arrive_expect_tx(&v_full[stage], S::kTileBytes);
-        for (int b = 0; b < S::kBoxes; ++b)
-          tma_load_3d(smem + S::kV + stage * S::kTileBytes + b * kBoxBytes, &tm_v, 64 * b, j * kBlockN, kv_plane, &v_full[stage]);
-      }
+      produce_kv(
+          n_tiles, kStages, k_empty, v_empty,
+          [&](int j, int stage) {
+            mbarrier_arrive_expect_tx(&k_full[stage], S::kTileBytes);
+            for (int b = 0; b < S::kBoxes; ++b)
+              tma_load_3d(smem + S::kK + stage * S::kTileBytes + b * kBoxBytes, &tm_k, 64 * b, j * kBlockN, kv_plane,
+                          &k_full[stage]);
+          },
+          [&](int j, int stage) {
+            mbarrier_arrive_expect_tx(&v_full[stage], S::kTileBytes);
+            for (int b = 0; b < S::kBoxes; ++b)
+              tma_load_3d(smem + S::kV + stage * S::kTileBytes + b * kBoxBytes, &tm_v, 64 * b, j * kBlockN, kv_plane,
+                          &v_full[stage]);
+          });
     }
     //! [producer]
     return;
