@@ -1,9 +1,20 @@
-// Small device-side pieces more than one chapter uses: warp and block reductions.
+// Small device-side pieces more than one chapter uses: warp and block reductions, and a bare exp2.
 #pragma once
 
 #include <cuda_runtime.h>
 
 namespace fa {
+
+/// 2^x as one MUFU.EX2 instruction. `exp2f` compiles to the non-flushing `ex2.approx.f32`, which
+/// ptxas wraps in a range check and two conditional multiplies so that results below 2^-126
+/// come out as denormals; softmax loses nothing when they are 0 instead, and the kernels that
+/// take an exponential per score (chapters 06 and 07) save those extra instructions per score.
+/// exp2(-inf) is still +0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }

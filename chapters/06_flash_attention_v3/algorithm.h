@@ -4,9 +4,11 @@
 // (incoherent processing); S = Q K^T is computed from the dequantized values; P is rounded to
 // e4m3 before P V, as the FP8 tensor cores need both operands in FP8 (scaled by 2^8 first, so
 // that probabilities down to 2^-17 stay representable; the factor is divided out with l); the
-// row sum l uses P before rounding. One difference from the kernel: P is taken against the row's final max instead of
-// the running max of the tile loop, which changes which small P values underflow, not the scale
-// of the error.
+// row sum l uses P before rounding. Two differences from the kernel, which change which small
+// P values underflow, not the scale of the error: P is taken against the row's final max instead
+// of the running max of the tile loop; and the kernel also multiplies a tile's P by its V block's
+// scale over the largest one (keeping O in one unit), so in blocks of smaller V the small P
+// values meet e4m3's floor sooner.
 #pragma once
 
 #include <algorithm>

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "cuda_check.h"
+#include "device_utils.cuh"
 #include "hopper.cuh"
 #include "problem.h"
 #include "registry.h"
@@ -106,9 +107,11 @@ __device__ inline void mask_scores(float (&s)[kBlockN / 2], const AttentionShape
 
 /// Online softmax on the raw scores (scale folded into the exponent), S replaced by P; returns
 /// the factors the running O must be multiplied by, one per row. p_log2_scale multiplies every
-/// P (and so l) by 2^p_log2_scale for free, inside the exponent (the FP8 variant uses 8).
+/// P by 2^p_log2_scale for free, inside the exponent (the FP8 variant uses it to bring P into
+/// e4m3's range); l_weight multiplies the tile's row sums before they go into l (the FP8 variant
+/// uses it to keep part of that factor out of l).
 __device__ inline void online_softmax(float (&s)[kBlockN / 2], float (&m)[2], float (&l)[2], float (&rescale)[2],
-                                      float scale_log2, float p_log2_scale = 0.0f) {
+                                      float scale_log2, float p_log2_scale = 0.0f, float l_weight = 1.0f) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float tile_max = -INFINITY;
@@ -118,24 +121,30 @@ __device__ inline void online_softmax(float (&s)[kBlockN / 2], float (&m)[2], fl
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 2));
     const float m_new = fmaxf(m[h], tile_max * scale_log2);
     const bool seen = m_new != -INFINITY;
-    rescale[h] = seen ? exp2f(m[h] - m_new) : 1.0f;
+    rescale[h] = seen ? fast_exp2(m[h] - m_new) : 1.0f;
     const float m_use = (seen ? m_new : 0.0f) - p_log2_scale;
     float row_sum = 0.0f;
 #pragma unroll
     for (int c = 0; c < kBlockN / 8; ++c) {
 #pragma unroll
       for (int e = 2 * h; e < 2 * h + 2; ++e) {
-        s[4 * c + e] = exp2f(fmaf(s[4 * c + e], scale_log2, -m_use));
+        s[4 * c + e] = fast_exp2(fmaf(s[4 * c + e], scale_log2, -m_use));
         row_sum += s[4 * c + e];
       }
     }
-    l[h] = l[h] * rescale[h] + row_sum;
+    l[h] = l[h] * rescale[h] + row_sum * l_weight;
     m[h] = m_new;
   }
 }
 
+/// O times the per-row factors. Once the first tiles have been seen a row's running max seldom
+/// moves, and then its factor is exactly 1: when that holds for all 16 rows of the warp, the
+/// warp skips the kD / 2 multiplies (the result is the same bit for bit).
 template <int kD>
 __device__ inline void rescale_output(float (&out)[kD / 2], const float (&rescale)[2]) {
+  //! [skip_rescale]
+  if (__all_sync(0xFFFFFFFFu, rescale[0] == 1.0f && rescale[1] == 1.0f)) return;
+  //! [skip_rescale]
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) out[i] *= rescale[(i % 4) / 2];
 }

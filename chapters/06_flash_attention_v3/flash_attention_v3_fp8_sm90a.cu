@@ -14,18 +14,21 @@
 //   S = Q8 K8^T with wgmma.m64n128k32.e4m3, times scale_q * scale_k folded into the exponent;
 //   P * 2^8 (inside the exponent) rounded to e4m3 in registers (2^8 keeps small probabilities
 //   above e4m3's floor);
-//   O += P8 V8 with O kept in units of the current V block's scale (one more factor in the
-//   per-row rescale), and O / (2^8 l) at the end.
+//   O += P8 V8 with O kept in units of the largest V block scale: each tile's own V scale goes
+//   into P's exponent too (see fp8_units), and O * v_ref / (2^8 l) at the end.
 // The CPU model of all this, and its accuracy experiment, is algorithm.h / tests/cpu/test_fp8.cpp.
 // Run: build/bin/ch06_flash_attention_v3 --variant fp8
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
+#include "../05_flash_attention_v2/mma_sync.cuh"
 #include "algorithm.h"
 #include "compare.h"
 #include "cuda_check.h"
+#include "device_utils.cuh"
 #include "flash3_tile.cuh"
 #include "flash_attention_v3.h"
 #include "phase_timer.h"
@@ -48,16 +51,8 @@ constexpr int kBlockM8 = 64 * kConsumers;   // = kRows8: a Q tile is one scale b
 
 // ---- preprocessing ------------------------------------------------------------------------
 
-/// Largest |x| over the block's threads (128), through shared memory.
-__device__ inline float block_amax(float v, float* scratch) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
-  __syncthreads();
-  v = fmaxf(fmaxf(scratch[0], scratch[1]), fmaxf(scratch[2], scratch[3]));
-  __syncthreads();
-  return v;
-}
+constexpr int kPrepThreads = 256;                          // preprocessing: 8 warps per 128-row block
+constexpr int kPrepRowsPerWarp = kRows8 / (kPrepThreads / 32);  // 16
 
 /// Four floats (already divided by the scale) as four e4m3 bytes, the first in the lowest byte.
 __device__ inline uint32_t e4m3x4(float a, float b, float c, float d) {
@@ -66,15 +61,25 @@ __device__ inline uint32_t e4m3x4(float a, float b, float c, float d) {
   return lo | (hi << 16);
 }
 
-/// Row `row` of a plane as this lane's kD / 32 floats (columns (kD / 32) lane ...), zeros past the end.
-template <int kD>
-__device__ inline void load_row(float (&v)[kD / 32], const __nv_bfloat16* plane_base, int row, int rows, int lane) {
-  const __nv_bfloat162* src = reinterpret_cast<const __nv_bfloat162*>(plane_base + int64_t(row) * kD + (kD / 32) * lane);
+/// Rows row0 .. row0 + kN - 1 of a plane, this lane's kD / 32 floats of each (columns
+/// (kD / 32) lane ...), zeros past the end. All kN loads are issued before any is used: the
+/// preprocessing is a pure memory pass, and a warp with kN loads in flight hides their latency.
+template <int kD, int kN>
+__device__ inline void load_rows(float (&v)[kN][kD / 32], const __nv_bfloat16* plane_base, int row0, int rows, int lane) {
+  using Raw = std::conditional_t<kD == 128, uint2, uint32_t>;  // kD / 32 bf16
+  Raw raw[kN];
 #pragma unroll
-  for (int e = 0; e < kD / 32; e += 2) {
-    const float2 f = row < rows ? __bfloat1622float2(src[e / 2]) : make_float2(0.0f, 0.0f);
-    v[e] = f.x;
-    v[e + 1] = f.y;
+  for (int r = 0; r < kN; ++r)
+    raw[r] = row0 + r < rows ? *reinterpret_cast<const Raw*>(plane_base + int64_t(row0 + r) * kD + (kD / 32) * lane) : Raw{};
+#pragma unroll
+  for (int r = 0; r < kN; ++r) {
+    const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[r]);
+#pragma unroll
+    for (int e = 0; e < kD / 32; e += 2) {
+      const float2 f = __bfloat1622float2(pairs[e / 2]);
+      v[r][e] = f.x;
+      v[r][e + 1] = f.y;
+    }
   }
 }
 
@@ -111,31 +116,31 @@ __device__ inline void rotate_row(float (&v)[kD / 32], int lane) {
 }
 //! [device_hadamard]
 
-/// Q or K, one block per (128-row block, plane), one warp per 32 rows (a row is 256 coalesced
+/// Q or K, one block per (128-row block, plane), one warp per 16 rows (a row is kD * 2 coalesced
 /// bytes): rotate (unless kRotate is off: the control kernel), take the block's largest |x|,
 /// then e4m3 with that block's scale.
 template <int kD, bool kRotate>
-__global__ void __launch_bounds__(128) quantize_rotated_kernel(const __nv_bfloat16* x, int rows, uint8_t* x8,
-                                                               float* scales) {
-  __shared__ float scratch[4];
+__global__ void __launch_bounds__(kPrepThreads) quantize_rotated_kernel(const __nv_bfloat16* x, int rows, uint8_t* x8,
+                                                                        float* scales) {
+  constexpr int kN = kPrepRowsPerWarp;
+  __shared__ float scratch[32];
   const int plane = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row0 = blockIdx.x * kRows8 + 32 * warp;
-  const __nv_bfloat16* base = x + int64_t(plane) * rows * kD;
-  float v[32][kD / 32];
+  const int row0 = blockIdx.x * kRows8 + kN * warp;
+  float v[kN][kD / 32];
+  load_rows<kD, kN>(v, x + int64_t(plane) * rows * kD, row0, rows, lane);
   float amax = 0.0f;
 #pragma unroll
-  for (int r = 0; r < 32; ++r) {
-    load_row<kD>(v[r], base, row0 + r, rows, lane);
+  for (int r = 0; r < kN; ++r) {
     if constexpr (kRotate) rotate_row<kD>(v[r], lane);
 #pragma unroll
     for (int e = 0; e < kD / 32; ++e) amax = fmaxf(amax, fabsf(v[r][e]));
   }
-  amax = block_amax(amax, scratch);
+  amax = block_all_reduce(amax, MaxOp(), 0.0f, scratch);
   const float scale = amax > 0.0f ? amax / 448.0f : 1.0f, inv = 1.0f / scale;
   if (threadIdx.x == 0) scales[int64_t(plane) * gridDim.x + blockIdx.x] = scale;
   uint8_t* dst = x8 + int64_t(plane) * rows * kD;
 #pragma unroll
-  for (int r = 0; r < 32; ++r) {
+  for (int r = 0; r < kN; ++r) {
     if (row0 + r >= rows) continue;
     uint8_t* row_dst = dst + int64_t(row0 + r) * kD + (kD / 32) * lane;
     if constexpr (kD == 128) {
@@ -165,43 +170,67 @@ static_assert(p_key_slot(p_slot_key(0)) == 0 && p_key_slot(p_slot_key(13)) == 13
 
 /// V: block of 128 keys -> e4m3 with one scale, written transposed and slot-permuted:
 /// vt8[plane][x][128 b + slot] for key 128 b + 32 g + p_slot_key(slot). Keys past the end are 0.
-/// One warp per 32 keys (coalesced reads); the transpose goes through shared memory so the
-/// writes are 128-byte rows too.
+/// Two phases through shared memory: warps read 16 keys each (coalesced rows) and store them
+/// as e4m3 in [key][x] order; then each thread gathers 4 columns x of 16 slots as 16 words and
+/// transposes those bytes with byte permutes into 4 rows of 16 bytes of V^T.
 template <int kD>
-__global__ void __launch_bounds__(128) quantize_v_kernel(const __nv_bfloat16* v, int rows, int rows_padded, uint8_t* vt8,
-                                                         float* scales) {
-  __shared__ float scratch[4];
-  __shared__ __align__(16) uint8_t tile[kD][kRows8 + 16];  // [x][slot], rows padded against bank conflicts
+__global__ void __launch_bounds__(kPrepThreads) quantize_v_kernel(const __nv_bfloat16* v, int rows, int rows_padded,
+                                                                  uint8_t* vt8, float* scales) {
+  constexpr int kN = kPrepRowsPerWarp, kPitch = kD + 4;  // the pad spreads d64's two-chunk warps over the banks
+  __shared__ float scratch[32];
+  __shared__ __align__(16) uint8_t tile[kRows8 * kPitch];  // e4m3, [key][x]
   const int plane = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int key0 = blockIdx.x * kRows8 + 32 * warp;
-  const __nv_bfloat16* base = v + int64_t(plane) * rows * kD;
-  float x[32][kD / 32];
+  const int key0 = kN * warp;
+  float x[kN][kD / 32];
+  load_rows<kD, kN>(x, v + int64_t(plane) * rows * kD, blockIdx.x * kRows8 + key0, rows, lane);
   float amax = 0.0f;
 #pragma unroll
-  for (int r = 0; r < 32; ++r) {
-    load_row<kD>(x[r], base, key0 + r, rows, lane);
+  for (int r = 0; r < kN; ++r)
 #pragma unroll
     for (int e = 0; e < kD / 32; ++e) amax = fmaxf(amax, fabsf(x[r][e]));
-  }
-  amax = block_amax(amax, scratch);
-  const float scale = amax > 0.0f ? amax / 448.0f : 1.0f, inv = 1.0f / scale;
+  amax = block_all_reduce(amax, MaxOp(), 0.0f, scratch);
+  // An all-zero block gets scale 0 (not 1, as Q and K do): the attention kernel takes the
+  // largest V scale of a head as O's unit, and a made-up 1 would swamp the real ones.
+  const float scale = amax / 448.0f, inv = amax > 0.0f ? 1.0f / scale : 0.0f;
   if (threadIdx.x == 0) scales[int64_t(plane) * gridDim.x + blockIdx.x] = scale;
 #pragma unroll
-  for (int r = 0; r < 32; ++r) {
-    const int slot = 32 * warp + p_key_slot(r);
-#pragma unroll
-    for (int e = 0; e < kD / 32; e += 2) {
-      const uint32_t q2 = __nv_cvt_float2_to_fp8x2(make_float2(x[r][e] * inv, x[r][e + 1] * inv), __NV_SATFINITE, __NV_E4M3);
-      tile[(kD / 32) * lane + e][slot] = uint8_t(q2 & 0xFF);
-      tile[(kD / 32) * lane + e + 1][slot] = uint8_t(q2 >> 8);
+  for (int r = 0; r < kN; ++r) {
+    uint8_t* at = tile + (key0 + r) * kPitch + (kD / 32) * lane;
+    if constexpr (kD == 128) {
+      *reinterpret_cast<uint32_t*>(at) = e4m3x4(x[r][0] * inv, x[r][1] * inv, x[r][2] * inv, x[r][3] * inv);
+    } else {
+      *reinterpret_cast<uint16_t*>(at) =
+          uint16_t(__nv_cvt_float2_to_fp8x2(make_float2(x[r][0] * inv, x[r][1] * inv), __NV_SATFINITE, __NV_E4M3));
     }
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < kD * 8; e += 128) {
-    const int r = e / 8, c = e % 8;
-    *reinterpret_cast<uint4*>(vt8 + (int64_t(plane) * kD + r) * rows_padded + blockIdx.x * kRows8 + c * 16) =
-        *reinterpret_cast<const uint4*>(&tile[r][c * 16]);
+  //! [v_transpose]
+  // Item = (chunk c of 16 slots, group of 4 columns x0..x0+3): kD / 4 * 8 items.
+  for (int item = threadIdx.x; item < kD / 4 * 8; item += kPrepThreads) {
+    const int x0 = 4 * (item % (kD / 4)), c = item / (kD / 4);
+    uint32_t w[16];  // w[i]: columns x0..x0+3 of the key in slot 16 c + i
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int slot = 16 * c + i, key = (slot / 32) * 32 + p_slot_key(slot % 32);
+      w[i] = *reinterpret_cast<const uint32_t*>(tile + key * kPitch + x0);
+    }
+    uint32_t out[4][4];  // out[q][j]: column x0 + q, slots 4 j .. 4 j + 3
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      // A 4x4 byte transpose: t0 = (w0.b0 w1.b0 w0.b1 w1.b1), t1 = (w0.b2 w1.b2 w0.b3 w1.b3), ...
+      const uint32_t t0 = __byte_perm(w[4 * j], w[4 * j + 1], 0x5140), t1 = __byte_perm(w[4 * j], w[4 * j + 1], 0x7362);
+      const uint32_t t2 = __byte_perm(w[4 * j + 2], w[4 * j + 3], 0x5140), t3 = __byte_perm(w[4 * j + 2], w[4 * j + 3], 0x7362);
+      out[0][j] = __byte_perm(t0, t2, 0x5410);
+      out[1][j] = __byte_perm(t0, t2, 0x7632);
+      out[2][j] = __byte_perm(t1, t3, 0x5410);
+      out[3][j] = __byte_perm(t1, t3, 0x7632);
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      *reinterpret_cast<uint4*>(vt8 + (int64_t(plane) * kD + x0 + q) * rows_padded + blockIdx.x * kRows8 + 16 * c) =
+          make_uint4(out[q][0], out[q][1], out[q][2], out[q][3]);
   }
+  //! [v_transpose]
 }
 
 // ---- attention ----------------------------------------------------------------------------
@@ -241,19 +270,37 @@ struct Fp8Ops {
   const unsigned char* q_rows;
   uint64_t *k_full, *v_full, *k_empty, *v_empty;
   AttentionShape shape;
-  Fp8Scales scales;
-  int i0, row0, t, kv_plane;
+  const float *k_scales, *v_scales;  // this K/V head's block scales
+  int i0, row0, t, last_block;
   float scale_log2;  // softmax scale * log2(e) * this Q block's scale
-  float out[kD / 2];
-  float m[2], l[2];
-  float v_scale;  // O is kept in units of the current V block's scale
-  uint32_t p[kBlockN / 32][4];
+  float v_ref, log2_v_ref;  // O's unit: the largest V block scale among this block's tiles
+  float k_next, v_next;     // the next tile's K and V scales, loaded a tile ahead
+  float out[kD / 2] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  uint32_t p[kBlockN / 32][4] = {};
 
   __device__ static uint32_t phase(int j) { return uint32_t((j / kStages) & 1); }
   __device__ void wait_k(int j) { mbarrier_wait(&k_full[j % kStages], phase(j)); }
   __device__ void wait_v(int j) { mbarrier_wait(&v_full[j % kStages], phase(j)); }
   __device__ void release_k(int j) { mbarrier_arrive(&k_empty[j % kStages]); }
   __device__ void release_v(int j) { mbarrier_arrive(&v_empty[j % kStages]); }
+  /// At head_dim 128, S = Q K^T takes Q from registers (wgmma's RS form) instead of shared memory:
+  /// measured 1-5% faster there, and 3% slower at head_dim 64, which keeps Q in shared memory.
+  static constexpr bool kQInRegisters = kD == 128;
+  uint32_t q[kD / 32][4];  // this warp's 16 rows of Q as e4m3 A fragments, one per k-step
+  /// Reads Q into registers once (ldmatrix treats a pair of e4m3 bytes as one b16 element: its
+  /// fragment of a 16 x 16 b16 matrix is exactly an e4m3 A fragment of 16 rows x 32 bytes).
+  /// Lane l gives the address of row l % 16, 16-byte chunk 2 ks + l / 16, unswizzled by hand.
+  __device__ void load_q(int warp, int lane) {
+    if constexpr (!kQInRegisters) return;
+    const int r = 16 * warp + lane % 16;
+#pragma unroll
+    for (int ks = 0; ks < kD / 32; ++ks) {
+      const int c = 2 * ks + lane / 16;
+      const int stored = c ^ (r % 8);  // the 128-byte swizzle (rows are 128 bytes)
+      flash2::ldmatrix_x4(q[ks], q_rows + r * kD + stored * 16);
+    }
+  }
   __device__ void scores(int j, float (&s)[kBlockN / 2]) {
     //! [fp8_scores]
     // S = Q8 K8^T: kD / 32 wgmma of k = 32 bytes; the true scores are S * scale_q * scale_k.
@@ -262,9 +309,13 @@ struct Fp8Ops {
 #pragma unroll
     for (int ks = 0; ks < kD / 32; ++ks) {
       const unsigned char* k_tile = smem + L::kK + (j % kStages) * L::kTile;
-      const uint64_t a = kD == 128 ? make_desc_sw128(q_rows + ks * 32, 16, 1024) : make_desc_sw64(q_rows + ks * 32, 16, 512);
       const uint64_t b = kD == 128 ? make_desc_sw128(k_tile + ks * 32, 16, 1024) : make_desc_sw64(k_tile + ks * 32, 16, 512);
-      wgmma_m64n128k32_e4m3_ss(s, a, b, ks > 0);
+      if constexpr (kQInRegisters) {
+        wgmma_m64n128k32_e4m3_rs(s, q[ks], b, ks > 0);
+      } else {
+        const uint64_t a = make_desc_sw64(q_rows + ks * 32, 16, 512);
+        wgmma_m64n128k32_e4m3_ss(s, a, b, ks > 0);
+      }
     }
     wgmma_commit();
     //! [fp8_scores]
@@ -287,13 +338,20 @@ struct Fp8Ops {
   }
   __device__ void softmax(int j, float (&s)[kBlockN / 2], float (&rescale)[2]) {
     if (tile_needs_mask(shape, i0, kBlockM8, j * kBlockN)) mask_scores(s, shape, row0, j * kBlockN, t);
-    // P comes out times 2^8 (kPScale), ready for e4m3; l carries the same factor.
-    online_softmax(s, m, l, rescale, scale_log2 * scales.k[int64_t(kv_plane) * scales.kv_blocks + j], 8.0f);
-    // O also changes units, from the old V block's scale to V_j's.
-    const float v_scale_j = scales.v[int64_t(kv_plane) * scales.kv_blocks + j], units = v_scale / v_scale_j;
-    rescale[0] *= units;
-    rescale[1] *= units;
-    v_scale = v_scale_j;
+    //! [fp8_units]
+    // O stays in units of v_ref for the whole loop: V_j's own scale, as r = v_scale_j / v_ref <= 1,
+    // rides in P's exponent next to the 2^8 (kPScale) that lifts P into e4m3's range. l must
+    // not carry r, so the row sums are divided by it again. (r is floored at 2^-16, which only
+    // an all-zero V block, scale 0, reaches: its P V is 0 whatever P is.)
+    const float k_scale_j = k_next, v_scale_j = v_next;
+    const float log2_r = fmaxf(__log2f(v_scale_j) - log2_v_ref, -16.0f);
+    online_softmax(s, m, l, rescale, scale_log2 * k_scale_j, 8.0f + log2_r, fast_exp2(-log2_r));
+    //! [fp8_units]
+    // The scales were loaded one tile ahead: a global load here would put its latency on the
+    // softmax's critical path every tile.
+    const int ahead = min(j + 1, last_block);
+    k_next = k_scales[ahead];
+    v_next = v_scales[ahead];
   }
   __device__ void rescale_out(const float (&rescale)[2]) { rescale_output<kD>(out, rescale); }
   __device__ void pack(const float (&s)[kBlockN / 2]) { pack_p_e4m3(s, p); }
@@ -346,14 +404,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int consumer = wg - 1, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int row0 = i0 + 64 * consumer + 16 * warp + g;
   const float scale_q = scales.q[int64_t(bh) * scales.q_blocks + q_block];
-  Fp8Ops<kD> ops{smem, smem + L::kQ + consumer * 64 * kD, k_full, v_full, k_empty, v_empty, shape, scales, i0, row0, t, kv_plane,
-             float(shape.softmax_scale()) * 1.4426950408889634f * scale_q, {}, {-INFINITY, -INFINITY}, {0.0f, 0.0f}, 1.0f, {}};
+  const float* k_scales = scales.k + int64_t(kv_plane) * scales.kv_blocks;
+  const float* v_scales = scales.v + int64_t(kv_plane) * scales.kv_blocks;
+  // O's unit: the largest V scale over the tiles this block reads (1 if they are all zero).
+  float v_ref = 0.0f;
+  for (int j = lane; j < n_tiles; j += 32) v_ref = fmaxf(v_ref, v_scales[j]);
+  v_ref = warp_all_reduce(v_ref, MaxOp());
+  if (v_ref == 0.0f) v_ref = 1.0f;
+  Fp8Ops<kD> ops{smem, smem + L::kQ + consumer * 64 * kD, k_full, v_full, k_empty, v_empty, shape, k_scales, v_scales, i0, row0, t,
+                 scales.kv_blocks - 1, float(shape.softmax_scale()) * 1.4426950408889634f * scale_q, v_ref, __log2f(v_ref),
+                 k_scales[0], v_scales[0]};
   mbarrier_wait(q_full, 0);
+  ops.load_q(warp, lane);
   pingpong_schedule(ops, n_tiles, consumer);
-  // O_true = out * v_scale / 2^8 / l, with l itself 2^8 too large: take the 2^8 out of l (for the
+  // O_true = out * v_ref / 2^8 / l, with l itself 2^8 too large: take the 2^8 out of l (for the
   // LSE), and put it into the factor.
   static_assert(kPScale == 256.0f, "the exponent offset passed to online_softmax is log2(kPScale)");
-  const float factor[2] = {ops.v_scale / kPScale, ops.v_scale / kPScale};
+  const float factor[2] = {ops.v_ref / kPScale, ops.v_ref / kPScale};
   ops.l[0] /= kPScale;
   ops.l[1] /= kPScale;
   rescale_output<kD>(ops.out, factor);
@@ -405,11 +472,11 @@ void launch_fp8_dim(const ForwardParams& p) {
   const auto* q = static_cast<const __nv_bfloat16*>(p.q);
   const auto* k = static_cast<const __nv_bfloat16*>(p.k);
   const auto* v = static_cast<const __nv_bfloat16*>(p.v);
-  quantize_rotated_kernel<kD, kRotate><<<dim3(w.q_blocks, planes_q), 128, 0, p.stream>>>(q, s.seq_q, w.q8, w.q_scales);
+  quantize_rotated_kernel<kD, kRotate><<<dim3(w.q_blocks, planes_q), kPrepThreads, 0, p.stream>>>(q, s.seq_q, w.q8, w.q_scales);
   CUDA_CHECK_LAUNCH();
-  quantize_rotated_kernel<kD, kRotate><<<dim3(w.kv_blocks, planes_kv), 128, 0, p.stream>>>(k, s.seq_kv, w.k8, w.k_scales);
+  quantize_rotated_kernel<kD, kRotate><<<dim3(w.kv_blocks, planes_kv), kPrepThreads, 0, p.stream>>>(k, s.seq_kv, w.k8, w.k_scales);
   CUDA_CHECK_LAUNCH();
-  quantize_v_kernel<kD><<<dim3(w.kv_blocks, planes_kv), 128, 0, p.stream>>>(v, s.seq_kv, w.kv_padded, w.vt8, w.v_scales);
+  quantize_v_kernel<kD><<<dim3(w.kv_blocks, planes_kv), kPrepThreads, 0, p.stream>>>(v, s.seq_kv, w.kv_padded, w.vt8, w.v_scales);
   CUDA_CHECK_LAUNCH();
   mark_phase(p.stream, "quantize");
 
