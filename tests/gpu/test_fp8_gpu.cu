@@ -3,12 +3,14 @@
 // fp64 oracle with incoherent processing (ch06_fp8) and without (ch06_fp8_plain).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "../../chapters/06_flash_attention_v3/algorithm.h"
+#include "compare.h"
 #include "cuda_check.h"
 #include "dtype.h"
 #include "reference.h"
@@ -80,6 +82,53 @@ TEST(Fp8OnTheGpu, IncoherentProcessingOnOutliers) {
   EXPECT_LT(gpu_rotated, gpu_plain) << "incoherent processing must lower the error on outliers; seed " << seed;
   EXPECT_LT(gpu_rotated, 1.5 * cpu_rotated) << "the kernel strays from its CPU model; seed " << seed;
   EXPECT_GT(gpu_rotated, cpu_rotated / 1.5) << "the kernel strays from its CPU model; seed " << seed;
+}
+
+// O is kept in units of the largest V block scale, and an all-zero V block has scale 0 (its P
+// then gets the smallest factor the kernel allows). One zero block among random ones must not
+// disturb the others (error within 1.5x of the CPU model's), and an all-zero V must give O = 0
+// exactly with the oracle's LSE.
+TEST(Fp8OnTheGpu, ZeroValueBlocks) {
+  const GpuInfo& gpu = detect_gpu();
+  if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason;
+  const ForwardKernel* kernel = find_kernel("ch06_fp8");
+  ASSERT_TRUE(kernel) << "chapter 06's FP8 kernel is not registered";
+  const AttentionShape s = shape_of(1, 2, 2, 300, 300, 128, false);  // K/V blocks of 128, 128 and 44 keys
+  const std::string why = kernel->supports(s);
+  if (!why.empty()) GTEST_SKIP() << why;
+
+  const uint64_t seed = fresh_seed();
+  std::vector<float> q(s.q_elems()), k(s.kv_elems()), v(s.kv_elems());
+  for (int64_t i = 0; i < s.q_elems(); ++i) q[i] = round_to_dtype(random_normal(seed, 0, i), DType::BF16);
+  for (int64_t i = 0; i < s.kv_elems(); ++i) {
+    k[i] = round_to_dtype(random_normal(seed, 1, i), DType::BF16);
+    const int64_t key = (i / s.head_dim) % s.seq_kv;
+    v[i] = key >= 128 && key < 256 ? 0.0f : round_to_dtype(random_normal(seed, 2, i), DType::BF16);
+  }
+  const CheckPlan plan = full_check_plan(s);
+  const ForwardReference ref = reference_forward(s, q.data(), k.data(), v.data(), plan);
+  const double gpu_rmse = rmse(s, run_on_gpu(*kernel, s, q, k, v), plan, ref);
+  std::vector<float> o(s.o_elems()), lse(s.lse_elems());
+  flash3::fp8_attention_cpu(s, q.data(), k.data(), v.data(), o.data(), lse.data(), flash3::Fp8Recipe{});
+  const double cpu = rmse(s, o, plan, ref);
+  std::printf("FP8 RMSE with V's keys 128..255 all zero (%s, seed %llu): GPU %.2e, CPU model %.2e\n",
+              s.to_string().c_str(), (unsigned long long)seed, gpu_rmse, cpu);
+  EXPECT_LT(gpu_rmse, 1.5 * cpu) << "seed " << seed;
+
+  std::fill(v.begin(), v.end(), 0.0f);
+  const ForwardReference zero_ref = reference_forward(s, q.data(), k.data(), v.data(), plan);
+  std::vector<float> out, out_lse;
+  launch_forward_on(*kernel, s, q, k, v, out, out_lse);
+  int nonzero = 0;
+  for (float x : out) nonzero += x != 0.0f;
+  EXPECT_EQ(nonzero, 0) << "V is all zero, so O must be exactly 0; seed " << seed;
+  double lse_err = 0.0;
+  for (std::size_t e = 0; e < plan.heads.size(); ++e) {
+    const int bh = plan.heads[e].batch * s.heads_q + plan.heads[e].head;
+    for (std::size_t r = 0; r < plan.heads[e].rows.size(); ++r)
+      lse_err = std::max(lse_err, std::fabs(out_lse[int64_t(bh) * s.seq_q + plan.heads[e].rows[r]] - zero_ref.lse[e][r]));
+  }
+  EXPECT_LT(lse_err, fp8_tolerance().lse_abs) << "seed " << seed;
 }
 
 }  // namespace
