@@ -30,7 +30,8 @@ struct BackwardProblem {
 };
 /// check_kv_heads = 0: the oracle over the whole problem, which also gives O and LSE. Otherwise
 /// the oracle covers only the first check_kv_heads K/V heads of batch 0, and O and LSE must come
-/// from a forward kernel (run_forward_for).
+/// from a forward kernel (run_forward_for). check_kv_heads < 0: no oracle at all (timing runs);
+/// the kernels' outputs are then only checked to be written everywhere and finite.
 BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed, DType dtype, int check_kv_heads = 0);
 
 /// Fills problem.o and problem.lse with `forward`'s output on the problem's inputs (a GPU run).
@@ -51,6 +52,8 @@ struct BackwardRunResult {
   GradientCheck dq, dk, dv;
   double limit = 0;  // on each relative error
   bool passed = false;
+  /// A second launch (on freshly poisoned outputs) wrote the same bytes as the first.
+  bool repeat_identical = false;
   double time_ms = 0;
   /// "dQ rel 3e-07 max 1e-06, dK ..., dV ..." plus counts of unwritten / non-finite elements.
   std::string summary() const;
@@ -59,8 +62,8 @@ struct BackwardRunResult {
 /// Relative-error limit on each gradient for a backward kernel of `dtype`.
 double backward_tolerance(DType dtype);
 
-/// Launches once on poisoned outputs and compares; then, when iters > 0, times iters launches
-/// (median, CUDA events).
+/// Launches once on poisoned outputs and compares; launches again on poisoned outputs to see
+/// whether the bytes repeat; then, when iters > 0, times iters launches (median, CUDA events).
 BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProblem& problem, int iters);
 
 }  // namespace fa

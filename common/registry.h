@@ -103,6 +103,9 @@ struct BackwardKernel {
   std::function<void(const BackwardParams&)> launch;
   ShapeCheck supports;
   std::function<std::size_t(const AttentionShape&)> workspace_bytes;
+  /// Promises bitwise-identical gradients from run to run (no floating-point atomics); the
+  /// tests hold it to that.
+  bool deterministic = false;
 };
 
 /// gtest and diagnostics print a kernel as its name.

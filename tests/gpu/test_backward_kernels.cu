@@ -1,5 +1,6 @@
 // Every registered backward kernel (chapter 07) against the fp64 backward oracle: fresh random
-// inputs, dQ/dK/dV poisoned before the launch, every element compared. Without a GPU each test
+// inputs, dQ/dK/dV poisoned before the launch, every element compared; kernels that promise
+// determinism must also write the same bytes on a second launch. Without a GPU each test
 // reports SKIPPED with the reason.
 #include <gtest/gtest.h>
 
@@ -47,6 +48,9 @@ TEST_P(BackwardKernelTest, MatchesOracle) {
   ASSERT_TRUE(r.ran) << r.skipped << r.error;
   EXPECT_TRUE(r.passed) << c.kernel->name << " on " << c.shape.to_string() << ", seed " << seed << ": " << r.summary()
                         << " (unwritten dQ/dK/dV " << r.dq.unwritten << "/" << r.dk.unwritten << "/" << r.dv.unwritten << ")";
+  if (c.kernel->deterministic)
+    EXPECT_TRUE(r.repeat_identical) << c.kernel->name << " promises bitwise-identical gradients, but a second launch on "
+                                    << c.shape.to_string() << " wrote different bytes; seed " << seed;
 }
 
 INSTANTIATE_TEST_SUITE_P(All, BackwardKernelTest, ::testing::ValuesIn(backward_cases()), [](const auto& info) {

@@ -1,0 +1,194 @@
+// Chapter 07, variant 3 -- `deterministic`: variant 2 without atomics. The same K/V-side kernel
+// computes dK and dV (each block owns its 64 keys, so those were never in question) but skips
+// dQ; a second kernel computes dQ with the roles swapped, one block per 64-row Q tile looping
+// over the K/V tiles in a fixed order, with dQ in registers:
+//   S  (16 rows x 64 keys per warp) = Q_w K_j^T      A = Q rows, B = K rows  (ldmatrix)
+//   dP (16 rows x 64 keys)          = dO_w V_j^T     A = dO rows, B = V rows
+//   P = exp(S scale - LSE), dS = P (dP - D)
+//   dQ_w += dS K_j                                   A = dS from registers, B = K by ldmatrix.trans
+// S and dP are computed twice in all (once per kernel): 7 matrix products instead of 5, for
+// gradients that are bitwise identical from run to run.
+// Both kernels copy the next tile (Q and dO for the first, K and V for the second) with cp.async
+// while the current one is computed.
+// Run: build/bin/ch07_backward --variant deterministic
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <string>
+
+#include "backward_mma.cuh"
+#include "cuda_check.h"
+#include "delta.cuh"
+#include "registry.h"
+
+namespace fa::backward {
+namespace {
+
+//! [backward_dq_kernel]
+template <class T, int kD>
+__global__ void __launch_bounds__(kThreads) backward_dq_kernel(AttentionShape s, const T* q, const T* k, const T* v,
+                                                               const T* d_o, const float* lse, const float* delta, T* dq) {
+  constexpr int kLd = kD + 8;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  T* q_s = reinterpret_cast<T*>(shared_bytes);
+  T* do_s = q_s + kRows * kLd;
+  T* k_buf = do_s + kRows * kLd;    // 2 stages x [64 keys][kLd]
+  T* v_buf = k_buf + 2 * kKeys * kLd;  // 2 stages x [64 keys][kLd]
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int i0 = blockIdx.x * kRows, bh = blockIdx.y, batch = bh / s.heads_q;
+  const int kv_plane = batch * s.heads_kv + s.kv_head(bh % s.heads_q);
+  const float scale = float(s.softmax_scale()), scale_log2 = scale * 1.4426950408889634f;
+  flash2::load_tile<T, kD, kLd, kRows>(q_s, q + int64_t(bh) * s.seq_q * kD, i0, s.seq_q);
+  flash2::load_tile<T, kD, kLd, kRows>(do_s, d_o + int64_t(bh) * s.seq_q * kD, i0, s.seq_q);
+  // This thread's two rows: 16 w + g and 16 w + g + 8 of the tile.
+  float row_lse[2], row_delta[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = i0 + 16 * warp + g + 8 * h;
+    row_lse[h] = row < s.seq_q ? lse[int64_t(bh) * s.seq_q + row] * 1.4426950408889634f : 0.0f;  // log2 units
+    row_delta[h] = row < s.seq_q ? delta[int64_t(bh) * s.seq_q + row] : 0.0f;
+  }
+  const int last_row = min(i0 + kRows, s.seq_q) - 1;
+  const int key_end = s.causal ? s.visible_keys(last_row) : s.seq_kv;
+  const T* k_head = k + int64_t(kv_plane) * s.seq_kv * kD;
+  const T* v_head = v + int64_t(kv_plane) * s.seq_kv * kD;
+
+  float dq_acc[kD / 8][4] = {};
+  // K/V tile jt + 1 is copied (cp.async) into the other stage while tile jt is computed.
+  const int n_tiles = key_end > 0 ? (key_end + kKeys - 1) / kKeys : 0;
+  auto prefetch = [&](int jt) {
+    copy_rows_async<T, kD, kLd>(k_buf + (jt % 2) * kKeys * kLd, k_head, jt * kKeys, s.seq_kv);
+    copy_rows_async<T, kD, kLd>(v_buf + (jt % 2) * kKeys * kLd, v_head, jt * kKeys, s.seq_kv);
+    flash2::cp_async_commit();
+  };
+  if (n_tiles > 0) prefetch(0);
+  for (int jt = 0; jt < n_tiles; ++jt) {
+    const int j0 = jt * kKeys;
+    __syncthreads();  // tile jt - 1 (the stage about to be refilled) is no longer read
+    if (jt + 1 < n_tiles) {
+      prefetch(jt + 1);
+      flash2::cp_async_wait<1>();
+    } else {
+      flash2::cp_async_wait<0>();
+    }
+    __syncthreads();
+    const T* k_s = k_buf + (jt % 2) * kKeys * kLd;
+    const T* v_s = v_buf + (jt % 2) * kKeys * kLd;
+    // S and dP for the warp's 16 rows x 64 keys; s[nb][e]: row 16 w + g + 8 (e / 2), key j0 + 8 nb + 2 t + (e & 1).
+    float sc[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      uint32_t a_q[4], a_do[4];
+      ldmatrix_x4(a_q, q_s + (16 * warp + lane % 16) * kLd + ks * 16 + (lane / 16) * 8);
+      ldmatrix_x4(a_do, do_s + (16 * warp + lane % 16) * kLd + ks * 16 + (lane / 16) * 8);
+#pragma unroll
+      for (int np = 0; np < kKeys / 16; ++np) {
+        uint32_t b_k[4], b_v[4];
+        const int row = np * 16 + (lane / 16) * 8 + lane % 8, col = ks * 16 + (lane / 8 % 2) * 8;
+        ldmatrix_x4(b_k, k_s + row * kLd + col);
+        ldmatrix_x4(b_v, v_s + row * kLd + col);
+        Mma<T>::run(sc[2 * np], a_q, b_k[0], b_k[1]);
+        Mma<T>::run(sc[2 * np + 1], a_q, b_k[2], b_k[3]);
+        Mma<T>::run(dp[2 * np], a_do, b_v[0], b_v[1]);
+        Mma<T>::run(dp[2 * np + 1], a_do, b_v[2], b_v[3]);
+      }
+    }
+    // dS = P (dP - D), P recomputed from the LSE; masked and out-of-range entries are 0.
+#pragma unroll
+    for (int nb = 0; nb < kKeys / 8; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2, row = i0 + 16 * warp + g + 8 * h, key = j0 + 8 * nb + 2 * t + (e & 1);
+        const bool live = row < s.seq_q && key < s.seq_kv && s.visible(row, key);
+        const float p = live ? fast_exp2(sc[nb][e] * scale_log2 - row_lse[h]) : 0.0f;
+        dp[nb][e] = p * (dp[nb][e] - row_delta[h]);
+      }
+    // dQ_w += dS K_j: the dS accumulators are already A fragments (16 keys per k-step).
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      const uint32_t a_ds[4] = {Mma<T>::pack(dp[2 * kk][0], dp[2 * kk][1]), Mma<T>::pack(dp[2 * kk][2], dp[2 * kk][3]),
+                                Mma<T>::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                                Mma<T>::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+      for (int db = 0; db < kD / 8; db += 2) {
+        uint32_t b_k[4];
+        ldmatrix_x4_trans(b_k, k_s + (kk * 16 + (lane / 8 % 2) * 8 + lane % 8) * kLd + (db + lane / 16) * 8);
+        Mma<T>::run(dq_acc[db], a_ds, b_k[0], b_k[1]);
+        Mma<T>::run(dq_acc[db + 1], a_ds, b_k[2], b_k[3]);
+      }
+    }
+  }
+  T* dq_head = dq + int64_t(bh) * s.seq_q * kD;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = i0 + 16 * warp + g + 8 * h;
+    if (row >= s.seq_q) continue;
+#pragma unroll
+    for (int db = 0; db < kD / 8; ++db) {
+      dq_head[int64_t(row) * kD + 8 * db + 2 * t] = T(dq_acc[db][2 * h] * scale);
+      dq_head[int64_t(row) * kD + 8 * db + 2 * t + 1] = T(dq_acc[db][2 * h + 1] * scale);
+    }
+  }
+}
+//! [backward_dq_kernel]
+
+template <class T, int kD>
+void launch_dim(const BackwardParams& p) {
+  const AttentionShape& s = p.shape;
+  float* delta = static_cast<float*>(p.workspace);
+  launch_delta<T>(p.o, p.d_o, delta, s.lse_elems(), kD, p.stream);
+  // dK and dV: chapter 07's K/V-side kernel without its dQ part.
+  const int kv_bytes = backward_mma_smem_bytes<T, kD, false>();
+  auto kv_kernel = backward_mma_kernel<T, kD, false>;
+  CUDA_CHECK(cudaFuncSetAttribute(kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kv_bytes));
+  const dim3 kv_grid(unsigned((s.seq_kv + kKeys - 1) / kKeys), unsigned(s.batch * s.heads_kv));
+  kv_kernel<<<kv_grid, kThreads, kv_bytes, p.stream>>>(s, static_cast<const T*>(p.q), static_cast<const T*>(p.k),
+                                                       static_cast<const T*>(p.v), static_cast<const T*>(p.d_o), p.lse, delta,
+                                                       nullptr, static_cast<T*>(p.dk), static_cast<T*>(p.dv));
+  CUDA_CHECK_LAUNCH();
+  // dQ: one block per Q tile.
+  const int q_bytes = int((2 * kRows + 4 * kKeys) * (kD + 8) * sizeof(T));
+  auto q_kernel = backward_dq_kernel<T, kD>;
+  CUDA_CHECK(cudaFuncSetAttribute(q_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, q_bytes));
+  const dim3 q_grid(unsigned((s.seq_q + kRows - 1) / kRows), unsigned(s.batch * s.heads_q));
+  q_kernel<<<q_grid, kThreads, q_bytes, p.stream>>>(s, static_cast<const T*>(p.q), static_cast<const T*>(p.k),
+                                                    static_cast<const T*>(p.v), static_cast<const T*>(p.d_o), p.lse, delta,
+                                                    static_cast<T*>(p.dq));
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_deterministic(const BackwardParams& p) {
+  if (p.shape.head_dim == 64) {
+    launch_dim<T, 64>(p);
+  } else {
+    launch_dim<T, 128>(p);
+  }
+}
+
+std::string deterministic_support(const AttentionShape& s) {
+  if (s.head_dim != 64 && s.head_dim != 128) return "head_dim must be 64 or 128, got " + std::to_string(s.head_dim);
+  const GpuInfo& gpu = detect_gpu();
+  if (gpu.available && gpu.sm_major < 8) return "needs an sm_80 or newer GPU (mma.sync with bf16)";
+  if (int64_t(s.batch) * s.heads_q > 65535) return "batch*heads_q must be at most 65535";
+  return "";
+}
+
+BackwardKernel deterministic_kernel(const char* name, DType dtype, void (*launch)(const BackwardParams&)) {
+  BackwardKernel k{name, 7, 3, "deterministic", dtype,
+                   "variant 2 without atomics: dK/dV as before, dQ by a second kernel per Q tile (S and dP computed twice)",
+                   launch};
+  k.supports = deterministic_support;
+  k.workspace_bytes = [](const AttentionShape& s) { return std::size_t(s.lse_elems()) * sizeof(float); };
+  k.deterministic = true;
+  return k;
+}
+
+}  // namespace
+
+FA_REGISTER_BACKWARD_KERNEL(deterministic_kernel("ch07_deterministic_fp16", DType::F16, launch_deterministic<__half>));
+FA_REGISTER_BACKWARD_KERNEL(deterministic_kernel("ch07_deterministic_bf16", DType::BF16, launch_deterministic<__nv_bfloat16>));
+
+}  // namespace fa::backward

@@ -1,0 +1,230 @@
+// Chapter 07: the tensor-core backward's K/V-side kernel, shared by variant 2 (`mma`, which also
+// accumulates dQ here with fp32 atomics) and variant 3 (`deterministic`, which leaves dQ to a
+// kernel of its own). See backward_mma.cu for the layout of the work.
+#pragma once
+
+#include <cstdint>
+
+#include "../05_flash_attention_v2/mma_sync.cuh"
+#include "device_utils.cuh"
+#include "problem.h"
+
+namespace fa::backward {
+
+using flash2::ldmatrix_x4;
+using flash2::ldmatrix_x4_trans;
+using flash2::Mma;
+
+constexpr int kKeys = 64, kRows = 64, kWarps = 4, kThreads = 32 * kWarps;
+
+/// Q/dO stages of backward_mma_kernel: two (the next item's tiles are copied while this one is
+/// computed) when the smem allows 2 blocks per SM; with dQ's extra dS tile at head_dim 128 it
+/// would not, and variant 2 keeps one stage.
+template <bool kDq>
+constexpr int kStages = kDq ? 1 : 2;
+
+/// 4 bytes global -> shared without the registers (zeros when !valid).
+__device__ inline void cp_async_4(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 4 : 0));
+}
+
+/// Rows [first, first + 64) of a [n_rows, kD] matrix into shared memory (row stride kLd) by
+/// cp.async; rows past the end become zeros. The caller commits and waits.
+template <class T, int kD, int kLd>
+__device__ inline void copy_rows_async(T* tile, const T* src, int first, int n_rows) {
+  constexpr int kChunks = kD / 8;  // 16 bytes each
+  for (int e = threadIdx.x; e < kRows * kChunks; e += kThreads) {
+    const int r = e / kChunks, c = e % kChunks;
+    const bool valid = first + r < n_rows;
+    flash2::cp_async_16(tile + r * kLd + c * 8, src + int64_t(valid ? first + r : 0) * kD + c * 8, valid);
+  }
+}
+
+/// Shared memory of backward_mma_kernel: K, V, Q, dO tiles, the dS tile (only with dQ), LSE and D.
+template <class T, int kD, bool kDq>
+constexpr int backward_mma_smem_bytes() {
+  return int((2 * kKeys + 2 * kStages<kDq> * kRows) * (kD + 8) * sizeof(T) + (kDq ? kRows * (kKeys + 8) * sizeof(T) : 0) +
+             2 * kStages<kDq> * kRows * sizeof(float));
+}
+
+template <class T, int kD, bool kDq>
+__global__ void __launch_bounds__(kThreads) backward_mma_kernel(AttentionShape s, const T* q, const T* k, const T* v,
+                                                                const T* d_o, const float* lse, const float* delta,
+                                                                float* dq32, T* dk, T* dv) {
+  constexpr int kLd = kD + 8, kLdS = kKeys + 8;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  T* k_s = reinterpret_cast<T*>(shared_bytes);
+  T* v_s = k_s + kKeys * kLd;
+  T* q_buf = v_s + kKeys * kLd;                 // kStages x [64 rows][kLd]
+  T* do_buf = q_buf + kStages<kDq> * kRows * kLd;  // kStages x [64 rows][kLd]
+  T* ds_s = do_buf + kStages<kDq> * kRows * kLd;   // [64 rows][kLdS]: dS, transposed back (with dQ only)
+  float* lse_buf = reinterpret_cast<float*>(ds_s + (kDq ? kRows * kLdS : 0));  // kStages x 64, natural log
+  float* delta_buf = lse_buf + kStages<kDq> * kRows;                             // kStages x 64
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int j0 = blockIdx.x * kKeys, kv_plane = blockIdx.y;
+  const int batch = kv_plane / s.heads_kv, kvh = kv_plane % s.heads_kv, group = s.group_size();
+  const float scale = float(s.softmax_scale()), scale_log2 = scale * 1.4426950408889634f;
+  const T* k_head = k + int64_t(kv_plane) * s.seq_kv * kD;
+  const T* v_head = v + int64_t(kv_plane) * s.seq_kv * kD;
+  flash2::load_tile<T, kD, kD + 8, 64>(k_s, k_head, j0, s.seq_kv);
+  flash2::load_tile<T, kD, kD + 8, 64>(v_s, v_head, j0, s.seq_kv);
+
+  float dk_acc[kD / 8][4] = {}, dv_acc[kD / 8][4] = {};  // this warp's 16 keys x kD
+  const int key_a = j0 + 16 * warp + g;                  // this thread's keys: key_a, key_a + 8
+  const int first_tile = (s.causal ? max(0, j0 - s.causal_offset()) : 0) / kRows;
+  const int row_tiles = (s.seq_q + kRows - 1) / kRows - first_tile;
+  // Work item it = (query head kvh * group + it / row_tiles, Q tile first_tile + it % row_tiles).
+  const int n_items = group * max(row_tiles, 0);
+  auto item_bh = [&](int it) { return batch * s.heads_q + kvh * group + it / row_tiles; };
+  auto item_i0 = [&](int it) { return (first_tile + it % row_tiles) * kRows; };
+  //! [backward_prefetch]
+  // Q, dO, LSE and D of item `it` into stage `stage` with cp.async (rows past the end are zeros).
+  auto prefetch = [&](int it, int stage) {
+    const int bh = item_bh(it), i0 = item_i0(it);
+    copy_rows_async<T, kD, kLd>(q_buf + stage * kRows * kLd, q + int64_t(bh) * s.seq_q * kD, i0, s.seq_q);
+    copy_rows_async<T, kD, kLd>(do_buf + stage * kRows * kLd, d_o + int64_t(bh) * s.seq_q * kD, i0, s.seq_q);
+    for (int r = threadIdx.x; r < 2 * kRows; r += kThreads) {
+      const int row = i0 + r % kRows;
+      const float* src = (r < kRows ? lse : delta) + int64_t(bh) * s.seq_q + min(row, s.seq_q - 1);
+      cp_async_4((r < kRows ? lse_buf : delta_buf) + stage * kRows + r % kRows, src, row < s.seq_q);
+    }
+    flash2::cp_async_commit();
+  };
+  if (kStages<kDq> == 2 && n_items > 0) prefetch(0, 0);
+  //! [backward_prefetch]
+
+  for (int it = 0; it < n_items; ++it) {
+    const int bh = item_bh(it), i0 = item_i0(it), stage = kStages<kDq> == 2 ? it % 2 : 0;
+    __syncthreads();  // the previous item's tiles (and dS) are no longer read
+    if (kStages<kDq> == 1) {
+      prefetch(it, 0);
+      flash2::cp_async_wait<0>();
+    } else if (it + 1 < n_items) {
+      prefetch(it + 1, 1 - stage);  // lands while this item is computed
+      flash2::cp_async_wait<1>();
+    } else {
+      flash2::cp_async_wait<0>();
+    }
+    __syncthreads();
+    const T* q_s = q_buf + stage * kRows * kLd;
+    const T* do_s = do_buf + stage * kRows * kLd;
+    const float* lse_s = lse_buf + stage * kRows;
+    const float* delta_s = delta_buf + stage * kRows;
+    {
+      //! [backward_mma_scores]
+      // S^T and dP^T for the warp's 16 keys x 64 rows: A = K (or V) rows of the warp, B = Q (or dO) rows.
+      float st[kRows / 8][4] = {}, dpt[kRows / 8][4] = {};
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        uint32_t a_k[4], a_v[4];
+        ldmatrix_x4(a_k, k_s + (16 * warp + lane % 16) * kLd + ks * 16 + (lane / 16) * 8);
+        ldmatrix_x4(a_v, v_s + (16 * warp + lane % 16) * kLd + ks * 16 + (lane / 16) * 8);
+#pragma unroll
+        for (int np = 0; np < kRows / 16; ++np) {
+          uint32_t b_q[4], b_do[4];
+          const int row = np * 16 + (lane / 16) * 8 + lane % 8, col = ks * 16 + (lane / 8 % 2) * 8;
+          ldmatrix_x4(b_q, q_s + row * kLd + col);
+          ldmatrix_x4(b_do, do_s + row * kLd + col);
+          Mma<T>::run(st[2 * np], a_k, b_q[0], b_q[1]);
+          Mma<T>::run(st[2 * np + 1], a_k, b_q[2], b_q[3]);
+          Mma<T>::run(dpt[2 * np], a_v, b_do[0], b_do[1]);
+          Mma<T>::run(dpt[2 * np + 1], a_v, b_do[2], b_do[3]);
+        }
+      }
+      // P^T (recomputed) and dS^T; element e of block nb is key key_a + 8 (e / 2), row 8 nb + 2t + (e & 1).
+#pragma unroll
+      for (int nb = 0; nb < kRows / 8; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key_a + 8 * (e / 2), r = 8 * nb + 2 * t + (e & 1);
+          const bool live = i0 + r < s.seq_q && key < s.seq_kv && s.visible(i0 + r, key);
+          const float p = live ? fast_exp2(fmaf(st[nb][e], scale_log2, -lse_s[r] * 1.4426950408889634f)) : 0.0f;
+          st[nb][e] = p;
+          dpt[nb][e] = p * (dpt[nb][e] - delta_s[r]);  // now dS^T
+        }
+      //! [backward_mma_scores]
+
+      //! [backward_mma_dkdv]
+      // dV_w += P^T dO and dK_w += dS^T Q: A from registers (16 rows of the reduction per step),
+      // B = dO or Q rows through ldmatrix.trans.
+#pragma unroll
+      for (int kk = 0; kk < kRows / 16; ++kk) {
+        const uint32_t a_p[4] = {Mma<T>::pack(st[2 * kk][0], st[2 * kk][1]), Mma<T>::pack(st[2 * kk][2], st[2 * kk][3]),
+                                 Mma<T>::pack(st[2 * kk + 1][0], st[2 * kk + 1][1]),
+                                 Mma<T>::pack(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+        const uint32_t a_ds[4] = {Mma<T>::pack(dpt[2 * kk][0], dpt[2 * kk][1]), Mma<T>::pack(dpt[2 * kk][2], dpt[2 * kk][3]),
+                                  Mma<T>::pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
+                                  Mma<T>::pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+#pragma unroll
+        for (int db = 0; db < kD / 8; db += 2) {
+          const int row = kk * 16 + (lane / 8 % 2) * 8 + lane % 8, col = (db + lane / 16) * 8;
+          uint32_t b_do[4], b_q[4];
+          ldmatrix_x4_trans(b_do, do_s + row * kLd + col);
+          ldmatrix_x4_trans(b_q, q_s + row * kLd + col);
+          Mma<T>::run(dv_acc[db], a_p, b_do[0], b_do[1]);
+          Mma<T>::run(dv_acc[db + 1], a_p, b_do[2], b_do[3]);
+          Mma<T>::run(dk_acc[db], a_ds, b_q[0], b_q[1]);
+          Mma<T>::run(dk_acc[db + 1], a_ds, b_q[2], b_q[3]);
+        }
+      }
+      //! [backward_mma_dkdv]
+
+      if constexpr (kDq) {
+        // dS back to [row][key] in shared memory, for dQ.
+#pragma unroll
+        for (int nb = 0; nb < kRows / 8; ++nb)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            ds_s[(8 * nb + 2 * t + (e & 1)) * kLdS + 16 * warp + g + 8 * (e / 2)] = T(dpt[nb][e]);
+        __syncthreads();
+
+        // dQ rows 16w .. 16w + 15 of this tile = dS K_j (64 keys), then fp32 atomics.
+        float dq_acc[kD / 8][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < kKeys / 16; ++kk) {
+          uint32_t a_ds[4];
+          ldmatrix_x4(a_ds, ds_s + (16 * warp + lane % 16) * kLdS + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+          for (int db = 0; db < kD / 8; db += 2) {
+            uint32_t b_k[4];
+            ldmatrix_x4_trans(b_k, k_s + (kk * 16 + (lane / 8 % 2) * 8 + lane % 8) * kLd + (db + lane / 16) * 8);
+            Mma<T>::run(dq_acc[db], a_ds, b_k[0], b_k[1]);
+            Mma<T>::run(dq_acc[db + 1], a_ds, b_k[2], b_k[3]);
+          }
+        }
+        float* dq_head = dq32 + int64_t(bh) * s.seq_q * kD;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = i0 + 16 * warp + g + 8 * h;
+          if (row >= s.seq_q) continue;
+#pragma unroll
+          for (int db = 0; db < kD / 8; ++db) {
+            atomicAdd(&dq_head[int64_t(row) * kD + 8 * db + 2 * t], dq_acc[db][2 * h] * scale);
+            atomicAdd(&dq_head[int64_t(row) * kD + 8 * db + 2 * t + 1], dq_acc[db][2 * h + 1] * scale);
+          }
+        }
+      }  // kDq
+    }
+  }
+
+  // dK = dS^T Q * scale and dV, this warp's 16 keys, rounded once.
+  T* dk_head = dk + int64_t(kv_plane) * s.seq_kv * kD;
+  T* dv_head = dv + int64_t(kv_plane) * s.seq_kv * kD;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int key = key_a + 8 * h;
+    if (key >= s.seq_kv) continue;
+#pragma unroll
+    for (int db = 0; db < kD / 8; ++db) {
+      const int64_t at = int64_t(key) * kD + 8 * db + 2 * t;
+      dk_head[at] = T(dk_acc[db][2 * h] * scale);
+      dk_head[at + 1] = T(dk_acc[db][2 * h + 1] * scale);
+      dv_head[at] = T(dv_acc[db][2 * h]);
+      dv_head[at + 1] = T(dv_acc[db][2 * h + 1]);
+    }
+  }
+}
+
+}  // namespace fa::backward
