@@ -78,23 +78,7 @@ __global__ void __launch_bounds__(kThreads) backward_dq_kernel(AttentionShape s,
     const T* v_s = v_buf + (jt % 2) * kKeys * kLd;
     // S and dP for the warp's 16 rows x 64 keys; s[nb][e]: row 16 w + g + 8 (e / 2), key j0 + 8 nb + 2 t + (e & 1).
     float sc[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      uint32_t a_q[4], a_do[4];
-      ldmatrix_x4(a_q, q_s + (16 * warp + lane % 16) * kLd + ks * 16 + (lane / 16) * 8);
-      ldmatrix_x4(a_do, do_s + (16 * warp + lane % 16) * kLd + ks * 16 + (lane / 16) * 8);
-#pragma unroll
-      for (int np = 0; np < kKeys / 16; ++np) {
-        uint32_t b_k[4], b_v[4];
-        const int row = np * 16 + (lane / 16) * 8 + lane % 8, col = ks * 16 + (lane / 8 % 2) * 8;
-        ldmatrix_x4(b_k, k_s + row * kLd + col);
-        ldmatrix_x4(b_v, v_s + row * kLd + col);
-        Mma<T>::run(sc[2 * np], a_q, b_k[0], b_k[1]);
-        Mma<T>::run(sc[2 * np + 1], a_q, b_k[2], b_k[3]);
-        Mma<T>::run(dp[2 * np], a_do, b_v[0], b_v[1]);
-        Mma<T>::run(dp[2 * np + 1], a_do, b_v[2], b_v[3]);
-      }
-    }
+    products_abt<T, kD, kLd>(sc, dp, q_s, do_s, 16 * warp, k_s, v_s, lane);
     // dS = P (dP - D), P recomputed from the LSE; masked and out-of-range entries are 0.
 #pragma unroll
     for (int nb = 0; nb < kKeys / 8; ++nb)
@@ -111,13 +95,7 @@ __global__ void __launch_bounds__(kThreads) backward_dq_kernel(AttentionShape s,
       const uint32_t a_ds[4] = {Mma<T>::pack(dp[2 * kk][0], dp[2 * kk][1]), Mma<T>::pack(dp[2 * kk][2], dp[2 * kk][3]),
                                 Mma<T>::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
                                 Mma<T>::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
-#pragma unroll
-      for (int db = 0; db < kD / 8; db += 2) {
-        uint32_t b_k[4];
-        ldmatrix_x4_trans(b_k, k_s + (kk * 16 + (lane / 8 % 2) * 8 + lane % 8) * kLd + (db + lane / 16) * 8);
-        Mma<T>::run(dq_acc[db], a_ds, b_k[0], b_k[1]);
-        Mma<T>::run(dq_acc[db + 1], a_ds, b_k[2], b_k[3]);
-      }
+      accumulate_a_rows<T, kD, kLd>(dq_acc, a_ds, k_s, kk, lane);
     }
   }
   T* dq_head = dq + int64_t(bh) * s.seq_q * kD;

@@ -41,6 +41,47 @@ __device__ inline void copy_rows_async(T* tile, const T* src, int first, int n_r
   }
 }
 
+/// The paired product both backward kernels start a tile with: over kD, c1 = A1 B1^T and
+/// c2 = A2 B2^T, 16 rows (this warp's, from row a_row of a1_s / a2_s) by 64 columns (the 64
+/// rows of b1_s / b2_s), all [rows][kLd] tiles in shared memory. c[nb][e] is row
+/// a_row + g + 8 (e / 2), column 8 nb + 2 t + (e & 1). A pair shares its fragment loads' loop.
+//! [products_abt]
+template <class T, int kD, int kLd>
+__device__ inline void products_abt(float (&c1)[8][4], float (&c2)[8][4], const T* a1_s, const T* a2_s, int a_row,
+                                    const T* b1_s, const T* b2_s, int lane) {
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    uint32_t a1[4], a2[4];
+    ldmatrix_x4(a1, a1_s + (a_row + lane % 16) * kLd + ks * 16 + (lane / 16) * 8);
+    ldmatrix_x4(a2, a2_s + (a_row + lane % 16) * kLd + ks * 16 + (lane / 16) * 8);
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      uint32_t b1[4], b2[4];
+      const int row = np * 16 + (lane / 16) * 8 + lane % 8, col = ks * 16 + (lane / 8 % 2) * 8;
+      ldmatrix_x4(b1, b1_s + row * kLd + col);
+      ldmatrix_x4(b2, b2_s + row * kLd + col);
+      Mma<T>::run(c1[2 * np], a1, b1[0], b1[1]);
+      Mma<T>::run(c1[2 * np + 1], a1, b1[2], b1[3]);
+      Mma<T>::run(c2[2 * np], a2, b2[0], b2[1]);
+      Mma<T>::run(c2[2 * np + 1], a2, b2[2], b2[3]);
+    }
+  }
+}
+//! [products_abt]
+
+/// acc (16 rows x kD) += A (a 16 x 16 fragment) times rows 16 kk .. 16 kk + 15 of b_s
+/// ([rows][kLd] in shared memory, read transposed by ldmatrix.trans): one k-step of dQ += dS K.
+template <class T, int kD, int kLd>
+__device__ inline void accumulate_a_rows(float (&acc)[kD / 8][4], const uint32_t (&a)[4], const T* b_s, int kk, int lane) {
+#pragma unroll
+  for (int db = 0; db < kD / 8; db += 2) {
+    uint32_t b[4];
+    ldmatrix_x4_trans(b, b_s + (kk * 16 + (lane / 8 % 2) * 8 + lane % 8) * kLd + (db + lane / 16) * 8);
+    Mma<T>::run(acc[db], a, b[0], b[1]);
+    Mma<T>::run(acc[db + 1], a, b[2], b[3]);
+  }
+}
+
 /// Shared memory of backward_mma_kernel: K, V, Q, dO tiles, the dS tile (only with dQ), LSE and D.
 template <class T, int kD, bool kDq>
 constexpr int backward_mma_smem_bytes() {
@@ -116,23 +157,7 @@ __global__ void __launch_bounds__(kThreads) backward_mma_kernel(AttentionShape s
       //! [backward_mma_scores]
       // S^T and dP^T for the warp's 16 keys x 64 rows: A = K (or V) rows of the warp, B = Q (or dO) rows.
       float st[kRows / 8][4] = {}, dpt[kRows / 8][4] = {};
-#pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        uint32_t a_k[4], a_v[4];
-        ldmatrix_x4(a_k, k_s + (16 * warp + lane % 16) * kLd + ks * 16 + (lane / 16) * 8);
-        ldmatrix_x4(a_v, v_s + (16 * warp + lane % 16) * kLd + ks * 16 + (lane / 16) * 8);
-#pragma unroll
-        for (int np = 0; np < kRows / 16; ++np) {
-          uint32_t b_q[4], b_do[4];
-          const int row = np * 16 + (lane / 16) * 8 + lane % 8, col = ks * 16 + (lane / 8 % 2) * 8;
-          ldmatrix_x4(b_q, q_s + row * kLd + col);
-          ldmatrix_x4(b_do, do_s + row * kLd + col);
-          Mma<T>::run(st[2 * np], a_k, b_q[0], b_q[1]);
-          Mma<T>::run(st[2 * np + 1], a_k, b_q[2], b_q[3]);
-          Mma<T>::run(dpt[2 * np], a_v, b_do[0], b_do[1]);
-          Mma<T>::run(dpt[2 * np + 1], a_v, b_do[2], b_do[3]);
-        }
-      }
+      products_abt<T, kD, kLd>(st, dpt, k_s, v_s, 16 * warp, q_s, do_s, lane);
       // P^T (recomputed) and dS^T; element e of block nb is key key_a + 8 (e / 2), row 8 nb + 2t + (e & 1).
 #pragma unroll
       for (int nb = 0; nb < kRows / 8; ++nb)
@@ -186,13 +211,7 @@ __global__ void __launch_bounds__(kThreads) backward_mma_kernel(AttentionShape s
         for (int kk = 0; kk < kKeys / 16; ++kk) {
           uint32_t a_ds[4];
           ldmatrix_x4(a_ds, ds_s + (16 * warp + lane % 16) * kLdS + kk * 16 + (lane / 16) * 8);
-#pragma unroll
-          for (int db = 0; db < kD / 8; db += 2) {
-            uint32_t b_k[4];
-            ldmatrix_x4_trans(b_k, k_s + (kk * 16 + (lane / 8 % 2) * 8 + lane % 8) * kLd + (db + lane / 16) * 8);
-            Mma<T>::run(dq_acc[db], a_ds, b_k[0], b_k[1]);
-            Mma<T>::run(dq_acc[db + 1], a_ds, b_k[2], b_k[3]);
-          }
+          accumulate_a_rows<T, kD, kLd>(dq_acc, a_ds, k_s, kk, lane);
         }
         float* dq_head = dq32 + int64_t(bh) * s.seq_q * kD;
 #pragma unroll
