@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 
 #include "random.h"
 
@@ -185,6 +186,46 @@ BackwardReference reference_backward(const AttentionShape& s, const float* q, co
         ref.dk[kvoff + i] += dk.data()[i];
         ref.dv[kvoff + i] += dv.data()[i];
       }
+    }
+  }
+  return ref;
+}
+
+DecodeReference reference_paged_decode(const PagedKvView& cache, int heads_q, const float* q,
+                                       const std::vector<std::vector<int>>& block_tables,
+                                       const std::vector<int>& context_lens) {
+  if (block_tables.size() != context_lens.size())
+    throw std::invalid_argument("reference_paged_decode: " + std::to_string(block_tables.size()) + " block tables for " +
+                                std::to_string(context_lens.size()) + " context lengths");
+  const int d = cache.head_dim, seqs = int(context_lens.size());
+  DecodeReference ref;
+  ref.o.assign(std::size_t(seqs) * heads_q * d, 0.0);
+  ref.lse.assign(std::size_t(seqs) * heads_q, -std::numeric_limits<double>::infinity());
+  for (int s = 0; s < seqs; ++s) {
+    const int len = context_lens[s];
+    if (len == 0) continue;
+    if (int64_t(block_tables[s].size()) * cache.block_size < len)
+      throw std::invalid_argument("reference_paged_decode: sequence " + std::to_string(s) + " has " + std::to_string(len) +
+                                  " tokens but " + std::to_string(block_tables[s].size()) + " blocks");
+    AttentionShape shape;
+    shape.heads_q = heads_q;
+    shape.heads_kv = cache.heads_kv;
+    shape.seq_q = 1;
+    shape.seq_kv = len;
+    shape.head_dim = d;
+    // This sequence's K and V, gathered into the oracle's [1, heads_kv, len, d] layout.
+    std::vector<float> k(std::size_t(cache.heads_kv) * len * d), v(k.size());
+    for (int h = 0; h < cache.heads_kv; ++h)
+      for (int t = 0; t < len; ++t) {
+        const int64_t from = cache.row_offset(block_tables[s][t / cache.block_size], h, t % cache.block_size);
+        const std::size_t to = (std::size_t(h) * len + t) * d;
+        std::copy(cache.k + from, cache.k + from + d, k.begin() + to);
+        std::copy(cache.v + from, cache.v + from + d, v.begin() + to);
+      }
+    const ForwardReference r = reference_forward(shape, q + std::size_t(s) * heads_q * d, k.data(), v.data(), full_check_plan(shape));
+    for (int h = 0; h < heads_q; ++h) {  // the full plan is ordered by head, one row each
+      std::copy(r.o[h].begin(), r.o[h].end(), ref.o.begin() + (std::size_t(s) * heads_q + h) * d);
+      ref.lse[std::size_t(s) * heads_q + h] = r.lse[h][0];
     }
   }
   return ref;

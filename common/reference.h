@@ -58,4 +58,28 @@ struct BackwardReference {
 BackwardReference reference_backward(const AttentionShape& shape, const float* q, const float* k,
                                      const float* v, const float* d_out);
 
+/// A paged KV cache (chapter 08): K and V each [num_blocks][heads_kv][block_size][head_dim], so
+/// one (block, K/V head) is block_size contiguous rows. Token t of a sequence with block table
+/// `table` is row t % block_size of physical block table[t / block_size].
+struct PagedKvView {
+  int num_blocks = 0, block_size = 16, heads_kv = 1, head_dim = 64;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t row_offset(int block, int kv_head, int row) const {
+    return ((int64_t(block) * heads_kv + kv_head) * block_size + row) * head_dim;
+  }
+};
+
+/// Decode oracle: one query token per sequence, q [num_seqs][heads_q][head_dim], attending to
+/// the first context_lens[s] tokens of sequence s through block_tables[s] (softmax scale
+/// 1/sqrt(head_dim), GQA by heads_q / heads_kv). o is [num_seqs][heads_q][head_dim] and lse
+/// [num_seqs][heads_q]; a sequence with no context gets O = 0 and LSE = -inf. It gathers each
+/// sequence's K/V rows and runs reference_forward on them.
+struct DecodeReference {
+  std::vector<double> o, lse;
+};
+DecodeReference reference_paged_decode(const PagedKvView& cache, int heads_q, const float* q,
+                                       const std::vector<std::vector<int>>& block_tables,
+                                       const std::vector<int>& context_lens);
+
 }  // namespace fa
