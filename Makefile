@@ -4,12 +4,13 @@
 #   make run     the chapter tour: every chapter program at its default shape, one table
 #   make test    every test through CTest (GPU tests are skipped, with the reason, without a GPU)
 #   make bench   fa_bench over the standard sweep + PyTorch SDPA when torch imports; CSV + table
+#   make handout DEST=dir   a student copy with the exercises of classroom/exercises.json stubbed
 BUILD_DIR ?= build
 CMAKE_ARGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PYTHON ?= python3
 
-.PHONY: all setup configure build run test bench clean
+.PHONY: all setup configure build run test bench handout clean
 
 all: build
 
@@ -30,6 +31,10 @@ test: build
 
 bench: build
 	bash tools/bench.sh $(BUILD_DIR)
+
+handout:
+	@test -n "$(DEST)" || { echo "make handout: give the folder to write, e.g. make handout DEST=/tmp/handout" >&2; exit 2; }
+	$(PYTHON) tools/handout.py $(DEST)
 
 clean:
 	rm -rf $(BUILD_DIR)

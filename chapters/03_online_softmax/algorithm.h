@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../01_naive_attention/algorithm.h"
+#include "not_implemented.h"
 
 namespace fa::online {
 
@@ -15,6 +16,7 @@ namespace fa::online {
 /// exp(s - m), rescaling l whenever m grows; pass 2 writes P. Returns the row's LSE.
 //! [online_softmax_row_cpu]
 inline float online_softmax_row(float* row, int n) {
+  // BEGIN SOLUTION ch03_online_row: one pass keeping a running max m and sum l of exp(s - m), then P = exp(s - m) / l; return m + log(l) (all-masked rows: P = 0, return -inf)
   float m = -INFINITY, l = 0.0f;
   for (int j = 0; j < n; ++j) {
     float m_new = std::fmax(m, row[j]);
@@ -28,6 +30,7 @@ inline float online_softmax_row(float* row, int n) {
   }
   for (int j = 0; j < n; ++j) row[j] = std::exp(row[j] - m) / l;
   return m + std::log(l);
+  // END SOLUTION
 }
 //! [online_softmax_row_cpu]
 

@@ -1,0 +1,114 @@
+"""tools/handout.py on a small made-up tree: which regions become stubs, what stays, and the
+one-line errors for bad markers and bad config (with nothing written)."""
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import handout  # noqa: E402
+
+KERNEL = """int keep(int x) {
+  // BEGIN SOLUTION other: something else
+  return x + 1;
+  // END SOLUTION
+}
+float solve(float* row, int n) {
+  // BEGIN SOLUTION ex1: the "online" softmax of one row
+  float m = row[0];
+  return m + n;
+  // END SOLUTION
+}
+"""
+
+
+class HandoutTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = os.path.join(self.tmp.name, "repo")
+        os.makedirs(os.path.join(self.root, "chapters"))
+        self.write("chapters/kernel.h", KERNEL)
+        self.write("README.md", "docs keep `// BEGIN SOLUTION` text as is\n")
+        self.config = os.path.join(self.tmp.name, "exercises.json")
+        self.set_config([{"id": "ex1", "title": "t", "points": 5, "tests": "^ex1"}])
+        self.dest = os.path.join(self.tmp.name, "out")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def write(self, rel, text):
+        with open(os.path.join(self.root, rel), "w") as f:
+            f.write(text)
+
+    def set_config(self, exercises):
+        with open(self.config, "w") as f:
+            json.dump({"exercises": exercises}, f)
+
+    def read(self, rel):
+        with open(os.path.join(self.dest, rel)) as f:
+            return f.read()
+
+    def test_selected_region_becomes_a_stub_and_others_keep_their_code(self):
+        totals = handout.make_handout(self.root, self.dest, self.config)
+        self.assertEqual(totals, {"ex1": 1, "other": 1})
+        out = self.read("chapters/kernel.h")
+        self.assertIn('  // TODO(ex1): the "online" softmax of one row\n', out)
+        self.assertIn('  FA_NOT_IMPLEMENTED("ex1: the \\"online\\" softmax of one row");\n', out)
+        self.assertNotIn("float m = row[0];", out)
+        self.assertIn("  return x + 1;\n", out)  # exercise 'other' is not in the config
+        self.assertNotIn("SOLUTION", out)
+        self.assertEqual(self.read("README.md"), "docs keep `// BEGIN SOLUTION` text as is\n")
+        self.assertEqual(json.loads(self.read(".handout")), {"exercises": [{"id": "ex1", "regions": 1}]})
+
+    def assert_error(self, message_part):
+        with self.assertRaises(handout.HandoutError) as caught:
+            handout.make_handout(self.root, self.dest, self.config)
+        self.assertIn(message_part, str(caught.exception))
+        self.assertFalse(os.path.exists(self.dest), "a failed handout must write nothing")
+
+    def test_end_without_begin(self):
+        self.write("chapters/bad.cu", "x\n  // END SOLUTION\n")
+        self.assert_error("chapters/bad.cu:2: END SOLUTION without a BEGIN SOLUTION")
+
+    def test_unterminated_region(self):
+        self.write("chapters/bad.cu", "// BEGIN SOLUTION ex1: write it\nint a;\n")
+        self.assert_error("chapters/bad.cu:1: BEGIN SOLUTION ex1 has no END SOLUTION")
+
+    def test_nested_region(self):
+        self.write("chapters/bad.cu", "// BEGIN SOLUTION ex1: a\n// BEGIN SOLUTION ex1: b\n// END SOLUTION\n")
+        self.assert_error("chapters/bad.cu:2: BEGIN SOLUTION inside the region opened at line 1")
+
+    def test_malformed_marker(self):
+        self.write("chapters/bad.cu", "// BEGIN SOLUTION\nint a;\n// END SOLUTION\n")
+        self.assert_error("chapters/bad.cu:1: malformed marker")
+
+    def test_config_names_an_exercise_with_no_region(self):
+        self.set_config([{"id": "ex1", "title": "t", "points": 5, "tests": "x"}, {"id": "ghost", "title": "t", "points": 1, "tests": "y"}])
+        self.assert_error("no BEGIN SOLUTION region in the sources: ghost")
+
+    def test_bad_config(self):
+        self.set_config([{"id": "ex1", "title": "t", "points": 5, "tests": "x"}, {"id": "ex1", "title": "t", "points": 5, "tests": "x"}])
+        self.assert_error("exercise id 'ex1' appears twice")
+        self.set_config([{"id": "ex1", "title": "t", "points": -1, "tests": "x"}])
+        self.assert_error("negative points -1")
+        self.set_config([{"id": "ex1", "title": "t", "points": 1, "tests": "("}])
+        self.assert_error("tests pattern")
+        self.set_config([{"id": "ex1", "points": 1, "tests": "x"}])
+        self.assert_error("exercise 0 needs 'title'")
+
+    def test_dest_must_be_empty_and_outside_the_tree(self):
+        os.makedirs(self.dest)
+        self.write("chapters/x.h", "int x;\n")
+        with open(os.path.join(self.dest, "old"), "w") as f:
+            f.write("x")
+        with self.assertRaises(handout.HandoutError) as caught:
+            handout.make_handout(self.root, self.dest, self.config)
+        self.assertIn("exists and is not empty", str(caught.exception))
+        with self.assertRaises(handout.HandoutError) as caught:
+            handout.make_handout(self.root, os.path.join(self.root, "chapters", "out"), self.config)
+        self.assertIn("is inside the repository", str(caught.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""CI check of `make handout`: build the student tree and run its tests.
+
+Usage: python3 tools/check_handout.py [DEST]   (default: a fresh temporary folder)
+
+Passes when the handout builds, every test of an exercise (the config's `tests` pattern) fails
+with "not implemented: <id>: ...", and every other test passes or is skipped (GPU tests skip on
+a machine without a GPU). The handout is built without -Werror: a stub leaves its function's
+parameters unused, which is a warning the student's code will remove.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(cmd, **kw):
+    print("+ " + " ".join(cmd), flush=True)
+    return subprocess.run(cmd, **kw)
+
+
+def main():
+    dest = sys.argv[1] if len(sys.argv) > 1 else os.path.join(tempfile.mkdtemp(prefix="fa_handout_"), "handout")
+    if run([sys.executable, os.path.join(ROOT, "tools", "handout.py"), dest]).returncode != 0:
+        return 1
+    jobs = str(os.cpu_count() or 2)
+    if run(["make", "-C", dest, "build", f"JOBS={jobs}"], stdout=subprocess.DEVNULL).returncode != 0:
+        print("check_handout: the handout does not build", file=sys.stderr)
+        return 1
+    junit = os.path.join(dest, "build", "handout_tests.xml")
+    run(["ctest", "--test-dir", os.path.join(dest, "build"), "-j", jobs, "--output-junit", junit],
+        stdout=subprocess.DEVNULL)
+    with open(os.path.join(ROOT, "classroom", "exercises.json")) as f:
+        exercises = json.load(f)["exercises"]
+    patterns = [(ex["id"], re.compile(ex["tests"])) for ex in exercises]
+    problems, counts = [], {"exercise failed as expected": 0, "passed": 0, "skipped": 0}
+    per_exercise = {ex["id"]: 0 for ex in exercises}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        name = case.get("name")
+        status = "failed" if case.find("failure") is not None else "skipped" if case.get("status") == "notrun" or case.find("skipped") is not None else "passed"
+        output = "".join(e.text or "" for e in case.iter("system-out"))
+        owner = next((ex_id for ex_id, pattern in patterns if pattern.search(name)), None)
+        if owner:
+            per_exercise[owner] += 1
+            if status != "failed":
+                problems.append(f"{name}: exercise {owner}'s test {status} in the handout")
+            elif f"not implemented: {owner}:" not in output:
+                problems.append(f"{name}: failed without 'not implemented: {owner}:' in its output")
+            else:
+                counts["exercise failed as expected"] += 1
+        elif status == "failed":
+            problems.append(f"{name}: failed in the handout but belongs to no exercise")
+        else:
+            counts[status] += 1
+    for ex_id, n in per_exercise.items():
+        if n == 0:
+            problems.append(f"exercise {ex_id}: its tests pattern matches no test")
+    print("check_handout: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    for p in problems:
+        print("check_handout: " + p, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

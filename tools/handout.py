@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""make handout: write a student copy of this repository with the exercises' solutions stubbed.
+
+Usage: python3 tools/handout.py DEST [--config classroom/exercises.json]
+
+Solutions are marked in the source, one region per marker pair, each naming its exercise:
+
+    // BEGIN SOLUTION <id>: <what the student writes>
+    ...the solution...
+    // END SOLUTION
+
+For every exercise listed in the config, each of its regions becomes
+
+    // TODO(<id>): <what the student writes>
+    FA_NOT_IMPLEMENTED("<id>: <what the student writes>");
+
+which compiles (common/not_implemented.h) and throws at run time, so the exercise's tests fail
+with "not implemented: ...". Regions of exercises not in the config keep their code; only the
+marker lines go. Everything else is copied as is, docs included (they keep the full text), and
+DEST/.handout lists the exercises, which tells tools/check_snippets.py that the docs now show
+code the sources no longer hold. Bad markers or config are one-line errors and exit 1, and
+nothing is written.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc")
+BEGIN = re.compile(r"^(\s*)// BEGIN SOLUTION ([A-Za-z0-9_]+): (.+?)\s*$")
+END = re.compile(r"^\s*// END SOLUTION\s*$")
+SKIP_DIRS = {".git", "build", ".deps", "__pycache__"}
+
+
+class HandoutError(Exception):
+    pass
+
+
+def load_config(path):
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise HandoutError(f"config {path}: {e}")
+    exercises = config.get("exercises")
+    if not isinstance(exercises, list) or not exercises:
+        raise HandoutError(f"config {path}: 'exercises' must be a non-empty list")
+    ids = set()
+    for i, ex in enumerate(exercises):
+        for key, kind in (("id", str), ("title", str), ("points", (int, float)), ("tests", str)):
+            if not isinstance(ex.get(key), kind):
+                raise HandoutError(f"config {path}: exercise {i} needs '{key}' ({kind.__name__ if isinstance(kind, type) else 'number'})")
+        if not re.fullmatch(r"[A-Za-z0-9_]+", ex["id"]):
+            raise HandoutError(f"config {path}: exercise id '{ex['id']}' may hold only letters, digits and '_'")
+        if ex["id"] in ids:
+            raise HandoutError(f"config {path}: exercise id '{ex['id']}' appears twice")
+        if ex["points"] < 0:
+            raise HandoutError(f"config {path}: exercise '{ex['id']}' has negative points {ex['points']}")
+        try:
+            re.compile(ex["tests"])
+        except re.error as e:
+            raise HandoutError(f"config {path}: exercise '{ex['id']}' tests pattern: {e}")
+        ids.add(ex["id"])
+    return exercises
+
+
+def stub_regions(text, path, selected):
+    """Returns (new text, {id: regions replaced}) for one file's text."""
+    out, found = [], {}
+    lines = text.splitlines(keepends=True)
+    i = 0
+    while i < len(lines):
+        m = BEGIN.match(lines[i])
+        if not m:
+            if END.match(lines[i]):
+                raise HandoutError(f"{path}:{i + 1}: END SOLUTION without a BEGIN SOLUTION")
+            if "BEGIN SOLUTION" in lines[i]:
+                raise HandoutError(f"{path}:{i + 1}: malformed marker; write '// BEGIN SOLUTION <id>: <what to write>'")
+            out.append(lines[i])
+            i += 1
+            continue
+        indent, ex_id, what = m.groups()
+        start = i
+        i += 1
+        body = []
+        while i < len(lines) and not END.match(lines[i]):
+            if "BEGIN SOLUTION" in lines[i]:
+                raise HandoutError(f"{path}:{i + 1}: BEGIN SOLUTION inside the region opened at line {start + 1}")
+            body.append(lines[i])
+            i += 1
+        if i == len(lines):
+            raise HandoutError(f"{path}:{start + 1}: BEGIN SOLUTION {ex_id} has no END SOLUTION")
+        i += 1  # the END line
+        found[ex_id] = found.get(ex_id, 0) + 1
+        if ex_id in selected:
+            message = json.dumps(f"{ex_id}: {what}")  # a valid C string literal for this text
+            out.append(f"{indent}// TODO({ex_id}): {what}\n")
+            out.append(f"{indent}FA_NOT_IMPLEMENTED({message});\n")
+        else:
+            out.extend(body)
+    return "".join(out), found
+
+
+def tracked_files(root):
+    try:
+        listed = subprocess.run(["git", "-C", root, "ls-files", "-z"], check=True, capture_output=True).stdout
+        return [p for p in listed.decode().split("\0") if p]
+    except (OSError, subprocess.CalledProcessError):
+        files = []
+        for base, dirs, names in os.walk(root):
+            dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
+            files += [os.path.relpath(os.path.join(base, n), root) for n in names]
+        return files
+
+
+def make_handout(root, dest, config_path):
+    exercises = load_config(config_path)
+    selected = {ex["id"] for ex in exercises}
+    dest = os.path.abspath(dest)
+    inside = os.path.relpath(dest, os.path.abspath(root))
+    if not inside.startswith("..") and (inside == "." or inside.split(os.sep)[0] != "build"):
+        raise HandoutError(f"DEST {dest} is inside the repository; use a folder outside it (or under build/)")
+    if os.path.exists(dest) and os.listdir(dest):
+        raise HandoutError(f"DEST {dest} exists and is not empty")
+    # First every file in memory, so that a bad marker anywhere leaves nothing half-written.
+    outputs, totals = {}, {}
+    for rel in tracked_files(root):
+        src = os.path.join(root, rel)
+        if not os.path.isfile(src):
+            continue
+        if rel.endswith(SOURCE_SUFFIXES):
+            with open(src, encoding="utf-8") as f:
+                text = f.read()
+            new_text, found = stub_regions(text, rel, selected)
+            for ex_id, n in found.items():
+                totals[ex_id] = totals.get(ex_id, 0) + n
+            outputs[rel] = new_text.encode("utf-8") if new_text != text else None
+        else:
+            outputs[rel] = None
+    missing = sorted(selected - set(totals))
+    if missing:
+        raise HandoutError(f"config names exercise(s) with no BEGIN SOLUTION region in the sources: {', '.join(missing)}")
+    for rel, data in outputs.items():
+        target = os.path.join(dest, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if data is None:
+            shutil.copy2(os.path.join(root, rel), target)
+        else:
+            with open(target, "wb") as f:
+                f.write(data)
+    with open(os.path.join(dest, ".handout"), "w") as f:
+        json.dump({"exercises": [{"id": ex["id"], "regions": totals[ex["id"]]} for ex in exercises]}, f, indent=2)
+        f.write("\n")
+    return totals
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("dest")
+    parser.add_argument("--config", default=os.path.join(ROOT, "classroom", "exercises.json"))
+    parser.add_argument("--root", default=ROOT, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    try:
+        totals = make_handout(args.root, args.dest, args.config)
+    except HandoutError as e:
+        print(f"handout: error: {e}", file=sys.stderr)
+        return 1
+    for ex_id, n in sorted(totals.items()):
+        print(f"handout: {ex_id}: {n} region(s) stubbed")
+    print(f"handout: written to {os.path.abspath(args.dest)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
