@@ -5,12 +5,13 @@
 #   make test    every test through CTest (GPU tests are skipped, with the reason, without a GPU)
 #   make bench   fa_bench over the standard sweep + PyTorch SDPA when torch imports; CSV + table
 #   make handout DEST=dir   a student copy with the exercises of classroom/exercises.json stubbed
+#   make grade   build, run the tests, score the exercises: results.json (Gradescope's schema)
 BUILD_DIR ?= build
 CMAKE_ARGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PYTHON ?= python3
 
-.PHONY: all setup configure build run test bench handout clean
+.PHONY: all setup configure build run test bench handout grade clean
 
 all: build
 
@@ -35,6 +36,9 @@ bench: build
 handout:
 	@test -n "$(DEST)" || { echo "make handout: give the folder to write, e.g. make handout DEST=/tmp/handout" >&2; exit 2; }
 	$(PYTHON) tools/handout.py $(DEST)
+
+grade:
+	$(PYTHON) tools/grade.py --build-dir $(BUILD_DIR) --out $(or $(RESULTS),results.json)
 
 clean:
 	rm -rf $(BUILD_DIR)
