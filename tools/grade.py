@@ -11,11 +11,14 @@ the fraction of its tests that passed. It never crashes on a broken submission:
   * a test crashes or runs past --timeout: that test fails, with CTest's reason;
   * an exercise's tests were skipped (no GPU, say): 0, with the skip reason.
 With --junit FILE the tests are not run: FILE (CTest's --output-junit) is scored as it is.
+With --submission DIR (a student's tree) the files holding the exercises' solution regions are
+taken from DIR into a copy of this tree, so the student's code meets the instructor's tests.
 """
 import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,6 +27,26 @@ import xml.etree.ElementTree as ET
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_OUTPUT = 4000  # characters of test output kept per exercise
+
+
+def overlay_submission(root, submission, work, exercises):
+    """A copy of the instructor's tree `root` in `work`, with the files that hold the exercises'
+    solution regions taken from `submission` (the student's tree): the student's code is graded
+    by the instructor's tests. Returns the files taken; a missing one is an error."""
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import handout
+
+    files = handout.exercise_files(root)
+    wanted = sorted({f for ex in exercises for f in files.get(ex["id"], [])})
+    missing = [f for f in wanted if not os.path.isfile(os.path.join(submission, f))]
+    if missing:
+        raise FileNotFoundError("the submission lacks " + ", ".join(missing))
+    for rel in handout.tracked_files(root):
+        src = os.path.join(submission if rel in wanted else root, rel)
+        if os.path.isfile(src):
+            os.makedirs(os.path.dirname(os.path.join(work, rel)), exist_ok=True)
+            shutil.copy2(src, os.path.join(work, rel))
+    return wanted
 
 
 def read_junit(path):
@@ -84,6 +107,7 @@ def main():
     parser.add_argument("--config", default=os.path.join(ROOT, "classroom", "exercises.json"))
     parser.add_argument("--junit", help="score this CTest JUnit file instead of building and running")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per test (default 300)")
+    parser.add_argument("--submission", help="a student's tree: grade its exercise files in a copy of this tree")
     args = parser.parse_args()
     start = time.time()
     try:
@@ -92,11 +116,18 @@ def main():
     except (OSError, ValueError, KeyError) as e:
         print(f"grade: error: config {args.config}: {e}", file=sys.stderr)
         return 1
-    build_error, cases = None, []
+    build_error, cases, tree = None, [], ROOT
+    if args.submission:
+        tree = tempfile.mkdtemp(prefix="fa_grade_tree_")
+        try:
+            taken = overlay_submission(ROOT, args.submission, tree, exercises)
+            print("grade: the submission's " + ", ".join(taken))
+        except OSError as e:
+            build_error = f"could not take the submission's files: {e}"
     if args.junit:
         cases = read_junit(args.junit)
-    else:
-        built = subprocess.run(["make", "-C", ROOT, "build", f"BUILD_DIR={os.path.abspath(args.build_dir)}"],
+    elif build_error is None:
+        built = subprocess.run(["make", "-C", tree, "build", f"BUILD_DIR={os.path.abspath(args.build_dir)}"],
                                capture_output=True, text=True)
         if built.returncode != 0:
             build_error = built.stdout[-2000:] + built.stderr[-2000:]

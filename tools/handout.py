@@ -105,6 +105,19 @@ def stub_regions(text, path, selected):
     return "".join(out), found
 
 
+def exercise_files(root):
+    """{exercise id: [files holding its regions]} over the tree's sources (what a student edits)."""
+    files = {}
+    for rel in tracked_files(root):
+        if not rel.endswith(SOURCE_SUFFIXES) or not os.path.isfile(os.path.join(root, rel)):
+            continue
+        with open(os.path.join(root, rel), encoding="utf-8") as f:
+            _, found = stub_regions(f.read(), rel, set())
+        for ex_id in found:
+            files.setdefault(ex_id, []).append(rel)
+    return files
+
+
 def tracked_files(root):
     try:
         listed = subprocess.run(["git", "-C", root, "ls-files", "-z"], check=True, capture_output=True).stdout

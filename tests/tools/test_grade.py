@@ -93,5 +93,31 @@ class GradeTest(unittest.TestCase):
         self.assertIsInstance(results["execution_time"], (int, float))
 
 
+class OverlayTest(unittest.TestCase):
+    def test_takes_only_the_exercise_files_from_the_submission(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            root, sub, work = (os.path.join(tmp, d) for d in ("root", "sub", "work"))
+            for base in (root, sub):
+                os.makedirs(os.path.join(base, "chapters"))
+                os.makedirs(os.path.join(base, "tests"))
+            with open(os.path.join(root, "chapters", "k.h"), "w") as f:
+                f.write("// BEGIN SOLUTION ex1: write it\nint solution;\n// END SOLUTION\n")
+            with open(os.path.join(root, "tests", "t.cpp"), "w") as f:
+                f.write("instructor test\n")
+            with open(os.path.join(sub, "chapters", "k.h"), "w") as f:
+                f.write("int student;\n")
+            with open(os.path.join(sub, "tests", "t.cpp"), "w") as f:
+                f.write("tampered test\n")
+            taken = grade.overlay_submission(root, sub, work, [{"id": "ex1"}])
+            self.assertEqual(taken, ["chapters/k.h"])
+            with open(os.path.join(work, "chapters", "k.h")) as f:
+                self.assertEqual(f.read(), "int student;\n")
+            with open(os.path.join(work, "tests", "t.cpp")) as f:
+                self.assertEqual(f.read(), "instructor test\n")
+            os.remove(os.path.join(sub, "chapters", "k.h"))
+            with self.assertRaises(FileNotFoundError):
+                grade.overlay_submission(root, sub, os.path.join(tmp, "work2"), [{"id": "ex1"}])
+
+
 if __name__ == "__main__":
     unittest.main()
