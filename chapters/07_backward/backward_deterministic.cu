@@ -168,19 +168,11 @@ void launch_deterministic(const BackwardParams& p) {
   }
 }
 
-std::string deterministic_support(const AttentionShape& s) {
-  if (s.head_dim != 64 && s.head_dim != 128) return "head_dim must be 64 or 128, got " + std::to_string(s.head_dim);
-  const GpuInfo& gpu = detect_gpu();
-  if (gpu.available && gpu.sm_major < 8) return "needs an sm_80 or newer GPU (mma.sync with bf16)";
-  if (int64_t(s.batch) * s.heads_q > 65535) return "batch*heads_q must be at most 65535";
-  return "";
-}
-
 BackwardKernel deterministic_kernel(const char* name, DType dtype, void (*launch)(const BackwardParams&)) {
   BackwardKernel k{name, 7, 3, "deterministic", dtype,
                    "variant 2 without atomics: dK/dV as before, dQ by a second kernel per Q tile (S and dP computed twice)",
                    launch};
-  k.supports = deterministic_support;
+  k.supports = [](const AttentionShape& s) { return backward_mma_support(s, true); };
   k.workspace_bytes = [](const AttentionShape& s) { return std::size_t(s.lse_elems()) * sizeof(float); };
   k.deterministic = true;
   return k;

@@ -61,19 +61,11 @@ void launch_mma(const BackwardParams& p) {
   }
 }
 
-std::string mma_backward_support(const AttentionShape& s) {
-  if (s.head_dim != 64 && s.head_dim != 128) return "head_dim must be 64 or 128, got " + std::to_string(s.head_dim);
-  const GpuInfo& gpu = detect_gpu();
-  if (gpu.available && gpu.sm_major < 8) return "needs an sm_80 or newer GPU (mma.sync with bf16)";
-  if (int64_t(s.batch) * s.heads_kv > 65535) return "batch*heads_kv must be at most 65535";
-  return "";
-}
-
 BackwardKernel mma_kernel(const char* name, DType dtype, void (*launch)(const BackwardParams&)) {
   BackwardKernel k{name, 7, 2, "mma", dtype,
                    "tensor cores (mma.sync): S^T and dP^T per warp's 16 keys, dK/dV in registers, dQ via fp32 atomics",
                    launch};
-  k.supports = mma_backward_support;
+  k.supports = [](const AttentionShape& s) { return backward_mma_support(s, false); };
   k.workspace_bytes = [](const AttentionShape& s) {
     return std::size_t(s.lse_elems()) * sizeof(float) + std::size_t(s.q_elems()) * sizeof(float);
   };

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "../05_flash_attention_v2/mma_sync.cuh"
 #include "device_utils.cuh"
+#include "cuda_check.h"
 #include "problem.h"
 
 namespace fa::backward {
@@ -16,6 +18,18 @@ using flash2::ldmatrix_x4_trans;
 using flash2::Mma;
 
 constexpr int kKeys = 64, kRows = 64, kWarps = 4, kThreads = 32 * kWarps;
+
+/// What both tensor-core variants support: head_dim 64 or 128, an sm_80 GPU (mma.sync with
+/// bf16), and a grid of batch * heads_kv K/V tiles (the K/V-side kernel); with a per-Q-tile dQ
+/// kernel (variant 3) also batch * heads_q Q tiles.
+inline std::string backward_mma_support(const AttentionShape& s, bool dq_kernel) {
+  if (s.head_dim != 64 && s.head_dim != 128) return "head_dim must be 64 or 128, got " + std::to_string(s.head_dim);
+  const GpuInfo& gpu = detect_gpu();
+  if (gpu.available && gpu.sm_major < 8) return "needs an sm_80 or newer GPU (mma.sync with bf16)";
+  if (int64_t(s.batch) * s.heads_kv > 65535) return "batch*heads_kv must be at most 65535";
+  if (dq_kernel && int64_t(s.batch) * s.heads_q > 65535) return "batch*heads_q must be at most 65535";
+  return "";
+}
 
 /// Q/dO stages of backward_mma_kernel: two (the next item's tiles are copied while this one is
 /// computed) when the smem allows 2 blocks per SM; with dQ's extra dS tile at head_dim 128 it

@@ -30,6 +30,18 @@ inline void write_token(std::vector<float>& k_cache, std::vector<float>& v_cache
   }
 }
 
+/// Performs the block manager's copy-on-write copies (BlockCopy in block_manager.h) on a paged
+/// cache: every slot of every K/V head of block `from` into block `to`, for K and V.
+template <class Copies>
+inline void copy_blocks(std::vector<float>& k_cache, std::vector<float>& v_cache, const PagedKvView& layout,
+                        const Copies& copies) {
+  const int64_t block_floats = int64_t(layout.heads_kv) * layout.block_size * layout.head_dim;
+  for (const auto& c : copies)
+    for (std::vector<float>* cache : {&k_cache, &v_cache})
+      std::copy(cache->begin() + c.from * block_floats, cache->begin() + (c.from + 1) * block_floats,
+                cache->begin() + c.to * block_floats);
+}
+
 //! [split_kv_decode]
 /// o [num_seqs][heads_q][head_dim] and lse [num_seqs][heads_q] for one query token per
 /// sequence, in float, partition by partition, then merged.

@@ -44,10 +44,7 @@ PagedProblem make_problem(uint64_t seed, int heads_q, int heads_kv, int d, int b
   auto append = [&](int seq, int n) {
     const int start = m.length(seq);
     m.append(seq, n);
-    for (const BlockCopy& c : m.take_copies())
-      for (std::vector<float>* cache : {&p.k_cache, &p.v_cache})
-        std::copy(cache->begin() + c.from * block_floats, cache->begin() + (c.from + 1) * block_floats,
-                  cache->begin() + c.to * block_floats);
+    copy_blocks(p.k_cache, p.v_cache, p.layout, m.take_copies());
     for (int pos = start; pos < start + n; ++pos, ++token_id) {
       for (std::size_t x = 0; x < k.size(); ++x) {
         k[x] = random_normal(seed, 1, token_id * k.size() + x);
