@@ -70,4 +70,56 @@ std::string AttentionShape::to_identifier() const {
   return s.str();
 }
 
+void DecodeShape::validate() const {
+  require_range("num_seqs", num_seqs, kMaxBatch);
+  require_range("heads_q", heads_q, kMaxHeads);
+  require_range("heads_kv", heads_kv, kMaxHeads);
+  require_range("head_dim", head_dim, kMaxHeadDim);
+  require_range("query_len", query_len, kMaxSeq);
+  require_range("num_blocks", num_blocks, 1 << 30);
+  require_range("max_blocks_per_seq", max_blocks_per_seq, 1 << 30);
+  if (heads_q % heads_kv != 0) {
+    std::ostringstream msg;
+    msg << "heads_q (" << heads_q << ") must be a multiple of heads_kv (" << heads_kv << ")";
+    throw std::invalid_argument(msg.str());
+  }
+  if (block_size < 1 || block_size > 1024 || (block_size & (block_size - 1)) != 0) {
+    std::ostringstream msg;
+    msg << "block_size must be a power of two from 1 to 1024, got " << block_size;
+    throw std::invalid_argument(msg.str());
+  }
+  if (max_context < 0 || int64_t(max_context) > int64_t(max_blocks_per_seq) * block_size || max_context > kMaxSeq) {
+    std::ostringstream msg;
+    msg << "max_context must be between 0 and max_blocks_per_seq * block_size (" << int64_t(max_blocks_per_seq) * block_size
+        << ", at most " << kMaxSeq << "), got " << max_context;
+    throw std::invalid_argument(msg.str());
+  }
+}
+
+AttentionShape DecodeShape::output_layout() const {
+  AttentionShape s;
+  s.batch = num_seqs;
+  s.heads_q = heads_q;
+  s.heads_kv = heads_kv;
+  s.seq_q = query_len;
+  s.seq_kv = max_context > 0 ? max_context : 1;
+  s.head_dim = head_dim;
+  s.causal = true;
+  return s;
+}
+
+std::string DecodeShape::to_string() const {
+  std::ostringstream s;
+  s << "s" << num_seqs << " h" << heads_q << "/" << heads_kv << " q" << query_len << " ctx<=" << max_context << " d"
+    << head_dim << " bs" << block_size;
+  return s.str();
+}
+
+std::string DecodeShape::to_identifier() const {
+  std::ostringstream s;
+  s << "s" << num_seqs << "_h" << heads_q << "_kv" << heads_kv << "_q" << query_len << "_ctx" << max_context << "_d" << head_dim
+    << "_bs" << block_size;
+  return s.str();
+}
+
 }  // namespace fa

@@ -72,4 +72,37 @@ struct AttentionShape {
   std::string to_identifier() const;
 };
 
+/// Chapter 08: one step of attention over a paged KV cache. Each of num_seqs sequences has
+/// context_lens[s] tokens in the cache (block size block_size, a block table of up to
+/// max_blocks_per_seq entries into a pool of num_blocks blocks) and query_len query tokens:
+/// the last query_len tokens of its context, causal among themselves (bottom-right, as in
+/// AttentionShape). query_len 1 is decode; more is a prefill chunk over the cache.
+/// Q and O are [num_seqs, heads_q, query_len, head_dim] -- AttentionShape's layout with
+/// batch = num_seqs -- LSE [num_seqs, heads_q, query_len]; K and V caches are
+/// [num_blocks, heads_kv, block_size, head_dim] (PagedKvView in reference.h).
+struct DecodeShape {
+  int num_seqs = 1;
+  int heads_q = 32;
+  int heads_kv = 8;
+  int head_dim = 128;
+  int query_len = 1;
+  int block_size = 16;
+  int num_blocks = 1;
+  int max_blocks_per_seq = 1;
+  int max_context = 0;  // the longest context; kernels plan their split from it
+
+  /// Throws std::invalid_argument naming the bad field, its value and what is allowed.
+  void validate() const;
+  FA_HD int group_size() const { return heads_q / heads_kv; }
+  FA_HD int64_t q_elems() const { return int64_t(num_seqs) * heads_q * query_len * head_dim; }
+  FA_HD int64_t lse_elems() const { return int64_t(num_seqs) * heads_q * query_len; }
+  FA_HD int64_t cache_elems() const { return int64_t(num_blocks) * heads_kv * block_size * head_dim; }
+  /// The [num_seqs, heads_q, query_len, head_dim] layout of Q and O as an AttentionShape
+  /// (seq_kv = max_context), for the comparison code shared with the forward kernels.
+  AttentionShape output_layout() const;
+  /// "s8 h32/8 q1 ctx<=8192 d128 bs16"
+  std::string to_string() const;
+  std::string to_identifier() const;
+};
+
 }  // namespace fa

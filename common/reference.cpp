@@ -193,14 +193,16 @@ BackwardReference reference_backward(const AttentionShape& s, const float* q, co
 
 DecodeReference reference_paged_decode(const PagedKvView& cache, int heads_q, const float* q,
                                        const std::vector<std::vector<int>>& block_tables,
-                                       const std::vector<int>& context_lens) {
+                                       const std::vector<int>& context_lens, int query_len) {
+  if (query_len < 1) throw std::invalid_argument("reference_paged_decode: query_len must be >= 1, got " + std::to_string(query_len));
   if (block_tables.size() != context_lens.size())
     throw std::invalid_argument("reference_paged_decode: " + std::to_string(block_tables.size()) + " block tables for " +
                                 std::to_string(context_lens.size()) + " context lengths");
   const int d = cache.head_dim, seqs = int(context_lens.size());
   DecodeReference ref;
-  ref.o.assign(std::size_t(seqs) * heads_q * d, 0.0);
-  ref.lse.assign(std::size_t(seqs) * heads_q, -std::numeric_limits<double>::infinity());
+  const std::size_t rows = std::size_t(heads_q) * query_len;  // per sequence
+  ref.o.assign(seqs * rows * d, 0.0);
+  ref.lse.assign(seqs * rows, -std::numeric_limits<double>::infinity());
   for (int s = 0; s < seqs; ++s) {
     const int len = context_lens[s];
     if (len == 0) continue;
@@ -210,8 +212,9 @@ DecodeReference reference_paged_decode(const PagedKvView& cache, int heads_q, co
     AttentionShape shape;
     shape.heads_q = heads_q;
     shape.heads_kv = cache.heads_kv;
-    shape.seq_q = 1;
+    shape.seq_q = query_len;
     shape.seq_kv = len;
+    shape.causal = query_len > 1;
     shape.head_dim = d;
     // This sequence's K and V, gathered into the oracle's [1, heads_kv, len, d] layout.
     std::vector<float> k(std::size_t(cache.heads_kv) * len * d), v(k.size());
@@ -222,10 +225,10 @@ DecodeReference reference_paged_decode(const PagedKvView& cache, int heads_q, co
         std::copy(cache.k + from, cache.k + from + d, k.begin() + to);
         std::copy(cache.v + from, cache.v + from + d, v.begin() + to);
       }
-    const ForwardReference r = reference_forward(shape, q + std::size_t(s) * heads_q * d, k.data(), v.data(), full_check_plan(shape));
-    for (int h = 0; h < heads_q; ++h) {  // the full plan is ordered by head, one row each
-      std::copy(r.o[h].begin(), r.o[h].end(), ref.o.begin() + (std::size_t(s) * heads_q + h) * d);
-      ref.lse[std::size_t(s) * heads_q + h] = r.lse[h][0];
+    const ForwardReference r = reference_forward(shape, q + s * rows * d, k.data(), v.data(), full_check_plan(shape));
+    for (int h = 0; h < heads_q; ++h) {  // the full plan is ordered by head, then row
+      std::copy(r.o[h].begin(), r.o[h].end(), ref.o.begin() + (s * rows + std::size_t(h) * query_len) * d);
+      std::copy(r.lse[h].begin(), r.lse[h].end(), ref.lse.begin() + s * rows + std::size_t(h) * query_len);
     }
   }
   return ref;

@@ -70,16 +70,17 @@ struct PagedKvView {
   }
 };
 
-/// Decode oracle: one query token per sequence, q [num_seqs][heads_q][head_dim], attending to
-/// the first context_lens[s] tokens of sequence s through block_tables[s] (softmax scale
-/// 1/sqrt(head_dim), GQA by heads_q / heads_kv). o is [num_seqs][heads_q][head_dim] and lse
-/// [num_seqs][heads_q]; a sequence with no context gets O = 0 and LSE = -inf. It gathers each
-/// sequence's K/V rows and runs reference_forward on them.
+/// Paged-cache oracle (chapter 08). Sequence s has context_lens[s] tokens, reached through
+/// block_tables[s], and query_len query tokens: the last query_len of its context, causal among
+/// themselves (bottom-right; query_len 1 is a decode step). q is [num_seqs][heads_q][query_len]
+/// [head_dim], o the same, lse [num_seqs][heads_q][query_len]; softmax scale 1/sqrt(head_dim),
+/// GQA by heads_q / heads_kv. A query row that sees no key (an empty context) gets O = 0 and
+/// LSE = -inf. It gathers each sequence's K/V rows and runs reference_forward on them.
 struct DecodeReference {
   std::vector<double> o, lse;
 };
 DecodeReference reference_paged_decode(const PagedKvView& cache, int heads_q, const float* q,
                                        const std::vector<std::vector<int>>& block_tables,
-                                       const std::vector<int>& context_lens);
+                                       const std::vector<int>& context_lens, int query_len = 1);
 
 }  // namespace fa

@@ -19,6 +19,11 @@ std::vector<BackwardKernel>& backward_list() {
   return list;
 }
 
+std::vector<DecodeKernel>& decode_list() {
+  static std::vector<DecodeKernel> list;
+  return list;
+}
+
 std::vector<CpuAlgorithm>& cpu_list() {
   static std::vector<CpuAlgorithm> list;
   return list;
@@ -70,6 +75,12 @@ bool register_backward_kernel(BackwardKernel kernel) {
   return insert_sorted(backward_list(), std::move(kernel), runnable);
 }
 
+bool register_decode_kernel(DecodeKernel kernel) {
+  bool runnable = bool(kernel.launch);
+  return insert_sorted(decode_list(), std::move(kernel), runnable);
+}
+
+const std::vector<DecodeKernel>& decode_kernels() { return decode_list(); }
 const std::vector<ForwardKernel>& forward_kernels() { return kernel_list(); }
 const std::vector<BackwardKernel>& backward_kernels() { return backward_list(); }
 std::vector<const BackwardKernel*> backward_kernels_of_chapter(int chapter) { return of_chapter(backward_list(), chapter); }
@@ -83,6 +94,10 @@ std::string support_reason(const ForwardKernel& kernel, const AttentionShape& sh
 }
 
 std::string support_reason(const BackwardKernel& kernel, const AttentionShape& shape) {
+  return kernel.supports ? kernel.supports(shape) : std::string();
+}
+
+std::string support_reason(const DecodeKernel& kernel, const DecodeShape& shape) {
   return kernel.supports ? kernel.supports(shape) : std::string();
 }
 

@@ -108,13 +108,44 @@ struct BackwardKernel {
   bool deterministic = false;
 };
 
+/// What a decode launcher receives (chapter 08; DecodeShape in problem.h has the layouts).
+/// q and o hold elements of the kernel's dtype, k_cache and v_cache too; block_tables is int
+/// [num_seqs, max_blocks_per_seq] (entries past a sequence's last block are never read),
+/// context_lens int [num_seqs]; o and lse are poisoned before the launch and every element is
+/// written (a row that sees no key: O = 0, LSE = -inf).
+struct DecodeParams {
+  DecodeShape shape;
+  const void* q = nullptr;
+  const void *k_cache = nullptr, *v_cache = nullptr;
+  const int* block_tables = nullptr;
+  const int* context_lens = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  void* workspace = nullptr;
+  cudaStream_t stream = nullptr;
+};
+
+struct DecodeKernel {
+  std::string name;
+  int chapter = 0;
+  int number = 0;
+  std::string variant;
+  DType dtype = DType::F16;
+  std::string summary;
+  std::function<void(const DecodeParams&)> launch;
+  std::function<std::string(const DecodeShape&)> supports;
+  std::function<std::size_t(const DecodeShape&)> workspace_bytes;
+};
+
 /// gtest and diagnostics print a kernel as its name.
 inline void PrintTo(const ForwardKernel* kernel, std::ostream* out) { *out << kernel->name; }
 inline void PrintTo(const BackwardKernel* kernel, std::ostream* out) { *out << kernel->name; }
+inline void PrintTo(const DecodeKernel* kernel, std::ostream* out) { *out << kernel->name; }
 
 bool register_forward_kernel(ForwardKernel kernel);
 bool register_cpu_algorithm(CpuAlgorithm algorithm);
 bool register_backward_kernel(BackwardKernel kernel);
+bool register_decode_kernel(DecodeKernel kernel);
 
 /// All registered kernels, ordered by chapter, then variant number, then name.
 const std::vector<ForwardKernel>& forward_kernels();
@@ -123,11 +154,13 @@ std::vector<const ForwardKernel*> forward_kernels_of_chapter(int chapter);
 std::vector<const CpuAlgorithm*> cpu_algorithms_of_chapter(int chapter);
 const std::vector<BackwardKernel>& backward_kernels();
 std::vector<const BackwardKernel*> backward_kernels_of_chapter(int chapter);
+const std::vector<DecodeKernel>& decode_kernels();
 
 /// "" when supported, otherwise why not (empty `supports` means every valid shape).
 std::string support_reason(const ForwardKernel& kernel, const AttentionShape& shape);
 std::string support_reason(const CpuAlgorithm& algorithm, const AttentionShape& shape);
 std::string support_reason(const BackwardKernel& kernel, const AttentionShape& shape);
+std::string support_reason(const DecodeKernel& kernel, const DecodeShape& shape);
 
 }  // namespace fa
 
@@ -139,6 +172,9 @@ std::string support_reason(const BackwardKernel& kernel, const AttentionShape& s
 /// Registers a BackwardKernel at program start.
 #define FA_REGISTER_BACKWARD_KERNEL(...) \
   static const bool FA_CONCAT(fa_registered_backward_, __LINE__) = ::fa::register_backward_kernel(__VA_ARGS__)
+/// Registers a DecodeKernel at program start.
+#define FA_REGISTER_DECODE_KERNEL(...) \
+  static const bool FA_CONCAT(fa_registered_decode_, __LINE__) = ::fa::register_decode_kernel(__VA_ARGS__)
 /// Registers a CpuAlgorithm at program start.
 #define FA_REGISTER_CPU_ALGORITHM(...) \
   static const bool FA_CONCAT(fa_registered_cpu_, __LINE__) = ::fa::register_cpu_algorithm(__VA_ARGS__)

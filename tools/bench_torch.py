@@ -2,6 +2,8 @@
 """PyTorch scaled_dot_product_attention on fa_bench's sweep, one backend at a time, CSV out.
 
 --pass backward times o.backward(dO) alone (after an untimed forward), FLOPs 2.5 x the forward's.
+--pass decode times one decode step (chapter 08's points: heads 32/8, head_dim 128, one query
+token per sequence) on K/V stored contiguously, and reports the K/V bytes read per second.
 
 Backends and dtypes: FLASH_ATTENTION (bf16, fp16), CUDNN_ATTENTION (bf16, fp16), and for the fp32
 chapters EFFICIENT_ATTENTION (fp32, the fused memory-efficient kernel) and MATH (fp32, unfused:
@@ -75,6 +77,48 @@ def backward_ms(q, k, v, causal, warmup, iters, budget_ms):
     return statistics.median(times)
 
 
+DECODE_POINTS = [(64, 16384), (8, 8192), (1, 32768), (32, 4096), (128, 2048), (1, 8192)]
+
+
+def decode(args, backends, out):
+    """One decode step per point. GQA the way a contiguous cache serves it best: the 4 query heads of
+    a K/V head become 4 query rows of that head ([B, 8, 4, d] against [B, 8, ctx, d]), so K/V are
+    read once; the dense form ([B, 32, 1, d] with enable_gqa) is timed beside it."""
+    n = 0
+    for dim in [int(d) for d in args.dims.split(",")]:
+        for batch, ctx in DECODE_POINTS:
+            for name, backend, dtype in backends:
+                if dtype == torch.float32:
+                    continue
+                g = torch.Generator(device="cuda").manual_seed(1234)
+                k = torch.randn((batch, 8, ctx, dim), device="cuda", generator=g, dtype=dtype)
+                v = torch.randn((batch, 8, ctx, dim), device="cuda", generator=g, dtype=dtype)
+                kv_bytes = 2 * k.numel() * k.element_size()
+                forms = {
+                    "grouped": (torch.randn((batch, 8, 4, dim), device="cuda", generator=g, dtype=dtype), {}),
+                    "enable_gqa": (torch.randn((batch, 32, 1, dim), device="cuda", generator=g, dtype=dtype),
+                                   {"enable_gqa": True}),
+                }
+                for form, (q, extra) in forms.items():
+                    n += 1
+                    label = f"[{n:3d}] {name:6s} {DTYPE_NAMES[dtype]} decode b{batch} ctx{ctx} d{dim} {form}"
+                    try:
+                        with sdpa_kernel([backend]):
+                            fn = lambda: scaled_dot_product_attention(q, k, v, **extra)
+                            fn()
+                            torch.cuda.synchronize()
+                            ms = time_ms(fn, args.warmup, args.iters, args.budget_ms)
+                        gbps = kv_bytes / (ms * 1e-3) / 1e9
+                        out.writerow([name, DTYPE_NAMES[dtype], batch, ctx, dim, form, "ok", f"{ms:.6g}", f"{gbps:.6g}"])
+                        print(f"{label}: {ms:9.4f} ms {gbps:8.0f} GB/s", flush=True)
+                    except (RuntimeError, TypeError, torch.OutOfMemoryError) as e:
+                        reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+                        out.writerow([name, DTYPE_NAMES[dtype], batch, ctx, dim, form, "skipped: " + reason, "", ""])
+                        print(f"{label}: skipped ({reason})", flush=True)
+                del k, v, forms
+                torch.cuda.empty_cache()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", default="standard", choices=["standard", "quick"])
@@ -83,7 +127,7 @@ def main():
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--budget-ms", type=float, default=1500)
-    parser.add_argument("--pass", dest="which", choices=["forward", "backward"], default="forward",
+    parser.add_argument("--pass", dest="which", choices=["forward", "backward", "decode"], default="forward",
                         help="time the forward, or the backward alone (o.backward(dO) after an untimed forward; "
                              "FLOPs = 2.5 x the forward's)")
     parser.add_argument("--backends", default="",
@@ -99,6 +143,12 @@ def main():
             sys.exit(f"bench_torch: unknown --backends entry {unknown[0]!r}; allowed: {', '.join(known)}")
 
     print(f"PyTorch {torch.__version__} SDPA on {torch.cuda.get_device_name()}", flush=True)
+    if args.which == "decode":
+        with open(args.csv, "w", newline="") as f:
+            out = csv.writer(f)
+            out.writerow(["backend", "dtype", "batch", "context", "head_dim", "form", "status", "time_ms", "kv_gbps"])
+            decode(args, backends, out)
+        return 0
     points = list(sweep(args.sweep, [int(d) for d in args.dims.split(",")]))
     with open(args.csv, "w", newline="") as f:
         out = csv.writer(f)

@@ -20,6 +20,7 @@
 
 #include "cli.h"
 #include "cuda_check.h"
+#include "decode_runner.h"
 #include "random.h"
 #include "registry.h"
 #include "report.h"
@@ -40,6 +41,7 @@ struct BenchOptions {
   uint64_t seed = 1234;
   bool check = true;
   bool list = false;
+  bool decode = false;
 };
 
 const char* kUsage =
@@ -54,6 +56,8 @@ const char* kUsage =
     "  --budget-ms X     cut repeats to fit about X ms per point (default 1500; 0 = always --iters)\n"
     "  --seed N          input seed (default 1234)\n"
     "  --no-check        skip the sampled oracle check\n"
+    "  --decode          time the paged decode kernels (chapter 08) instead: K/V bandwidth at batch x context\n"
+    "                    64 x 16k, 8 x 8k, 1 x 32k and more, heads 32/8, head_dim 128 (d 64 too with --dims)\n"
     "  --list            list the registered kernels and exit\n";
 
 std::vector<std::string> split(const std::string& text, char sep) {
@@ -113,6 +117,8 @@ BenchOptions parse_bench(int argc, char** argv) {
       o.check = false;
     } else if (arg == "--list") {
       o.list = true;
+    } else if (arg == "--decode") {
+      o.decode = true;
     } else if (arg == "--help" || arg == "-h") {
       std::cout << kUsage;
       std::exit(0);
@@ -248,6 +254,60 @@ void measure_ceilings(const std::string& path) {
   cublasDestroy(handle);
 }
 
+// ---- decode (chapter 08) ------------------------------------------------------------------
+
+/// Every registered decode kernel at each (batch, context) point, heads 32/8: one decode step,
+/// all contexts equal, blocks of 16 in shuffled physical order. The oracle checks sequence 0.
+int run_decode_sweep(const BenchOptions& opt) {
+  const std::vector<std::pair<int, int>> points = {{64, 16384}, {8, 8192}, {1, 32768}, {32, 4096}, {128, 2048}, {1, 8192}};
+  std::vector<const DecodeKernel*> kernels;
+  for (const DecodeKernel& k : decode_kernels()) {
+    bool wanted = opt.kernel_filters.empty();
+    for (const auto& f : opt.kernel_filters) wanted = wanted || k.name.find(f) != std::string::npos;
+    if (wanted) kernels.push_back(&k);
+  }
+  std::ofstream csv;
+  if (!opt.csv.empty()) {
+    csv.open(opt.csv);
+    if (!csv) throw std::runtime_error("cannot write '" + opt.csv + "'");
+    csv << "kernel,dtype,num_seqs,context,heads_q,heads_kv,head_dim,status,time_ms,kv_gbps,check\n";
+  }
+  const size_t total = points.size() * opt.dims.size() * kernels.size();
+  size_t done = 0, failures = 0;
+  for (int dim : opt.dims)
+    for (const auto& [batch, context] : points)
+      for (DType dtype : {DType::BF16, DType::F16}) {
+        std::vector<const DecodeKernel*> of_dtype;
+        for (const DecodeKernel* k : kernels)
+          if (k->dtype == dtype) of_dtype.push_back(k);
+        if (of_dtype.empty()) continue;
+        DecodeSpec spec;
+        spec.head_dim = dim;
+        spec.contexts.assign(batch, context);
+        spec.check_seqs = opt.check ? 1 : 0;
+        const DecodeProblem problem = make_decode_problem(spec, opt.seed, dtype);
+        const DecodeDeviceInputs inputs = upload_decode_problem(problem);
+        for (const DecodeKernel* k : of_dtype) {
+          ++done;
+          std::printf("[%3zu/%zu] %-22s b%-3d ctx %-6d h32/8 d%d  ", done, total, k->name.c_str(), batch, context, dim);
+          std::fflush(stdout);
+          const DecodeRunResult r = run_decode(*k, problem, inputs, opt.iters);
+          const std::string status = !r.ran ? (r.error.empty() ? "skipped" : "error") : r.passed ? "ok" : "FAIL";
+          if (r.ran)
+            std::printf("%9.4f ms %7.0f GB/s  %s  %s\n", r.time_ms, r.gbps, status.c_str(), r.summary().c_str());
+          else
+            std::printf("%s (%s)\n", status.c_str(), (r.error.empty() ? r.skipped : r.error).c_str());
+          std::fflush(stdout);
+          failures += status == "FAIL" || status == "error";
+          if (!opt.csv.empty())
+            csv << k->name << "," << dtype_name(dtype) << "," << batch << "," << context << ",32,8," << dim << "," << status << ","
+                << r.time_ms << "," << r.gbps << ",\"" << (r.ran ? r.summary() : r.skipped + r.error) << "\"\n";
+        }
+      }
+  std::printf("%zu points, %zu failed%s%s\n", total, failures, opt.csv.empty() ? "" : "; CSV: ", opt.csv.c_str());
+  return failures ? 1 : 0;
+}
+
 }  // namespace
 }  // namespace fa
 
@@ -264,6 +324,9 @@ int main(int argc, char** argv) {
     for (const ForwardKernel& k : forward_kernels()) {
       std::printf("ch%02d  %-22s %-5s %s\n", k.chapter, k.name.c_str(), dtype_name(k.dtype), k.summary.c_str());
     }
+    for (const DecodeKernel& k : decode_kernels()) {
+      std::printf("ch%02d  %-22s %-5s %s (--decode)\n", k.chapter, k.name.c_str(), dtype_name(k.dtype), k.summary.c_str());
+    }
     return 0;
   }
   const GpuInfo& gpu = detect_gpu();
@@ -274,6 +337,7 @@ int main(int argc, char** argv) {
   try {
     std::printf("fa_bench on %s\n", describe_gpu(gpu).c_str());
     if (!opt.ceilings_csv.empty()) measure_ceilings(opt.ceilings_csv);
+    if (opt.decode) return run_decode_sweep(opt);
 
     std::vector<const ForwardKernel*> kernels;
     for (const ForwardKernel& k : forward_kernels()) {

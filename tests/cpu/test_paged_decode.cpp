@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -124,6 +125,17 @@ TEST(PagedDecode, RejectsAPartitionThatSplitsABlock) {
     FAIL() << "a partition of 24 tokens with blocks of 16 should be rejected";
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()), "partition_tokens must be a positive multiple of the block size (16), got 24");
+  }
+}
+
+TEST(PagedDecode, BadBlockSizeIsAClearError) {
+  DecodeShape s;
+  s.block_size = 12;
+  try {
+    s.validate();
+    FAIL() << "block size 12 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "block_size must be a power of two from 1 to 1024, got 12");
   }
 }
 
