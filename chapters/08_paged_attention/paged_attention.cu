@@ -70,7 +70,6 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRows = 16;   // query rows per block: one mma M tile
 constexpr int kChunk = 16;  // keys per warp step
-constexpr int kWaves = 4;   // variant 2 aims for kWaves x (number of SMs) blocks
 
 template <int kD>
 struct Layout {
@@ -348,6 +347,23 @@ int sm_count() {
   return gpu.available && gpu.multiprocessors > 0 ? gpu.multiprocessors : 132;
 }
 
+/// How many of variant 2's blocks fit on one SM at once (shared memory decides: 2 at d128, 3
+/// at d64 on an H100), from the occupancy calculator; 2 without a GPU.
+template <int kD>
+int occupancy() {
+  if (!detect_gpu().available) return 2;
+  const auto kernel = paged_attention_kernel<__half, kD, true>;
+  int n = 0;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<kD>::kSmemBytes));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, Layout<kD>::kSmemBytes));
+  return std::max(n, 1);
+}
+
+int blocks_per_sm(int head_dim) {
+  static const int d64 = occupancy<64>(), d128 = occupancy<128>();
+  return head_dim == 64 ? d64 : d128;
+}
+
 std::size_t split_workspace_bytes(const DecodeShape& s) {
   const SplitPlan plan = split_plan(s, true);
   return std::size_t(s.lse_elems()) * plan.partitions * (s.head_dim + 1) * sizeof(float);
@@ -437,22 +453,37 @@ FA_REGISTER_DECODE_KERNEL(decode_kernel(DType::BF16, true));
 
 }  // namespace
 
+//! [split_plan]
 SplitPlan split_plan(const DecodeShape& s, bool split) {
   SplitPlan plan;
   const int64_t rows = int64_t(s.group_size()) * s.query_len;
   plan.row_tiles = int((rows + kRows - 1) / kRows);
   const int context = std::max(s.max_context, 1);
-  plan.partition_tokens = (context + 63) / 64 * 64;
+  plan.partition_tokens = (context + kChunk - 1) / kChunk * kChunk;
   plan.partitions = 1;
   if (!split) return plan;
-  const int64_t blocks = int64_t(s.num_seqs) * s.heads_kv * plan.row_tiles;  // before splitting
-  const int64_t wanted = (int64_t(kWaves) * sm_count() + blocks - 1) / blocks;
-  const int64_t most = (context + 63) / 64;  // partitions of at least 64 keys
-  const int64_t parts = std::clamp<int64_t>(wanted, 1, most);
-  plan.partition_tokens = int((context + parts - 1) / parts + 63) / 64 * 64;
-  plan.partitions = (context + plan.partition_tokens - 1) / plan.partition_tokens;
+  // Blocks run in waves of `slots` (SMs x blocks per SM); a wave lasts about as long as one
+  // block's partition. So the time goes as waves x partition length, plus a fixed cost per
+  // block (Q, the merge, the partial O written and read back) worth about kBlockCost keys.
+  // Pick the partition count that minimizes it: 8 sequences x 8 K/V heads on 132 SMs get 4
+  // partitions (256 blocks, one wave), not 9 (576 blocks, 2.2 waves, the last one mostly idle).
+  constexpr int64_t kBlockCost = 64;
+  const int64_t blocks = int64_t(s.num_seqs) * s.heads_kv * plan.row_tiles;  // per partition
+  const int64_t slots = int64_t(sm_count()) * blocks_per_sm(s.head_dim);
+  int64_t best_cost = INT64_MAX;
+  for (int64_t parts = 1; parts <= (context + kChunk - 1) / kChunk; ++parts) {
+    const int64_t tokens = ((context + parts - 1) / parts + kChunk - 1) / kChunk * kChunk;
+    const int64_t actual = (context + tokens - 1) / tokens;
+    const int64_t cost = (blocks * actual + slots - 1) / slots * (tokens + kBlockCost);
+    if (cost < best_cost) {
+      best_cost = cost;
+      plan.partition_tokens = int(tokens);
+      plan.partitions = int(actual);
+    }
+  }
   return plan;
 }
+//! [split_plan]
 
 void launch_write_kv_cache(const DecodeShape& cache, const void* k_new, const void* v_new, const int64_t* slots,
                            int num_tokens, void* k_cache, void* v_cache, cudaStream_t stream) {

@@ -24,16 +24,16 @@ void launch_write_kv_cache(const DecodeShape& cache, const void* k_new, const vo
 void launch_copy_blocks(const DecodeShape& cache, const int* pairs, int n, void* k_cache, void* v_cache,
                         cudaStream_t stream = nullptr);
 
-/// How variant 2 cuts the contexts: partitions of partition_tokens keys (a multiple of 64, so
-/// each of the block's 4 warps gets whole 16-key chunks), `partitions` of them for the longest
-/// context, `row_tiles` 16-row tiles of query rows per (sequence, K/V head).
+/// How variant 2 cuts the contexts: partitions of partition_tokens keys (a multiple of 16, the
+/// warps' chunk), `partitions` of them for the longest context, `row_tiles` 16-row tiles of
+/// query rows per (sequence, K/V head).
 struct SplitPlan {
   int partition_tokens = 0;
   int partitions = 1;
   int row_tiles = 1;
 };
-/// split = false: one partition covering the whole context (variant 1). Otherwise enough
-/// partitions that the grid fills the GPU about kWaves times over.
+/// split = false: one partition covering the whole context (variant 1). Otherwise the count
+/// that keeps the GPU's block slots busiest (see the comment in paged_attention.cu).
 SplitPlan split_plan(const DecodeShape& s, bool split);
 
 }  // namespace fa::paged
