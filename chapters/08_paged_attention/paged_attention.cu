@@ -75,7 +75,10 @@ template <int kD>
 struct Layout {
   static constexpr int kRowBytes = kD * 2;               // one 16-bit row of Q, K or V
   static constexpr int kTileBytes = kChunk * kRowBytes;  // 16 rows
-  static constexpr int kStages = kD == 128 ? 3 : 4;      // chunks in flight per warp, plus the one in use
+#ifndef FA_DECODE_STAGES128
+#define FA_DECODE_STAGES128 3
+#endif
+  static constexpr int kStages = kD == 128 ? FA_DECODE_STAGES128 : 4;  // chunks in flight per warp, plus the one in use
   static constexpr int kWarpRing = kStages * 2 * kTileBytes;
   static constexpr int kSmemBytes = kTileBytes + kWarps * kWarpRing;  // Q tile, then each warp's ring
   // After the loop each warp's ring holds its O (16 x kD floats), row maxima and sums.
@@ -96,6 +99,22 @@ template <>
 __device__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 template <>
 __device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+/// Programmatic dependent launch (sm_90+): a kernel launched with the programmatic-stream-
+/// serialization attribute may start before the kernel ahead of it in the stream has finished,
+/// once every block of that kernel has called allow_dependent_launch() or exited; it must call
+/// wait_for_prerequisite_grid() before touching that kernel's output. Both are no-ops on older
+/// GPUs and without the attribute. Here it hides the merge kernel's launch behind variant 2's tail.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 struct DecodeArgs {
   const uint16_t* q;
@@ -250,6 +269,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const DecodeA
     __syncwarp();  // every lane is done with this stage before the next issue refills it
   }
   cp_async_wait<0>();
+  // Variant 2's merge kernel may start launching now (programmatic dependent launch, sm_90):
+  // it waits in griddepcontrol.wait until this grid has finished and its writes are visible.
+  if constexpr (kSplit) allow_dependent_launch();
 
   // Merge the 4 warps: each posts its O, maxima and sums in its own ring...
 #pragma unroll
@@ -318,6 +340,7 @@ template <class T, int kD>
 __global__ void merge_partitions_kernel(const DecodeArgs a, int64_t rows) {
   const int64_t row = blockIdx.x * int64_t(kWarps) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
+  wait_for_prerequisite_grid();  // the partials of paged_attention_kernel, complete and visible
   if (row >= rows) return;
   const int seq = int(row / (int64_t(a.heads_q) * a.query_len));
   const int parts = (a.lens[seq] + a.partition_tokens - 1) / a.partition_tokens;
@@ -418,7 +441,20 @@ void launch_decode(const DecodeParams& p) {
   CUDA_CHECK_LAUNCH();
   if (kSplit) {
     const int64_t rows = s.lse_elems();
-    merge_partitions_kernel<T, kD><<<unsigned((rows + kWarps - 1) / kWarps), kThreads, 0, p.stream>>>(a, rows);
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(unsigned((rows + kWarps - 1) / kWarps));
+    config.blockDim = dim3(kThreads);
+    config.stream = p.stream;
+    cudaLaunchAttribute early[1];
+    early[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    early[0].val.programmaticStreamSerializationAllowed = 1;
+#ifndef FA_DECODE_NO_PDL
+    if (detect_gpu().sm_major >= 9) {  // Hopper and newer
+      config.attrs = early;
+      config.numAttrs = 1;
+    }
+#endif
+    CUDA_CHECK(cudaLaunchKernelEx(&config, merge_partitions_kernel<T, kD>, a, rows));
     CUDA_CHECK_LAUNCH();
   }
 }
