@@ -30,7 +30,14 @@
 namespace fa::paged {
 namespace {
 
+#ifndef FA_DECODE_L2_PREFETCH
 using flash2::cp_async_16;
+#else
+__device__ inline void cp_async_16(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
+}
+#endif
 using flash2::cp_async_commit;
 using flash2::cp_async_wait;
 using flash2::ldmatrix_x4;
@@ -503,7 +510,10 @@ SplitPlan split_plan(const DecodeShape& s, bool split) {
   // block (Q, the merge, the partial O written and read back) worth about kBlockCost keys.
   // Pick the partition count that minimizes it: 8 sequences x 8 K/V heads on 132 SMs get 4
   // partitions (256 blocks, one wave), not 9 (576 blocks, 2.2 waves, the last one mostly idle).
-  constexpr int64_t kBlockCost = 64;
+#ifndef FA_DECODE_BLOCK_COST
+#define FA_DECODE_BLOCK_COST 64
+#endif
+  constexpr int64_t kBlockCost = FA_DECODE_BLOCK_COST;
   const int64_t blocks = int64_t(s.num_seqs) * s.heads_kv * plan.row_tiles;  // per partition
   const int64_t slots = int64_t(sm_count()) * blocks_per_sm(s.head_dim);
   int64_t best_cost = INT64_MAX;
