@@ -30,14 +30,7 @@
 namespace fa::paged {
 namespace {
 
-#ifndef FA_DECODE_L2_PREFETCH
 using flash2::cp_async_16;
-#else
-__device__ inline void cp_async_16(void* smem, const void* gmem, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
-}
-#endif
 using flash2::cp_async_commit;
 using flash2::cp_async_wait;
 using flash2::ldmatrix_x4;
@@ -452,10 +445,10 @@ void launch_decode(const DecodeParams& p) {
     config.gridDim = dim3(unsigned((rows + kWarps - 1) / kWarps));
     config.blockDim = dim3(kThreads);
     config.stream = p.stream;
+#ifndef FA_DECODE_NO_PDL
     cudaLaunchAttribute early[1];
     early[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     early[0].val.programmaticStreamSerializationAllowed = 1;
-#ifndef FA_DECODE_NO_PDL
     if (detect_gpu().sm_major >= 9) {  // Hopper and newer
       config.attrs = early;
       config.numAttrs = 1;
