@@ -157,24 +157,7 @@ BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProbl
     r.limit = backward_tolerance(t);
     const auto ok = [&](const GradientCheck& c) { return c.unwritten == 0 && c.nonfinite == 0 && c.rel <= r.limit; };
     r.passed = ok(r.dq) && ok(r.dk) && ok(r.dv);
-    if (iters > 0) {
-      cudaEvent_t start, stop;
-      CUDA_CHECK(cudaEventCreate(&start));
-      CUDA_CHECK(cudaEventCreate(&stop));
-      std::vector<float> times;
-      for (int i = 0; i < iters; ++i) {
-        CUDA_CHECK(cudaEventRecord(start));
-        kernel.launch(p);
-        CUDA_CHECK(cudaEventRecord(stop));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        times.push_back(ms);
-      }
-      CUDA_CHECK(cudaEventDestroy(start));
-      CUDA_CHECK(cudaEventDestroy(stop));
-      r.time_ms = median_ms(times);
-    }
+    if (iters > 0) r.time_ms = median_launch_ms([&] { kernel.launch(p); }, iters);
   } catch (const std::exception& e) {
     r.error = e.what();
   }

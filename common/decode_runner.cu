@@ -181,6 +181,20 @@ DecodeDeviceInputs upload_decode_problem(const DecodeProblem& p) {
   return in;
 }
 
+DecodeParams decode_params(const DecodeProblem& problem, const DecodeDeviceInputs& in, void* o, float* lse, void* workspace) {
+  DecodeParams params;
+  params.shape = problem.shape;
+  params.q = in.q.get();
+  params.k_cache = in.k_cache.get();
+  params.v_cache = in.v_cache.get();
+  params.block_tables = in.tables.as<int>();
+  params.context_lens = in.lens.as<int>();
+  params.o = o;
+  params.lse = lse;
+  params.workspace = workspace;
+  return params;
+}
+
 std::string DecodeRunResult::summary() const {
   std::ostringstream s;
   if (report.checked > 0) s << report.summary();
@@ -207,16 +221,7 @@ DecodeRunResult run_decode(const DecodeKernel& kernel, const DecodeProblem& prob
   try {
     DeviceBuffer o(std::size_t(s.q_elems()) * dtype_size(problem.dtype)), lse(std::size_t(s.lse_elems()) * sizeof(float));
     DeviceBuffer workspace(kernel.workspace_bytes ? kernel.workspace_bytes(s) : 0);
-    DecodeParams params;
-    params.shape = s;
-    params.q = in.q.get();
-    params.k_cache = in.k_cache.get();
-    params.v_cache = in.v_cache.get();
-    params.block_tables = in.tables.as<int>();
-    params.context_lens = in.lens.as<int>();
-    params.o = o.get();
-    params.lse = lse.as<float>();
-    params.workspace = workspace.get();
+    const DecodeParams params = decode_params(problem, in, o.get(), lse.as<float>(), workspace.get());
     auto launch_poisoned = [&] {
       o.poison();
       lse.poison();
@@ -258,23 +263,7 @@ DecodeRunResult run_decode(const DecodeKernel& kernel, const DecodeProblem& prob
     r.repeat_identical = again.first == o_raw && again.second == lse_raw;
 
     if (iters > 0) {
-      cudaEvent_t start, stop;
-      CUDA_CHECK(cudaEventCreate(&start));
-      CUDA_CHECK(cudaEventCreate(&stop));
-      for (int i = 0; i < 2; ++i) kernel.launch(params);  // warm-up
-      std::vector<float> times;
-      for (int i = 0; i < iters; ++i) {
-        CUDA_CHECK(cudaEventRecord(start));
-        kernel.launch(params);
-        CUDA_CHECK(cudaEventRecord(stop));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        times.push_back(ms);
-      }
-      cudaEventDestroy(start);
-      cudaEventDestroy(stop);
-      r.time_ms = median_ms(times);
+      r.time_ms = median_launch_ms([&] { kernel.launch(params); }, iters, 2);
       r.gbps = r.time_ms > 0 ? problem.kv_bytes() / (r.time_ms * 1e-3) / 1e9 : 0;
     }
   } catch (const std::exception& e) {

@@ -61,6 +61,8 @@ struct DecodeDeviceInputs {
   DeviceBuffer q, k_cache, v_cache, tables, lens;
 };
 DecodeDeviceInputs upload_decode_problem(const DecodeProblem& problem);
+/// The launch parameters for the problem's inputs and the given outputs and workspace.
+DecodeParams decode_params(const DecodeProblem& problem, const DecodeDeviceInputs& inputs, void* o, float* lse, void* workspace);
 /// The cache values of the problem, as the GPU holds them (host copies, for the tests).
 float decode_cache_value(uint64_t seed, int which, int64_t element);
 

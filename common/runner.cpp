@@ -54,6 +54,26 @@ double median_ms(std::vector<float> times) {
   return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
 }
 
+double median_launch_ms(const std::function<void()>& launch, int iters, int warmup) {
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < warmup; ++i) launch();
+  std::vector<float> times;
+  for (int i = 0; i < iters; ++i) {
+    CUDA_CHECK(cudaEventRecord(start));
+    launch();
+    CUDA_CHECK(cudaEventRecord(stop));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  return median_ms(times);
+}
+
 namespace {
 
 template <class Entry>

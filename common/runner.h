@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <string>
 
 #include "compare.h"
@@ -98,5 +99,8 @@ RunResult run_cpu_algorithm(const CpuAlgorithm& algorithm, Problem& problem, con
 
 /// Median of a list of timings (ms); 0 for an empty list.
 double median_ms(std::vector<float> times);
+/// Median time of `iters` calls of `launch` on the default stream (CUDA events around each),
+/// after `warmup` untimed calls.
+double median_launch_ms(const std::function<void()>& launch, int iters, int warmup = 0);
 
 }  // namespace fa

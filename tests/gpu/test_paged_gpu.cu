@@ -139,16 +139,7 @@ TEST(PagedPrefill, PagedEqualsContiguous) {
       EXPECT_TRUE(r.passed) << kernel.name << " prefill d" << d << ", seed " << seed << ": " << r.summary();
       // Rerun to get the paged O as floats, and hold it against the contiguous kernel's.
       DeviceBuffer o(std::size_t(s.q_elems()) * 2), lse(std::size_t(s.lse_elems()) * 4), ws(kernel.workspace_bytes ? kernel.workspace_bytes(s) : 0);
-      DecodeParams p;
-      p.shape = s;
-      p.q = inputs.q.get();
-      p.k_cache = inputs.k_cache.get();
-      p.v_cache = inputs.v_cache.get();
-      p.block_tables = inputs.tables.as<int>();
-      p.context_lens = inputs.lens.as<int>();
-      p.o = o.get();
-      p.lse = lse.as<float>();
-      p.workspace = ws.get();
+      const DecodeParams p = decode_params(problem, inputs, o.get(), lse.as<float>(), ws.get());
       kernel.launch(p);
       CUDA_CHECK(cudaDeviceSynchronize());
       const std::vector<unsigned char> raw = o.download();
