@@ -4,6 +4,7 @@
 #   make run     the chapter tour: every chapter program at its default shape, one table
 #   make test    every test through CTest (GPU tests are skipped, with the reason, without a GPU)
 #   make bench   fa_bench over the standard sweep + PyTorch SDPA when torch imports; CSV + table
+#   make sanitize  (GPU) every kernel on small shapes under compute-sanitizer's four tools
 #   make handout DEST=dir   a student copy with the exercises of classroom/exercises.json stubbed
 #   make grade   build, run the tests, score the exercises: results.json (Gradescope's schema)
 BUILD_DIR ?= build
@@ -11,7 +12,7 @@ CMAKE_ARGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PYTHON ?= python3
 
-.PHONY: all setup configure build run test bench handout grade clean
+.PHONY: all setup configure build run test bench sanitize handout grade clean
 
 all: build
 
@@ -32,6 +33,9 @@ test: build
 
 bench: build
 	bash tools/bench.sh $(BUILD_DIR)
+
+sanitize: build
+	bash tools/sanitize.sh $(BUILD_DIR)
 
 handout:
 	@test -n "$(DEST)" || { echo "make handout: give the folder to write, e.g. make handout DEST=/tmp/handout" >&2; exit 2; }
