@@ -2,12 +2,16 @@
 """make grade: build, run the tests, and score the exercises of classroom/exercises.json.
 
 Usage: python3 tools/grade.py [--build-dir build] [--out results.json] [--config FILE]
-                              [--junit FILE] [--timeout SECONDS]
+                              [--junit FILE] [--timeout SECONDS] [--jobs N]
+                              [--submission DIR] [--cmake-args "..."]
 
 Writes Gradescope's results.json (tests[] with name, score, max_score, status, output; top-level
 score, execution_time, output) and prints a summary. An exercise's score is its points times
 the fraction of its tests that passed. It never crashes on a broken submission:
-  * the build fails: every exercise scores 0 with the build log's tail as the reason;
+  * a submission's exercise does not compile: its regions are put back as the handout's stubs
+    (the compiler's errors say which regions, by file and line), the tree is built again, and
+    that exercise scores 0 with the errors as the reason while the others grade as usual;
+  * the build fails otherwise: every exercise scores 0 with the build log's tail as the reason;
   * a test crashes or runs past --timeout: that test fails, with CTest's reason;
   * an exercise's tests were skipped (no GPU, say): 0, with the skip reason.
 With --junit FILE the tests are not run: FILE (CTest's --output-junit) is scored as it is.
@@ -49,6 +53,91 @@ def overlay_submission(root, submission, work, exercises):
     return wanted
 
 
+# A compiler's error line: nvcc's "path(12): error: ..." or gcc's "path:12:5: error: ...".
+COMPILE_ERROR = re.compile(r"^(?P<path>[^\s:()][^:()\n]*?)(?:\((?P<nv>\d+)\):|:(?P<gcc>\d+):(?:\d+:)?) ?(?:fatal )?error\b.*$",
+                           re.M)
+
+
+def compile_errors(log, tree):
+    """[(path relative to tree, line, the error line)] for the error lines of a build log."""
+    out = []
+    for m in COMPILE_ERROR.finditer(log):
+        path = os.path.normpath(m.group("path"))
+        if os.path.isabs(path):
+            path = os.path.relpath(path, tree)
+        out.append((path, int(m.group("nv") or m.group("gcc")), m.group(0).strip()))
+    return out
+
+
+def exercises_by_file(root):
+    """{file: set of exercise ids with regions in it}, over the instructor's tree."""
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import handout
+
+    by_file = {}
+    for ex_id, files in handout.exercise_files(root).items():
+        for rel in files:
+            by_file.setdefault(rel, set()).add(ex_id)
+    return by_file
+
+
+def student_regions(tree, rel):
+    """[(id, kind, first line, last line)] of the submitted file's marked regions ([] if unreadable)."""
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import handout
+
+    regions = []
+    try:
+        with open(os.path.join(tree, rel), encoding="utf-8") as f:
+            handout.stub_regions(f.read(), rel, set(), regions)
+    except (OSError, UnicodeDecodeError, handout.HandoutError):
+        return []
+    return regions
+
+
+def broken_exercises(errors, tree, by_file):
+    """{exercise id: its error lines} for the errors that fall in the submission's files (the keys
+    of `by_file`, each with the exercises it holds): an error inside a region (the handout keeps
+    the BEGIN/END lines) blames that region's exercise; one elsewhere in such a file blames every
+    exercise of the file. Errors in other files blame nobody."""
+    blamed = {}
+    for path, line, text in errors:
+        if path not in by_file:
+            continue
+        inside = {r_id for r_id, _, first, last in student_regions(tree, path) if first <= line <= last}
+        for ex_id in (inside & by_file[path]) or by_file[path]:
+            blamed.setdefault(ex_id, []).append(text)
+    return blamed
+
+
+def stub_out(root, tree, by_file, ex_ids):
+    """Puts the handout's stubs in place of the regions of `ex_ids` in the submitted files. A file
+    whose markers for them are gone or broken is replaced by the instructor's file with all its
+    exercises stubbed. Returns the ids stubbed (`ex_ids` and any such file's other exercises)."""
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import handout
+
+    stubbed = set()
+    for rel, holds in sorted(by_file.items()):
+        wanted = holds & set(ex_ids)
+        if not wanted:
+            continue
+        path = os.path.join(tree, rel)
+        try:
+            with open(path, encoding="utf-8") as f:
+                text, found = handout.stub_regions(f.read(), rel, wanted)
+            if not wanted <= set(found):
+                raise handout.HandoutError(f"{rel}: markers missing")
+            stubbed |= wanted
+        except (OSError, UnicodeDecodeError, handout.HandoutError):
+            with open(os.path.join(root, rel), encoding="utf-8") as f:
+                text, _ = handout.stub_regions(f.read(), rel, holds)
+            stubbed |= holds
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    return stubbed
+
+
 def read_junit(path):
     """[(name, status, output)] with status passed / failed / skipped."""
     cases = []
@@ -68,13 +157,20 @@ def read_junit(path):
     return cases
 
 
-def score(exercises, cases, build_error=None):
-    """The results.json dictionary."""
+def score(exercises, cases, build_error=None, broken=None):
+    """The results.json dictionary. `broken`: {exercise id: compiler error lines} for exercises
+    whose code did not compile (they score 0 with those lines)."""
     tests, total = [], 0.0
     for number, ex in enumerate(exercises, 1):
         entry = {"name": f"{ex['id']}: {ex['title']}", "number": str(number), "max_score": ex["points"]}
         if build_error is not None:
             entry.update(score=0, status="failed", output="the build failed, so nothing ran:\n" + build_error[-MAX_OUTPUT:])
+            tests.append(entry)
+            continue
+        if broken and ex["id"] in broken:
+            entry.update(score=0, status="failed",
+                         output=("this exercise's code did not compile, so its tests ran the handout's stub:\n" +
+                                 "\n".join(broken[ex["id"]][:20]))[:MAX_OUTPUT])
             tests.append(entry)
             continue
         pattern = re.compile(ex["tests"])
@@ -108,7 +204,13 @@ def main():
     parser.add_argument("--junit", help="score this CTest JUnit file instead of building and running")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per test (default 300)")
     parser.add_argument("--submission", help="a student's tree: grade its exercise files in a copy of this tree")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="tests run at once (default: CPUs)")
+    parser.add_argument("--cmake-args", default=os.environ.get("CMAKE_ARGS", ""),
+                        help='passed to CMake, e.g. "-DFA_CUDA_ARCHITECTURES=90" (default: $CMAKE_ARGS)')
     args = parser.parse_args()
+    if args.jobs < 1 or args.timeout < 1:
+        print(f"grade: error: --jobs ({args.jobs}) and --timeout ({args.timeout}) must be at least 1", file=sys.stderr)
+        return 1
     start = time.time()
     try:
         with open(args.config) as f:
@@ -116,27 +218,42 @@ def main():
     except (OSError, ValueError, KeyError) as e:
         print(f"grade: error: config {args.config}: {e}", file=sys.stderr)
         return 1
-    build_error, cases, tree = None, [], ROOT
+    build_error, cases, tree, by_file, broken = None, [], ROOT, {}, {}
     if args.submission:
         tree = tempfile.mkdtemp(prefix="fa_grade_tree_")
         try:
             taken = overlay_submission(ROOT, args.submission, tree, exercises)
             print("grade: the submission's " + ", ".join(taken))
+            ids = {ex["id"] for ex in exercises}
+            by_file = {rel: held & ids for rel, held in exercises_by_file(ROOT).items() if rel in taken}
         except OSError as e:
             build_error = f"could not take the submission's files: {e}"
+    build_dir = os.path.abspath(args.build_dir)
     if args.junit:
         cases = read_junit(args.junit)
     elif build_error is None:
-        built = subprocess.run(["make", "-C", tree, "build", f"BUILD_DIR={os.path.abspath(args.build_dir)}"],
-                               capture_output=True, text=True)
-        if built.returncode != 0:
-            build_error = built.stdout[-2000:] + built.stderr[-2000:]
-        else:
+        while True:
+            print("grade: building" + (" again with the stubs of " + ", ".join(sorted(broken)) if broken else ""), flush=True)
+            built = subprocess.run(["make", "-C", tree, "build", f"BUILD_DIR={build_dir}", f"CMAKE_ARGS={args.cmake_args}"],
+                                   capture_output=True, text=True)
+            if built.returncode == 0:
+                break
+            log = built.stdout + built.stderr
+            blamed = broken_exercises(compile_errors(log, tree), tree, by_file)
+            if not blamed or set(blamed) <= set(broken):
+                build_error = built.stdout[-2000:] + built.stderr[-2000:]
+                break
+            for ex_id in stub_out(ROOT, tree, by_file, blamed):
+                broken.setdefault(ex_id, []).extend(
+                    blamed.get(ex_id, ["(its file's BEGIN/END SOLUTION lines were missing, so the whole file was "
+                                       "replaced by the handout's)"]))
+        if build_error is None:
             junit = os.path.join(tempfile.mkdtemp(prefix="fa_grade_"), "tests.xml")
-            subprocess.run(["ctest", "--test-dir", args.build_dir, "--timeout", str(args.timeout), "--output-junit", junit],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            print(f"grade: running the tests ({args.jobs} at a time, {args.timeout} s each at most)", flush=True)
+            subprocess.run(["ctest", "--test-dir", build_dir, "-j", str(args.jobs), "--timeout", str(args.timeout),
+                            "--output-junit", junit], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             cases = read_junit(junit) if os.path.exists(junit) else []
-    results = score(exercises, cases, build_error)
+    results = score(exercises, cases, build_error, broken)
     results["execution_time"] = round(time.time() - start, 1)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=2)

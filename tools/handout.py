@@ -9,17 +9,26 @@ Solutions are marked in the source, one region per marker pair, each naming its 
     ...the solution...
     // END SOLUTION
 
-For every exercise listed in the config, each of its regions becomes
+For every exercise listed in the config, each of its regions keeps its marker lines (the
+grader finds the student's code by them) and its body becomes a stub:
 
-    // TODO(<id>): <what the student writes>
+    // BEGIN SOLUTION <id>: <what the student writes>
+    // TODO(<id>): your code replaces the stub below; keep the BEGIN/END lines
     FA_NOT_IMPLEMENTED("<id>: <what the student writes>");
+    // END SOLUTION
 
 which compiles (common/not_implemented.h) and throws at run time, so the exercise's tests fail
-with "not implemented: ...". Regions of exercises not in the config keep their code; only the
-marker lines go. Everything else is copied as is, docs included (they keep the full text), and
-DEST/.handout lists the exercises, which tells tools/check_snippets.py that the docs now show
-code the sources no longer hold. Bad markers or config are one-line errors and exit 1, and
-nothing is written.
+with "not implemented: ...". A GPU kernel's body cannot throw, so a region inside one is marked
+
+    // BEGIN SOLUTION <id> (device): <what the kernel does>
+
+and its stub is the TODO comment alone: an empty body, which compiles and writes nothing. An
+exercise with a device region must also have a host region (its launcher, say), which throws
+before the launch, so the tests still say "not implemented" rather than "never written".
+Regions of exercises not in the config keep their code; their marker lines go. Everything else
+is copied as is, docs included (they keep the full text), and DEST/.handout lists the
+exercises, which tells tools/check_snippets.py that the docs now show code the sources no
+longer hold. Bad markers or config are one-line errors and exit 1, and nothing is written.
 """
 import argparse
 import json
@@ -31,7 +40,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc")
-BEGIN = re.compile(r"^(\s*)// BEGIN SOLUTION ([A-Za-z0-9_]+): (.+?)\s*$")
+BEGIN = re.compile(r"^(\s*)// BEGIN SOLUTION ([A-Za-z0-9_]+)( \(device\))?: (.+?)\s*$")
 END = re.compile(r"^\s*// END SOLUTION\s*$")
 SKIP_DIRS = {".git", "build", ".deps", "__pycache__"}
 
@@ -68,8 +77,9 @@ def load_config(path):
     return exercises
 
 
-def stub_regions(text, path, selected):
-    """Returns (new text, {id: regions replaced}) for one file's text."""
+def stub_regions(text, path, selected, regions=None):
+    """Returns (new text, {id: regions found}) for one file's text. `regions`, a list when given,
+    gets (id, "host" or "device", first line, last line) for each region, markers included."""
     out, found = [], {}
     lines = text.splitlines(keepends=True)
     i = 0
@@ -79,11 +89,11 @@ def stub_regions(text, path, selected):
             if END.match(lines[i]):
                 raise HandoutError(f"{path}:{i + 1}: END SOLUTION without a BEGIN SOLUTION")
             if "BEGIN SOLUTION" in lines[i]:
-                raise HandoutError(f"{path}:{i + 1}: malformed marker; write '// BEGIN SOLUTION <id>: <what to write>'")
+                raise HandoutError(f"{path}:{i + 1}: malformed marker; write '// BEGIN SOLUTION <id>: <what to write>', or '<id> (device): ...' inside a kernel")
             out.append(lines[i])
             i += 1
             continue
-        indent, ex_id, what = m.groups()
+        indent, ex_id, device, what = m.groups()
         start = i
         i += 1
         body = []
@@ -96,10 +106,17 @@ def stub_regions(text, path, selected):
             raise HandoutError(f"{path}:{start + 1}: BEGIN SOLUTION {ex_id} has no END SOLUTION")
         i += 1  # the END line
         found[ex_id] = found.get(ex_id, 0) + 1
+        if regions is not None:
+            regions.append((ex_id, "device" if device else "host", start + 1, i))
         if ex_id in selected:
-            message = json.dumps(f"{ex_id}: {what}")  # a valid C string literal for this text
-            out.append(f"{indent}// TODO({ex_id}): {what}\n")
-            out.append(f"{indent}FA_NOT_IMPLEMENTED({message});\n")
+            out.append(lines[start])
+            if device:
+                out.append(f"{indent}// TODO({ex_id}): your code replaces this line; keep the BEGIN/END lines\n")
+            else:
+                message = json.dumps(f"{ex_id}: {what}")  # a valid C string literal for this text
+                out.append(f"{indent}// TODO({ex_id}): your code replaces the stub below; keep the BEGIN/END lines\n")
+                out.append(f"{indent}FA_NOT_IMPLEMENTED({message});\n")
+            out.append(lines[i - 1])
         else:
             out.extend(body)
     return "".join(out), found
@@ -140,7 +157,7 @@ def make_handout(root, dest, config_path):
     if os.path.exists(dest) and os.listdir(dest):
         raise HandoutError(f"DEST {dest} exists and is not empty")
     # First every file in memory, so that a bad marker anywhere leaves nothing half-written.
-    outputs, totals = {}, {}
+    outputs, totals, regions = {}, {}, []
     for rel in tracked_files(root):
         src = os.path.join(root, rel)
         if not os.path.isfile(src):
@@ -148,7 +165,7 @@ def make_handout(root, dest, config_path):
         if rel.endswith(SOURCE_SUFFIXES):
             with open(src, encoding="utf-8") as f:
                 text = f.read()
-            new_text, found = stub_regions(text, rel, selected)
+            new_text, found = stub_regions(text, rel, selected, regions)
             for ex_id, n in found.items():
                 totals[ex_id] = totals.get(ex_id, 0) + n
             outputs[rel] = new_text.encode("utf-8") if new_text != text else None
@@ -157,6 +174,10 @@ def make_handout(root, dest, config_path):
     missing = sorted(selected - set(totals))
     if missing:
         raise HandoutError(f"config names exercise(s) with no BEGIN SOLUTION region in the sources: {', '.join(missing)}")
+    device_only = sorted(ex_id for ex_id in selected if all(kind == "device" for r_id, kind, _, _ in regions if r_id == ex_id))
+    if device_only:
+        raise HandoutError(f"exercise(s) {', '.join(device_only)} have only (device) regions, whose stubs do not "
+                           "throw; mark a host region too (the launcher), so the tests say 'not implemented'")
     for rel, data in outputs.items():
         target = os.path.join(dest, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)

@@ -14,6 +14,7 @@
 #include "../01_naive_attention/naive_kernels.cuh"
 #include "algorithm.h"
 #include "device_utils.cuh"
+#include "not_implemented.h"
 
 namespace fa::safe {
 
@@ -51,6 +52,7 @@ constexpr int kBlockThreads = 256;
 
 //! [safe_softmax_block]
 __global__ void __launch_bounds__(kBlockThreads) safe_softmax_block_kernel(AttentionShape shape, float* scores, float* lse) {
+  // BEGIN SOLUTION ch02_block_softmax (device): block blockIdx.x owns row blockIdx.x of scores (seq_kv floats); its threads stride the row for the max, then the sum of exp(s - max) (block_all_reduce), then write P = exp(s - max) / sum and lse[row] = max + log(sum); a row with max -inf gets P = 0 and LSE -inf
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   float* s = scores + row * shape.seq_kv;
@@ -68,6 +70,7 @@ __global__ void __launch_bounds__(kBlockThreads) safe_softmax_block_kernel(Atten
   const float inv_sum = 1.0f / sum;
   for (int j = threadIdx.x; j < shape.seq_kv; j += blockDim.x) s[j] = expf(s[j] - row_max) * inv_sum;
   if (threadIdx.x == 0) lse[row] = row_max + logf(sum);
+  // END SOLUTION
 }
 //! [safe_softmax_block]
 
@@ -82,8 +85,10 @@ void launch_safe_softmax(const ForwardParams& p) {
 
 void launch_safe_softmax_block(const ForwardParams& p) {
   launch_materialized_attention<float>(p, naive::Products::Tiled, [&](float* scores) {
+    // BEGIN SOLUTION ch02_block_softmax: launch safe_softmax_block_kernel on p.stream, one block of kBlockThreads threads per row of scores (p.shape.lse_elems() rows), then CUDA_CHECK_LAUNCH()
     safe_softmax_block_kernel<<<unsigned(p.shape.lse_elems()), kBlockThreads, 0, p.stream>>>(p.shape, scores, p.lse);
     CUDA_CHECK_LAUNCH();
+    // END SOLUTION
   });
 }
 

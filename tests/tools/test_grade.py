@@ -119,5 +119,93 @@ class OverlayTest(unittest.TestCase):
                 grade.overlay_submission(root, sub, os.path.join(tmp, "work2"), [{"id": "ex1"}])
 
 
+class CompileFailureTest(unittest.TestCase):
+    """A submission whose exercise does not compile: the compiler's errors name the exercise, its
+    regions go back to the handout's stubs, and it alone scores 0 with the errors."""
+
+    SOURCE = """int keep() { return 1; }
+void launch() {
+  // BEGIN SOLUTION gpu_ex: launch it
+  kernel<<<1, 1>>>(oops);
+  // END SOLUTION
+}
+__global__ void kernel(int x) {
+  // BEGIN SOLUTION gpu_ex (device): the body
+  int y = x;
+  // END SOLUTION
+}
+float cpu() {
+  // BEGIN SOLUTION cpu_ex: the row
+  return 1.0f;
+  // END SOLUTION
+}
+"""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = os.path.join(self.tmp.name, "root")  # the instructor's
+        self.tree = os.path.join(self.tmp.name, "tree")  # the copy being graded
+        for base in (self.root, self.tree):
+            os.makedirs(os.path.join(base, "chapters"))
+            with open(os.path.join(base, "chapters", "k.cu"), "w") as f:
+                f.write(self.SOURCE.replace("(oops)", "(1)") if base == self.root else self.SOURCE)
+        self.by_file = {"chapters/k.cu": {"gpu_ex", "cpu_ex"}}
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def read(self):
+        with open(os.path.join(self.tree, "chapters", "k.cu")) as f:
+            return f.read()
+
+    def test_reads_nvcc_and_gcc_error_lines(self):
+        log = (f"[ 40%] Building CUDA object chapters/CMakeFiles/x.dir/k.cu.o\n"
+               f"{self.tree}/chapters/k.cu(4): error: identifier \"oops\" is undefined\n"
+               f"{self.tree}/chapters/k.cu:14:3: error: expected ';'\n"
+               f"{self.tree}/common/x.h:3:1: fatal error: y.h: No such file or directory\n"
+               "make[2]: *** [x] Error 1\n")
+        self.assertEqual([(p, n) for p, n, _ in grade.compile_errors(log, self.tree)],
+                         [("chapters/k.cu", 4), ("chapters/k.cu", 14), ("common/x.h", 3)])
+
+    def test_an_error_inside_a_region_blames_its_exercise_only(self):
+        errors = [("chapters/k.cu", 4, "k.cu(4): error: oops")]
+        self.assertEqual(grade.broken_exercises(errors, self.tree, self.by_file), {"gpu_ex": ["k.cu(4): error: oops"]})
+
+    def test_an_error_outside_the_regions_blames_every_exercise_of_the_file(self):
+        errors = [("chapters/k.cu", 1, "k.cu(1): error")]
+        self.assertEqual(set(grade.broken_exercises(errors, self.tree, self.by_file)), {"gpu_ex", "cpu_ex"})
+
+    def test_errors_in_the_instructors_files_blame_nobody(self):
+        errors = [("common/x.h", 3, "x.h:3: error")]
+        self.assertEqual(grade.broken_exercises(errors, self.tree, self.by_file), {})
+
+    def test_the_broken_exercise_gets_stubs_and_scores_zero_with_the_errors(self):
+        self.assertEqual(grade.stub_out(self.root, self.tree, self.by_file, {"gpu_ex"}), {"gpu_ex"})
+        text = self.read()
+        self.assertNotIn("oops", text)
+        self.assertIn('FA_NOT_IMPLEMENTED("gpu_ex: launch it");', text)
+        self.assertIn("  // BEGIN SOLUTION gpu_ex (device): the body\n  // TODO(gpu_ex)", text)
+        self.assertIn("return 1.0f;", text)  # the other exercise keeps the student's code
+        exercises = [{"id": "gpu_ex", "title": "g", "points": 5, "tests": "^g"},
+                     {"id": "cpu_ex", "title": "c", "points": 3, "tests": "^c"}]
+        cases = [("g1", "failed", "not implemented: gpu_ex: launch it"), ("c1", "passed", "")]
+        results = grade.score(exercises, cases, broken={"gpu_ex": ["k.cu(4): error: identifier \"oops\""]})
+        check_schema(self, results)
+        self.assertEqual([t["score"] for t in results["tests"]], [0, 3])
+        self.assertIn("did not compile", results["tests"][0]["output"])
+        self.assertIn("oops", results["tests"][0]["output"])
+
+    def test_a_file_without_its_markers_is_replaced_by_the_instructors_stubs(self):
+        with open(os.path.join(self.tree, "chapters", "k.cu"), "w") as f:
+            f.write("void launch() { kernel<<<1, 1>>>(oops); }\n")  # the student deleted the markers
+        errors = [("chapters/k.cu", 1, "k.cu(1): error: oops")]
+        self.assertEqual(set(grade.broken_exercises(errors, self.tree, self.by_file)), {"gpu_ex", "cpu_ex"})
+        self.assertEqual(grade.stub_out(self.root, self.tree, self.by_file, {"gpu_ex"}), {"gpu_ex", "cpu_ex"})
+        text = self.read()
+        self.assertIn('FA_NOT_IMPLEMENTED("gpu_ex: launch it");', text)
+        self.assertIn('FA_NOT_IMPLEMENTED("cpu_ex: the row");', text)
+        self.assertIn("int keep() { return 1; }", text)
+
+
 if __name__ == "__main__":
     unittest.main()

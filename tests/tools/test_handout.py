@@ -53,11 +53,14 @@ class HandoutTest(unittest.TestCase):
         totals = handout.make_handout(self.root, self.dest, self.config)
         self.assertEqual(totals, {"ex1": 1, "other": 1})
         out = self.read("chapters/kernel.h")
-        self.assertIn('  // TODO(ex1): the "online" softmax of one row\n', out)
-        self.assertIn('  FA_NOT_IMPLEMENTED("ex1: the \\"online\\" softmax of one row");\n', out)
+        self.assertIn('float solve(float* row, int n) {\n'
+                      '  // BEGIN SOLUTION ex1: the "online" softmax of one row\n'
+                      '  // TODO(ex1): your code replaces the stub below; keep the BEGIN/END lines\n'
+                      '  FA_NOT_IMPLEMENTED("ex1: the \\"online\\" softmax of one row");\n'
+                      '  // END SOLUTION\n}\n', out)
         self.assertNotIn("float m = row[0];", out)
-        self.assertIn("  return x + 1;\n", out)  # exercise 'other' is not in the config
-        self.assertNotIn("SOLUTION", out)
+        # Exercise 'other' is not in the config: its code stays, its markers go.
+        self.assertIn("int keep(int x) {\n  return x + 1;\n}\n", out)
         self.assertEqual(self.read("README.md"), "docs keep `// BEGIN SOLUTION` text as is\n")
         self.assertEqual(json.loads(self.read(".handout")), {"exercises": [{"id": "ex1", "regions": 1}]})
 
@@ -96,6 +99,26 @@ class HandoutTest(unittest.TestCase):
         self.assert_error("tests pattern")
         self.set_config([{"id": "ex1", "points": 1, "tests": "x"}])
         self.assert_error("exercise 0 needs 'title'")
+
+    def test_a_device_region_becomes_an_empty_body_and_its_launcher_throws(self):
+        self.write("chapters/gpu.cu", "__global__ void k(float* o) {\n"
+                   "  // BEGIN SOLUTION gpu1 (device): write o[0]\n  o[0] = 1.0f;\n  // END SOLUTION\n}\n"
+                   "void launch(float* o) {\n"
+                   "  // BEGIN SOLUTION gpu1: launch k\n  k<<<1, 1>>>(o);\n  // END SOLUTION\n}\n")
+        self.set_config([{"id": "gpu1", "title": "t", "points": 5, "tests": "^g"}])
+        self.assertEqual(handout.make_handout(self.root, self.dest, self.config)["gpu1"], 2)
+        self.assertEqual(self.read("chapters/gpu.cu"),
+                         "__global__ void k(float* o) {\n  // BEGIN SOLUTION gpu1 (device): write o[0]\n"
+                         "  // TODO(gpu1): your code replaces this line; keep the BEGIN/END lines\n  // END SOLUTION\n}\n"
+                         "void launch(float* o) {\n  // BEGIN SOLUTION gpu1: launch k\n"
+                         "  // TODO(gpu1): your code replaces the stub below; keep the BEGIN/END lines\n"
+                         "  FA_NOT_IMPLEMENTED(\"gpu1: launch k\");\n  // END SOLUTION\n}\n")
+
+    def test_an_exercise_with_only_device_regions_is_refused(self):
+        self.write("chapters/gpu.cu", "__global__ void k(float* o) {\n"
+                   "  // BEGIN SOLUTION gpu1 (device): write o[0]\n  o[0] = 1.0f;\n  // END SOLUTION\n}\n")
+        self.set_config([{"id": "gpu1", "title": "t", "points": 5, "tests": "^g"}])
+        self.assert_error("gpu1 have only (device) regions")
 
     def test_dest_must_be_empty_and_outside_the_tree(self):
         os.makedirs(self.dest)
