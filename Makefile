@@ -42,7 +42,7 @@ handout:
 	$(PYTHON) tools/handout.py $(DEST)
 
 grade:
-	$(PYTHON) tools/grade.py --build-dir $(BUILD_DIR) --out $(or $(RESULTS),results.json) --cmake-args "$(CMAKE_ARGS)"
+	$(PYTHON) tools/grade.py --build-dir $(BUILD_DIR) --out $(or $(RESULTS),results.json) --cmake-args="$(CMAKE_ARGS)"
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -206,7 +206,7 @@ def main():
     parser.add_argument("--submission", help="a student's tree: grade its exercise files in a copy of this tree")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="tests run at once (default: CPUs)")
     parser.add_argument("--cmake-args", default=os.environ.get("CMAKE_ARGS", ""),
-                        help='passed to CMake, e.g. "-DFA_CUDA_ARCHITECTURES=90" (default: $CMAKE_ARGS)')
+                        help='passed to CMake; write it with =, e.g. --cmake-args="-DFA_CUDA_ARCHITECTURES=90" (default: $CMAKE_ARGS)')
     args = parser.parse_args()
     if args.jobs < 1 or args.timeout < 1:
         print(f"grade: error: --jobs ({args.jobs}) and --timeout ({args.timeout}) must be at least 1", file=sys.stderr)
