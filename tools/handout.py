@@ -136,8 +136,11 @@ def exercise_files(root):
 
 
 def tracked_files(root):
+    """The tree's files: those git tracks or would add (new, not ignored); every file outside
+    .git/build/.deps where there is no git (an unpacked archive, as on Gradescope)."""
     try:
-        listed = subprocess.run(["git", "-C", root, "ls-files", "-z"], check=True, capture_output=True).stdout
+        listed = subprocess.run(["git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                                check=True, capture_output=True).stdout
         return [p for p in listed.decode().split("\0") if p]
     except (OSError, subprocess.CalledProcessError):
         files = []
