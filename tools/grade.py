@@ -65,7 +65,10 @@ def compile_errors(log, tree):
         path = os.path.normpath(m.group("path"))
         if os.path.isabs(path):
             path = os.path.relpath(path, tree)
-        out.append((path, int(m.group("nv") or m.group("gcc")), m.group(0).strip()))
+        text = m.group(0).strip()
+        if text.startswith(os.path.join(tree, "")):
+            text = text[len(os.path.join(tree, "")):]  # the grader's copy means nothing to a student
+        out.append((path, int(m.group("nv") or m.group("gcc")), text))
     return out
 
 
@@ -185,6 +188,8 @@ def score(exercises, cases, build_error=None, broken=None):
             # GoogleTest's banner lines ("[ RUN ]", "Running main() ...") say nothing about why.
             reason = [l for l in output.strip().splitlines()
                       if l.strip() and not l.startswith(("[", "Running main()", "Note: Google Test filter"))]
+            if reason[:1] == ["Timeout"]:
+                reason[0] = "Timeout: the test ran past the time limit (a loop that never ends? a kernel that hangs?)"
             lines.append(f"{status.upper()}: {name}" + (f"\n  {reason[-1] if status == 'skipped' else chr(10).join(reason[:12])}" if reason else ""))
         value = round(ex["points"] * len(passed) / len(mine), 4) if mine else 0
         total += value

@@ -62,7 +62,7 @@ class GradeTest(unittest.TestCase):
         self.assertEqual((by_id["b"]["score"], by_id["b"]["status"]), (2, "failed"))
         self.assertIn("FAILED: b_bad", by_id["b"]["output"])
         self.assertIn("not implemented: b: the kernel", by_id["b"]["output"])
-        self.assertIn("FAILED: b_hang\n  Timeout", by_id["b"]["output"])
+        self.assertIn("FAILED: b_hang\n  Timeout: the test ran past the time limit", by_id["b"]["output"])
         self.assertEqual(by_id["c"]["score"], 0)
         self.assertIn("SKIPPED: c_gpu\n  no GPU: driver insufficient", by_id["c"]["output"])
         self.assertEqual(by_id["d"]["score"], 0)
@@ -164,8 +164,9 @@ float cpu() {
                f"{self.tree}/chapters/k.cu:14:3: error: expected ';'\n"
                f"{self.tree}/common/x.h:3:1: fatal error: y.h: No such file or directory\n"
                "make[2]: *** [x] Error 1\n")
-        self.assertEqual([(p, n) for p, n, _ in grade.compile_errors(log, self.tree)],
-                         [("chapters/k.cu", 4), ("chapters/k.cu", 14), ("common/x.h", 3)])
+        errors = grade.compile_errors(log, self.tree)
+        self.assertEqual([(p, n) for p, n, _ in errors], [("chapters/k.cu", 4), ("chapters/k.cu", 14), ("common/x.h", 3)])
+        self.assertEqual(errors[0][2], 'chapters/k.cu(4): error: identifier "oops" is undefined')
 
     def test_an_error_inside_a_region_blames_its_exercise_only(self):
         errors = [("chapters/k.cu", 4, "k.cu(4): error: oops")]
