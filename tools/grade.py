@@ -217,11 +217,13 @@ def main():
         print(f"grade: error: --jobs ({args.jobs}) and --timeout ({args.timeout}) must be at least 1", file=sys.stderr)
         return 1
     start = time.time()
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import handout
+
     try:
-        with open(args.config) as f:
-            exercises = json.load(f)["exercises"]
-    except (OSError, ValueError, KeyError) as e:
-        print(f"grade: error: config {args.config}: {e}", file=sys.stderr)
+        exercises = handout.load_config(args.config)  # the handout's checks: one-line errors
+    except handout.HandoutError as e:
+        print(f"grade: error: {e}", file=sys.stderr)
         return 1
     build_error, cases, tree, by_file, broken = None, [], ROOT, {}, {}
     if args.submission:

@@ -93,6 +93,22 @@ class GradeTest(unittest.TestCase):
         self.assertIsInstance(results["execution_time"], (int, float))
 
 
+    def test_a_bad_config_is_a_one_line_error_and_writes_nothing(self):
+        out = os.path.join(self.tmp.name, "results.json")
+        for exercises, message in (([{"id": "a", "title": "t", "points": -2, "tests": "^a"}], "negative points -2"),
+                                   ([{"id": "a", "title": "t", "points": 1, "tests": "("}], "tests pattern"),
+                                   ([], "'exercises' must be a non-empty list")):
+            config = os.path.join(self.tmp.name, "bad.json")
+            with open(config, "w") as f:
+                json.dump({"exercises": exercises}, f)
+            run = subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "tools", "grade.py"), "--junit",
+                                  self.junit, "--config", config, "--out", out], capture_output=True, text=True)
+            self.assertEqual(run.returncode, 1)
+            self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
+            self.assertIn(message, run.stderr)
+            self.assertFalse(os.path.exists(out))
+
+
 class OverlayTest(unittest.TestCase):
     def test_takes_only_the_exercise_files_from_the_submission(self):
         with tempfile.TemporaryDirectory() as tmp:
