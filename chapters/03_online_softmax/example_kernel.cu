@@ -42,8 +42,10 @@ __global__ void one_thread_per_row_kernel(AttentionShape s, const float* q, cons
     m = m_new;
   }
   float* o_row = o + s.q_head_offset(bh) + int64_t(i) * d;
-  for (int c = 0; c < d; ++c) o_row[c] = l > 0.0f ? acc[c] / l : 0.0f;  // a row that sees no key: O = 0
-  lse[row] = l > 0.0f ? m + logf(l) : -INFINITY;
+  // A row that sees no key has l = 0: O = 0, LSE = -inf. (Not `l > 0`: a NaN input makes l NaN,
+  // and then O and LSE must be NaN, not zero.)
+  for (int c = 0; c < d; ++c) o_row[c] = l == 0.0f ? 0.0f : acc[c] / l;
+  lse[row] = l == 0.0f ? -INFINITY : m + logf(l);
 }
 
 void launch_example(const ForwardParams& p) {

@@ -31,15 +31,15 @@ struct MaxSum {
 //! [online_update_and_merge]
 /// Folds one score in. The old sum is rescaled by exp(m_old - m_new) whenever the max grows.
 __device__ MaxSum online_update(MaxSum state, float score) {
-  float m_new = fmaxf(state.m, score);
-  if (m_new == -INFINITY) return state;  // nothing visible yet
-  return {m_new, state.l * expf(state.m - m_new) + expf(score - m_new)};
+  float m_new = fmaxf(state.m, score);  // fmaxf skips a NaN score; l still picks it up:
+  if (m_new == -INFINITY) return {m_new, isnan(score) ? score : state.l};  // nothing visible yet
+  return {m_new, state.l * expf(state.m - m_new) + expf(score - m_new)};    // exp(NaN - m) is NaN
 }
 
 /// Combines two partial states of disjoint parts of a row (associative, so any tree works).
 __device__ MaxSum online_merge(MaxSum a, MaxSum b) {
   float m = fmaxf(a.m, b.m);
-  if (m == -INFINITY) return {m, 0.0f};
+  if (m == -INFINITY) return {m, a.l + b.l};  // both empty: 0 + 0 (or a NaN that came in)
   return {m, a.l * expf(a.m - m) + b.l * expf(b.m - m)};
 }
 //! [online_update_and_merge]
@@ -74,8 +74,8 @@ __global__ void __launch_bounds__(kBlockThreads) online_softmax_block_kernel(Att
   }
   __syncthreads();
   const MaxSum total = partial[0];
-  // Pass 2: normalize. A row that sees no key keeps m = -inf: P = 0, LSE = -inf.
-  const bool empty = total.m == -INFINITY;
+  // Pass 2: normalize. A row that sees no key keeps l = 0: P = 0, LSE = -inf.
+  const bool empty = total.l == 0.0f;
   const float inv_sum = empty ? 0.0f : 1.0f / total.l;
   for (int j = threadIdx.x; j < shape.seq_kv; j += blockDim.x) s[j] = empty ? 0.0f : expf(s[j] - total.m) * inv_sum;
   if (threadIdx.x == 0) lse[row] = empty ? -INFINITY : total.m + logf(total.l);

@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(kSplitThreads) flash2_kv_split_kernel(Attentio
     const int r = e / kD, c = e % kD;
     if (i0 + r >= n_q) continue;
     const float l_row = part[r] + part[kSplitRows + r] + part[2 * kSplitRows + r] + part[3 * kSplitRows + r];
-    o_head[int64_t(i0 + r) * kD + c] = T(l_row > 0.0f ? o_s[r * kLdO + c] / l_row : 0.0f);
+    o_head[int64_t(i0 + r) * kD + c] = T(l_row == 0.0f ? 0.0f : o_s[r * kLdO + c] / l_row);  // l NaN: O NaN
   }
   if (warp == 0 && t == 0) {
 #pragma unroll
@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(kSplitThreads) flash2_kv_split_kernel(Attentio
       const int row = 16 * (r / 2) + 8 * (r % 2) + g;
       const float l_row = part[row] + part[kSplitRows + row] + part[2 * kSplitRows + row] + part[3 * kSplitRows + row];
       if (i0 + row < n_q)
-        lse[int64_t(bh) * n_q + i0 + row] = m[r] == -INFINITY ? -INFINITY : (m[r] + log2f(l_row)) * 0.6931471805599453f;
+        lse[int64_t(bh) * n_q + i0 + row] = l_row == 0.0f ? -INFINITY : (m[r] + log2f(l_row)) * 0.6931471805599453f;
     }
   }
 }
