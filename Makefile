@@ -5,6 +5,7 @@
 #   make test    every test through CTest (GPU tests are skipped, with the reason, without a GPU)
 #   make bench   fa_bench over the standard sweep + PyTorch SDPA when torch imports; CSV + table
 #   make sanitize  (GPU) every kernel on small shapes under compute-sanitizer's four tools
+#   make docs    the HTML site (Doxygen, offline MathJax) into $(BUILD_DIR)/docs/html
 #   make handout DEST=dir   a student copy with the exercises of classroom/exercises.json stubbed
 #   make grade   build, run the tests, score the exercises: results.json (Gradescope's schema)
 BUILD_DIR ?= build
@@ -12,12 +13,15 @@ CMAKE_ARGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PYTHON ?= python3
 
-.PHONY: all setup configure build run test bench sanitize handout grade clean
+.PHONY: all setup setup-docs configure build run test bench sanitize docs handout grade clean
 
 all: build
 
 setup:
 	@bash tools/setup.sh
+
+setup-docs:
+	@bash tools/setup.sh --docs
 
 configure: setup
 	cmake -S . -B $(BUILD_DIR) $(CMAKE_ARGS)
@@ -33,6 +37,9 @@ test: build
 
 bench: build
 	bash tools/bench.sh $(BUILD_DIR)
+
+docs: setup-docs
+	$(PYTHON) tools/docs.py --out $(BUILD_DIR)/docs
 
 sanitize: build
 	bash tools/sanitize.sh $(BUILD_DIR)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the build needs, and only what is missing.
 #
-# Checked: a C++17 compiler, CMake >= 3.25, the CUDA toolkit (nvcc), Eigen 3, GoogleTest, python3.
+# Checked: a C++17 compiler, CMake >= 3.25, the CUDA toolkit (nvcc), Eigen 3, GoogleTest, python3;
+# with --docs (make docs) also doxygen and libjs-mathjax.
 # Missing Debian packages are installed with apt-get when we are root; otherwise the exact
 # command is printed and the script exits non-zero. The CUDA toolkit is not a Debian package we
 # install: if nvcc is missing we say where to get it and stop.
@@ -26,6 +27,10 @@ if ! have_header /usr/include/gtest/gtest.h && ! have_header /usr/local/include/
   missing+=(libgtest-dev)
 fi
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+if [ "${1:-}" = "--docs" ]; then  # make docs: Doxygen and a local MathJax (no CDN)
+  command -v doxygen >/dev/null 2>&1 || missing+=(doxygen)
+  [ -f /usr/share/javascript/mathjax/MathJax.js ] || missing+=(libjs-mathjax)
+fi
 
 if [ ${#missing[@]} -gt 0 ]; then
   cmd="apt-get update && apt-get install -y --no-install-recommends ${missing[*]}"

@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""make docs: the HTML site (Doxygen) from the READMEs, the concept pages and common/'s headers.
+
+Usage: python3 tools/docs.py [--out build/docs]
+
+The markdown files stay the source; this writes Doxygen-ready copies of them into OUT/pages:
+  * each page gets an id (`# Title {#ch03}`), and the main page lists the others in order
+    (`\\subpage`), which is also the navigation tree; chapter pages end with previous/next links;
+  * `$$ ... $$` becomes `\\f[ ... \\f]` (MathJax renders it, from Debian's libjs-mathjax copied
+    next to the pages, so the site works offline);
+  * a code block under `<!-- snippet: FILE NAME -->` becomes `\\snippet FILE NAME`: Doxygen takes
+    the code from the source itself, between the two `//! [NAME]` lines;
+  * links to other pages become `@ref` links; links to source files become the file's name in
+    code font (the site does not carry the sources); web links stay.
+Then Doxygen runs with warnings as errors. The site is OUT/html/index.html. Exit status is
+non-zero, with Doxygen's warnings printed, when anything is wrong.
+"""
+import argparse
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MATHJAX = "/usr/share/javascript/mathjax"
+SNIPPET = re.compile(r"<!-- snippet: (\S+) (\S+) -->\n```\w*\n.*?```", re.S)
+LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([^)\s]+)\)")
+IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^(```|~~~)")
+
+
+def pages():
+    """[(source file relative to ROOT, page id)] in the site's order; the first is the main page."""
+    out = [("README.md", "index")]
+    for readme in sorted(glob.glob(os.path.join(ROOT, "chapters", "*", "README.md"))):
+        number = os.path.basename(os.path.dirname(readme)).split("_")[0]
+        out.append((os.path.relpath(readme, ROOT), f"ch{number}"))
+    for doc in sorted(glob.glob(os.path.join(ROOT, "docs", "concepts", "*.md"))):
+        out.append((os.path.relpath(doc, ROOT), os.path.splitext(os.path.basename(doc))[0]))
+    out.append(("docs/grading.md", "grading"))
+    return out
+
+
+def convert_math(text):
+    """$$ ... $$ (outside code blocks) to \\f[ ... \\f]."""
+    out, in_code, buf = [], False, []
+    for line in text.split("\n"):
+        if FENCE.match(line.strip()):
+            in_code = not in_code
+        if not in_code:
+            line = re.sub(r"\$\$(.*?)\$\$", r"\\f[\1\\f]", line)
+            if "$$" in line:  # a formula over several lines
+                line = line.replace("$$", "\\f]" if buf else "\\f[", 1)
+                buf = [] if buf else [True]
+        out.append(line)
+    return "\n".join(out)
+
+
+def convert_links(text, source, ids):
+    """Links to pages become @ref links; links to repository files become code; web links stay."""
+    base = os.path.dirname(source)
+
+    def replace(m):
+        label, target = m.group(1), m.group(2)
+        if re.match(r"^[a-z]+://", target) or target.startswith("mailto:"):
+            return m.group(0)
+        if target.startswith("#"):
+            return label
+        path = os.path.normpath(os.path.join(base, target.split("#")[0]))
+        if path in ids:
+            return f"[{label}](@ref {ids[path]})"
+        return label if label.startswith("`") else f"`{label}`"
+
+    return LINK.sub(replace, text)
+
+
+def convert(source, page_id, ids, order):
+    with open(os.path.join(ROOT, source), encoding="utf-8") as f:
+        text = f.read()
+    text = SNIPPET.sub(lambda m: f"\\snippet {m.group(1)} {m.group(2)}", text)
+    text = convert_math(text)
+    # Doxygen 1.9 prints a heading's `code` as a literal <tt>: headings lose their backticks.
+    text = re.sub(r"^(#+ .*)$", lambda m: m.group(1).replace("`", ""), text, flags=re.M)
+    text = convert_links(text, source, ids)
+    for m in IMAGE.finditer(text):  # images: copied next to the pages by main()
+        if not re.match(r"^[a-z]+://", m.group(2)):
+            order.setdefault("images", set()).add(os.path.normpath(os.path.join(os.path.dirname(source), m.group(2))))
+    text = IMAGE.sub(lambda m: f"![{m.group(1)}]({os.path.basename(m.group(2))})", text)
+    lines = text.split("\n")
+    if not lines[0].startswith("# "):
+        raise ValueError(f"{source}: the first line must be the page's '# Title'")
+    if page_id != "index":  # the main page has Doxygen's own label, index
+        lines[0] = f"{lines[0]} {{#{page_id}}}"
+    all_pages = order["pages"]
+    i = [p for _, p in all_pages].index(page_id)
+    if page_id == "index":
+        lines += ["", "## All pages", ""] + [f"- \\subpage {p}" for _, p in all_pages[1:]]
+    elif page_id.startswith("ch"):
+        chapters = [p for _, p in all_pages if p.startswith("ch")]
+        j = chapters.index(page_id)
+        nav = []
+        if j > 0:
+            nav.append(f"previous: @ref {chapters[j - 1]}")
+        if j + 1 < len(chapters):
+            nav.append(f"next: @ref {chapters[j + 1]}")
+        lines += ["", "<hr>", "", " · ".join(nav + ["@ref index \"all chapters\""])]
+    del i
+    return "\n".join(lines) + "\n"
+
+
+DOXYFILE = """PROJECT_NAME           = "Attention kernels, step by step"
+PROJECT_BRIEF          = "From naive attention to FlashAttention-3 and paged attention, in CUDA C++"
+OUTPUT_DIRECTORY       = {out}
+INPUT                  = {pages} {root}/common
+FILE_PATTERNS          = *.md *.h *.cuh
+USE_MDFILE_AS_MAINPAGE = {pages}/index.md
+EXAMPLE_PATH           = {root}
+IMAGE_PATH             = {pages}
+STRIP_FROM_PATH        = {root} {pages}
+FULL_PATH_NAMES        = YES
+MARKDOWN_SUPPORT       = YES
+TOC_INCLUDE_HEADINGS   = 3
+EXTRACT_ALL            = YES
+EXTRACT_STATIC         = YES
+WARN_IF_UNDOCUMENTED   = NO
+WARN_AS_ERROR          = FAIL_ON_WARNINGS
+WARN_LOGFILE           = {out}/warnings.log
+QUIET                  = YES
+GENERATE_HTML          = YES
+GENERATE_LATEX         = NO
+GENERATE_TREEVIEW      = YES
+DISABLE_INDEX          = NO
+SEARCHENGINE           = YES
+SOURCE_BROWSER         = NO
+USE_MATHJAX            = YES
+MATHJAX_VERSION        = MathJax_2
+MATHJAX_FORMAT         = HTML-CSS
+MATHJAX_RELPATH        = mathjax
+EXTENSION_MAPPING      = cu=C++ cuh=C++
+ENABLE_PREPROCESSING   = YES
+MACRO_EXPANSION        = YES
+PREDEFINED             = __CUDACC__ FA_HD= __device__= __host__= __global__= __forceinline__=
+HTML_COLORSTYLE_HUE    = 200
+HAVE_DOT               = NO
+CLASS_GRAPH            = NO
+"""
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=os.path.join(ROOT, "build", "docs"))
+    args = parser.parse_args()
+    out = os.path.abspath(args.out)
+    if shutil.which("doxygen") is None:
+        print("docs: doxygen not found; run 'make setup-docs' (installs doxygen and libjs-mathjax)", file=sys.stderr)
+        return 2
+    if not os.path.isfile(os.path.join(MATHJAX, "MathJax.js")):
+        print(f"docs: MathJax not found in {MATHJAX}; run 'make setup-docs' (Debian's libjs-mathjax)", file=sys.stderr)
+        return 2
+    shutil.rmtree(out, ignore_errors=True)
+    page_dir = os.path.join(out, "pages")
+    os.makedirs(page_dir)
+    order = {"pages": pages()}
+    ids = {source: page_id for source, page_id in order["pages"]}
+    try:
+        for source, page_id in order["pages"]:
+            with open(os.path.join(page_dir, f"{page_id}.md"), "w", encoding="utf-8") as f:
+                f.write(convert(source, page_id, ids, order))
+    except (OSError, ValueError) as e:
+        print(f"docs: {e}", file=sys.stderr)
+        return 1
+    for image in sorted(order.get("images", ())):
+        shutil.copy2(os.path.join(ROOT, image), page_dir)
+    with open(os.path.join(out, "Doxyfile"), "w") as f:
+        f.write(DOXYFILE.format(out=out, pages=page_dir, root=ROOT))
+    run = subprocess.run(["doxygen", os.path.join(out, "Doxyfile")], cwd=ROOT, capture_output=True, text=True)
+    warnings = open(os.path.join(out, "warnings.log")).read().strip() if os.path.exists(os.path.join(out, "warnings.log")) else ""
+    if run.returncode != 0 or warnings:
+        print(warnings or run.stderr.strip(), file=sys.stderr)
+        print(f"docs: doxygen failed ({len(warnings.splitlines())} warning lines, warnings are errors)", file=sys.stderr)
+        return 1
+    shutil.copytree(MATHJAX, os.path.join(out, "html", "mathjax"), symlinks=False, dirs_exist_ok=True)
+    print(f"docs: {len(order['pages'])} pages and common/'s API; open {os.path.join(out, 'html', 'index.html')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
