@@ -2,7 +2,8 @@
 # make bench: fa_bench over a sweep (FA_SWEEP, default standard) with the measured ceilings,
 # PyTorch SDPA on the same sweep when `import torch` works, then one report joining both.
 # Then chapter 08's decode kernels (fa_bench --decode) and SDPA's decode on the same K/V.
-# Output: $BUILD/bench/{fa_bench.csv, ceilings.csv, torch.csv, report.md, decode.csv, torch_decode.csv, decode.md}.
+# Output: $BUILD/bench/{fa_bench.csv, ceilings.csv, torch.csv, report.md, progression.png, roofline.png,
+#         decode.csv, torch_decode.csv, decode.md}.
 set -euo pipefail
 build=${1:-build}
 sweep=${FA_SWEEP:-standard}
@@ -27,5 +28,13 @@ if [ -f "$out/fa_bench.csv" ]; then
   python3 tools/bench_report.py --ours "$out/fa_bench.csv" --torch "$out/torch.csv" --ceilings "$out/ceilings.csv" \
     --out "$out/report.md"
   cat "$out/report.md"
+  # PNG plots: the chapters' progression and a roofline (needs matplotlib; say so if it is missing).
+  plots=(tools/bench_plots.py --ours "$out/fa_bench.csv" --torch "$out/torch.csv" --ceilings "$out/ceilings.csv"
+         --out-dir "$out")
+  if python3 -c 'import matplotlib' 2>/dev/null; then
+    python3 "${plots[@]}" || status=$?
+  else
+    echo "bench: matplotlib not importable; for the plots run elsewhere: python3 ${plots[*]}"
+  fi
 fi
 exit $status
