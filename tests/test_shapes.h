@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "cuda_check.h"
 #include "problem.h"
 #include "random.h"
 
@@ -21,6 +22,13 @@ inline AttentionShape shape_of(int batch, int heads_q, int heads_kv, int seq_q, 
   s.causal = causal;
   return s;
 }
+
+/// In a GPU test: without a GPU, report the test as skipped with the reason.
+#define SKIP_WITHOUT_GPU()                                                                   \
+  do {                                                                                       \
+    const ::fa::GpuInfo& gpu = ::fa::detect_gpu();                                           \
+    if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason;                            \
+  } while (0)
 
 /// A fresh seed per test: inputs differ from run to run. Tests print it on failure.
 inline uint64_t fresh_seed() { return std::random_device{}(); }

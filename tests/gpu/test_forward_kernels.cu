@@ -47,12 +47,6 @@ std::vector<Case> all_cases() {
   return cases;
 }
 
-#define SKIP_WITHOUT_GPU()                                                                   \
-  do {                                                                                       \
-    const GpuInfo& gpu = detect_gpu();                                                       \
-    if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason;                            \
-  } while (0)
-
 class ForwardKernelTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ForwardKernelTest, MatchesOracle) {

@@ -29,12 +29,6 @@
 namespace fa {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                                   \
-  do {                                                                                       \
-    const GpuInfo& gpu = detect_gpu();                                                       \
-    if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason;                            \
-  } while (0)
-
 // Runs while tests are being registered (before main), so a bad value ends the program at once.
 uint64_t env_number(const char* name, uint64_t fallback, uint64_t max) {
   const char* text = std::getenv(name);

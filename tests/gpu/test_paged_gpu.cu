@@ -25,12 +25,6 @@
 namespace fa {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                    \
-  do {                                                        \
-    const GpuInfo& gpu_ = detect_gpu();                       \
-    if (!gpu_.available) GTEST_SKIP() << "no GPU: " << gpu_.reason; \
-  } while (0)
-
 struct DecodeCase {
   const DecodeKernel* kernel;
   std::string name;
