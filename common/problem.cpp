@@ -23,6 +23,15 @@ void require_range(const char* name, int value, int max_value) {
   }
 }
 
+// GQA: every K/V head serves the same number of query heads.
+void require_grouped_heads(int heads_q, int heads_kv) {
+  if (heads_q % heads_kv != 0) {
+    std::ostringstream msg;
+    msg << "heads_q (" << heads_q << ") must be a multiple of heads_kv (" << heads_kv << ")";
+    throw std::invalid_argument(msg.str());
+  }
+}
+
 }  // namespace
 
 void AttentionShape::validate() const {
@@ -32,11 +41,7 @@ void AttentionShape::validate() const {
   require_range("seq_q", seq_q, kMaxSeq);
   require_range("seq_kv", seq_kv, kMaxSeq);
   require_range("head_dim", head_dim, kMaxHeadDim);
-  if (heads_q % heads_kv != 0) {
-    std::ostringstream msg;
-    msg << "heads_q (" << heads_q << ") must be a multiple of heads_kv (" << heads_kv << ")";
-    throw std::invalid_argument(msg.str());
-  }
+  require_grouped_heads(heads_q, heads_kv);
   if (!std::isfinite(scale) || scale < 0.0) {
     std::ostringstream msg;
     msg << "scale must be a finite number > 0 (or 0 for 1/sqrt(head_dim)), got " << scale;
@@ -78,11 +83,7 @@ void DecodeShape::validate() const {
   require_range("query_len", query_len, kMaxSeq);
   require_range("num_blocks", num_blocks, 1 << 30);
   require_range("max_blocks_per_seq", max_blocks_per_seq, 1 << 30);
-  if (heads_q % heads_kv != 0) {
-    std::ostringstream msg;
-    msg << "heads_q (" << heads_q << ") must be a multiple of heads_kv (" << heads_kv << ")";
-    throw std::invalid_argument(msg.str());
-  }
+  require_grouped_heads(heads_q, heads_kv);
   if (block_size < 1 || block_size > 1024 || (block_size & (block_size - 1)) != 0) {
     std::ostringstream msg;
     msg << "block_size must be a power of two from 1 to 1024, got " << block_size;

@@ -7,6 +7,7 @@
 
 #include "cuda_check.h"
 #include "problem.h"
+#include "registry.h"
 #include "random.h"
 
 namespace fa {
@@ -29,6 +30,13 @@ inline AttentionShape shape_of(int batch, int heads_q, int heads_kv, int seq_q, 
     const ::fa::GpuInfo& gpu = ::fa::detect_gpu();                                           \
     if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason;                            \
   } while (0)
+
+/// Every registered forward kernel, as the parameter list of a per-kernel test.
+inline std::vector<const ForwardKernel*> forward_kernel_pointers() {
+  std::vector<const ForwardKernel*> out;
+  for (const ForwardKernel& k : forward_kernels()) out.push_back(&k);
+  return out;
+}
 
 /// A fresh seed per test: inputs differ from run to run. Tests print it on failure.
 inline uint64_t fresh_seed() { return std::random_device{}(); }

@@ -125,13 +125,7 @@ TEST_P(ForwardKernelProperty, RunToRunBitwiseIdentical) {
   EXPECT_TRUE(outputs[0] == outputs[1]) << k.name << " gave different bits on identical inputs";
 }
 
-std::vector<const ForwardKernel*> kernel_pointers() {
-  std::vector<const ForwardKernel*> out;
-  for (const ForwardKernel& k : forward_kernels()) out.push_back(&k);
-  return out;
-}
-
-INSTANTIATE_TEST_SUITE_P(All, ForwardKernelProperty, ::testing::ValuesIn(kernel_pointers()),
+INSTANTIATE_TEST_SUITE_P(All, ForwardKernelProperty, ::testing::ValuesIn(forward_kernel_pointers()),
                          [](const auto& info) { return info.param->name; });
 
 }  // namespace

@@ -191,13 +191,7 @@ TEST_P(NanInputs, ReachOnlyTheOutputsTheyTouch) {
   }
 }
 
-std::vector<const ForwardKernel*> forward_pointers() {
-  std::vector<const ForwardKernel*> out;
-  for (const ForwardKernel& k : forward_kernels()) out.push_back(&k);
-  return out;
-}
-
-INSTANTIATE_TEST_SUITE_P(All, NanInputs, ::testing::ValuesIn(forward_pointers()),
+INSTANTIATE_TEST_SUITE_P(All, NanInputs, ::testing::ValuesIn(forward_kernel_pointers()),
                          [](const auto& info) { return info.param->name; });
 
 }  // namespace
