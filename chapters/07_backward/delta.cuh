@@ -1,4 +1,5 @@
-// Chapter 07's preprocessing, shared by its variants: D_i = dO_i . O_i, summed in fp32.
+// Chapter 07's preprocessing, shared by its variants: D_i = dO_i . O_i, summed in fp32; and the
+// side stream the two-kernel variants (3 and 4) run their dQ kernel on.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,6 +28,37 @@ void launch_delta(const void* o, const void* d_o, float* delta, int64_t rows, in
   delta_kernel<T><<<unsigned((rows * 32 + 255) / 256), 256, 0, stream>>>(static_cast<const T*>(o),
                                                                            static_cast<const T*>(d_o), delta, rows, d);
   CUDA_CHECK_LAUNCH();
+}
+
+/// A second stream for a kernel that is independent of the one on the caller's stream (the dQ
+/// kernel of variants 3 and 4 needs only D, like the dK/dV kernel), so the two may share the GPU
+/// (measured 1-4% faster than one after the other). Made once, on the device current at the
+/// first launch.
+struct SideStream {
+  cudaStream_t stream;
+  cudaEvent_t fork, join;
+  SideStream() {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  }
+};
+inline SideStream& side_stream() {
+  static SideStream side;
+  return side;
+}
+/// The side stream, made to wait for everything queued on `stream` so far.
+inline cudaStream_t fork_side_stream(cudaStream_t stream) {
+  SideStream& side = side_stream();
+  CUDA_CHECK(cudaEventRecord(side.fork, stream));
+  CUDA_CHECK(cudaStreamWaitEvent(side.stream, side.fork, 0));
+  return side.stream;
+}
+/// `stream` made to wait for everything queued on the side stream so far.
+inline void join_side_stream(cudaStream_t stream) {
+  SideStream& side = side_stream();
+  CUDA_CHECK(cudaEventRecord(side.join, side.stream));
+  CUDA_CHECK(cudaStreamWaitEvent(stream, side.join, 0));
 }
 
 }  // namespace fa::backward

@@ -1,0 +1,476 @@
+// Chapter 07, variant 4 -- `wgmma`: variant 3's two kernels (dK/dV per K/V tile, dQ per Q tile,
+// no atomics, bitwise repeatable) rebuilt with chapter 06's Hopper machinery. bf16, sm_90a.
+//
+// Why it pays: in variants 2 and 3 every warp reads the whole Q and dO tile from shared memory
+// with ldmatrix for its own 16 keys, so shared memory, not the tensor cores, sets the pace. A
+// wgmma is issued by a warpgroup (4 warps) for 64 rows at once and reads its B operand from
+// shared memory itself, once for the 64 rows.
+//
+// Both kernels have 3 warpgroups: warpgroup 0 is the producer (one warp issues TMA copies into a
+// two-stage ring of full/empty mbarriers, as in chapter 06's variant 3), warpgroups 1 and 2 are
+// consumers, each owning 64 rows of the M side:
+//
+//   dK/dV kernel: a block owns 128 keys (64 per consumer), K and V stay in shared memory; it
+//   loops over the 64-row Q tiles of every query head sharing its K/V head.
+//     S^T  (64 keys x 64 rows) = K_c Q^T          wgmma ss   (both K-major, like Q K^T)
+//     dP^T (64 keys x 64 rows) = V_c dO^T         wgmma ss
+//     P^T = exp(S^T scale - LSE), dS^T = P^T (dP^T - D)          in registers
+//     dV_c += P^T dO,  dK_c += dS^T Q             wgmma rs   (A = P^T, dS^T from the
+//                                                 accumulators, B = dO, Q "MN-major", like V in P V)
+//   dQ kernel: a block owns 128 query rows (64 per consumer) and loops over 64-key K/V tiles.
+//     S (64 rows x 64 keys) = Q_c K^T,  dP = dO_c V^T             wgmma ss
+//     dS = P (dP - D)                                            in registers
+//     dQ_c += dS K                                               wgmma rs (B = K, MN-major)
+// The dQ kernel is chapter 06's forward with dP in place of the online softmax: no max to track,
+// since the LSE is known. The two kernels are independent (both need only D) and run on two
+// streams, as in variant 3.
+// Run: build/bin/ch07_backward --variant wgmma
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda_check.h"
+#include "delta.cuh"
+#include "device_utils.cuh"
+#include "hopper.cuh"
+#include "problem.h"
+#include "registry.h"
+#include "tma.h"
+
+namespace fa::backward {
+namespace {
+
+using namespace fa::hopper;
+
+constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers), kConsumerThreads = 128 * kConsumers;
+constexpr int kStages = 2;
+constexpr int kBoxRowBytes = 128;  // a TMA box row: 64 bf16 columns, stored with the 128-byte swizzle
+constexpr float kLog2e = 1.4426950408889634f;
+
+/// The dynamic shared memory, aligned up to 1024 bytes (the 128-byte swizzle's period).
+__device__ inline unsigned char* aligned_smem(unsigned char* raw) {
+  return raw + ((1024 - (smem_addr(raw) & 1023)) & 1023);
+}
+
+/// A tile of `rows` rows of head_dim kD as TMA boxes of rows x 64 columns, side by side.
+template <int kD>
+__host__ __device__ constexpr int tile_bytes(int rows) {
+  return (kD / 64) * rows * kBoxRowBytes;
+}
+
+/// Issues c (64 x 64) = A B^T over kD as kD / 16 wgmma, without committing: A = 64 rows starting
+/// at a_rows in a tile of boxes a_box_bytes apart, B = the 64 rows of a tile of boxes
+/// b_box_bytes apart, both K-major (kD contiguous). The k-th 16-column step starts 32 bytes
+/// further in a swizzled row; columns 64 and up are in the next box.
+template <int kD>
+__device__ inline void issue_abt(float (&c)[32], const unsigned char* a_rows, int a_box_bytes, const unsigned char* b_rows,
+                                 int b_box_bytes) {
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    const int box = ks / 4, step = ks % 4;
+    const uint64_t a = make_desc_sw128(a_rows + box * a_box_bytes + step * 32, 16, 1024);
+    const uint64_t b = make_desc_sw128(b_rows + box * b_box_bytes + step * 32, 16, 1024);
+    wgmma_m64n64k16_ss<0>(c, a, b, ks > 0);
+  }
+}
+
+/// Issues acc (64 x kD) += A B without committing: A = 64 x 64 from registers (4 k-steps), B = the
+/// 64 rows of a [rows][kD] tile (boxes of 64 rows, 8 KiB apart), read "MN-major" (kD contiguous),
+/// the way chapter 06 reads V in P V.
+template <int kD>
+__device__ inline void issue_a_regs_b(float (&acc)[kD / 2], const uint32_t (&a)[4][4], const unsigned char* b_tile) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint64_t b = make_desc_sw128(b_tile + kk * 16 * kBoxRowBytes, tile_bytes<64>(64), 1024);
+    if constexpr (kD == 128) {
+      wgmma_m64n128k16_rs<1>(acc, a[kk], b, true);
+    } else {
+      wgmma_m64n64k16_rs<1>(acc, a[kk], b, true);
+    }
+  }
+}
+
+/// A 64 x 64 accumulator as 4 wgmma A fragments (bf16): two 8-column blocks of the accumulator
+/// layout are one 16-column k-step of the A layout.
+__device__ inline void pack_a(const float (&c)[32], uint32_t (&a)[4][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(c[8 * kk + 2 * r], c[8 * kk + 2 * r + 1]);
+      a[kk][r] = *reinterpret_cast<const uint32_t*>(&pair);
+    }
+}
+
+/// Barriers of a two-stage ring: full (the producer's copies landed) and empty (both consumers
+/// are done with the stage). Phase parity of use n of a stage: n & 1.
+__device__ inline uint32_t use_parity(int item) { return uint32_t((item / kStages) & 1); }
+
+// ---- the dK/dV kernel ----------------------------------------------------------------------
+
+constexpr int kKvKeys = 64 * kConsumers;  // keys per block
+constexpr int kKvRows = 64;               // query rows per Q tile
+
+template <int kD>
+struct KvLayout {
+  static constexpr int kK = 0, kV = kK + tile_bytes<kD>(kKvKeys);
+  static constexpr int kQ = kV + tile_bytes<kD>(kKvKeys);              // kStages Q tiles
+  static constexpr int kDo = kQ + kStages * tile_bytes<kD>(kKvRows);   // kStages dO tiles
+  static constexpr int kLse = kDo + kStages * tile_bytes<kD>(kKvRows);  // kStages x 64 floats, log2 units
+  static constexpr int kDelta = kLse + kStages * kKvRows * 4;         // kStages x 64 floats
+  static constexpr int kBars = kDelta + kStages * kKvRows * 4;        // kv_full, full[2], empty[2]
+  static constexpr int kBytes = kBars + 8 * (1 + 2 * kStages) + 1024;
+};
+
+//! [wgmma_dkdv_kernel]
+template <int kD>
+__global__ void __launch_bounds__(kThreads, 1)
+    dkdv_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do, AttentionShape s,
+                const float* lse, const float* delta, __nv_bfloat16* dk, __nv_bfloat16* dv) {
+  using L = KvLayout<kD>;
+  extern __shared__ unsigned char shared_raw[];
+  unsigned char* smem = aligned_smem(shared_raw);
+  uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + L::kBars);
+  uint64_t* full = kv_full + 1;
+  uint64_t* empty = full + kStages;
+  float* lse_s = reinterpret_cast<float*>(smem + L::kLse);
+  float* delta_s = reinterpret_cast<float*>(smem + L::kDelta);
+
+  const int tid = threadIdx.x, wg = tid / 128;
+  const int j0 = blockIdx.x * kKvKeys, kv_plane = blockIdx.y;
+  const int batch = kv_plane / s.heads_kv, kvh = kv_plane % s.heads_kv, group = s.group_size();
+  // Work items: (query head kvh * group + it / row_tiles, Q tile first_tile + it % row_tiles);
+  // with the causal mask, Q tiles wholly above the block's first key are skipped.
+  const int first_tile = (s.causal ? max(0, j0 - s.causal_offset()) : 0) / kKvRows;
+  const int row_tiles = max((s.seq_q + kKvRows - 1) / kKvRows - first_tile, 0);
+  const int n_items = group * row_tiles;
+  auto item_bh = [&](int it) { return batch * s.heads_q + kvh * group + it / row_tiles; };
+  auto item_i0 = [&](int it) { return (first_tile + it % row_tiles) * kKvRows; };
+
+  if (tid == 0) {
+    mbarrier_init(kv_full, 1);
+    for (int st = 0; st < kStages; ++st) {
+      mbarrier_init(&full[st], 32);  // the producer warp: lane 0's expect_tx + 31 plain arrivals
+      mbarrier_init(&empty[st], kConsumerThreads);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    //! [wgmma_dkdv_producer]
+    // One warp: lane 0 issues the TMA copies of K and V (once) and of each item's Q and dO; all
+    // 32 lanes copy the item's LSE (in log2 units) and D into shared memory, then arrive.
+    setmaxnreg_dec<40>();
+    if (tid >= 32) return;
+    const int lane = tid;
+    if (lane == 0) {
+      mbarrier_arrive_expect_tx(kv_full, 2 * tile_bytes<kD>(kKvKeys));
+      for (int b = 0; b < kD / 64; ++b) {
+        tma_load_3d(smem + L::kK + b * kKvKeys * kBoxRowBytes, &tm_k, 64 * b, j0, kv_plane, kv_full);
+        tma_load_3d(smem + L::kV + b * kKvKeys * kBoxRowBytes, &tm_v, 64 * b, j0, kv_plane, kv_full);
+      }
+    }
+    for (int it = 0; it < n_items; ++it) {
+      const int st = it % kStages, bh = item_bh(it), i0 = item_i0(it);
+      if (it >= kStages) mbarrier_wait(&empty[st], use_parity(it) ^ 1);
+      for (int r = lane; r < kKvRows; r += 32) {
+        const int row = i0 + r;
+        const bool in = row < s.seq_q;  // rows past the end: Q = dO = 0 (TMA), LSE = D = 0, so P^T dO = dS^T Q = 0
+        lse_s[st * kKvRows + r] = in ? lse[int64_t(bh) * s.seq_q + row] * kLog2e : 0.0f;
+        delta_s[st * kKvRows + r] = in ? delta[int64_t(bh) * s.seq_q + row] : 0.0f;
+      }
+      if (lane == 0) {
+        mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kKvRows));
+        for (int b = 0; b < kD / 64; ++b) {
+          tma_load_3d(smem + L::kQ + st * tile_bytes<kD>(kKvRows) + b * kKvRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh, &full[st]);
+          tma_load_3d(smem + L::kDo + st * tile_bytes<kD>(kKvRows) + b * kKvRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh,
+                      &full[st]);
+        }
+      } else {
+        mbarrier_arrive(&full[st]);
+      }
+    }
+    //! [wgmma_dkdv_producer]
+    return;
+  }
+
+  setmaxnreg_inc<232>();
+  const int c = wg - 1, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int jc = j0 + 64 * c;              // this consumer's first key
+  const int key_a = jc + 16 * warp + g;    // this thread's keys: key_a, key_a + 8
+  const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
+  const unsigned char* k_rows = smem + L::kK + 64 * c * kBoxRowBytes;
+  const unsigned char* v_rows = smem + L::kV + 64 * c * kBoxRowBytes;
+  float dk_acc[kD / 2] = {}, dv_acc[kD / 2] = {};
+  mbarrier_wait(kv_full, 0);
+
+  for (int it = 0; it < n_items; ++it) {
+    const int st = it % kStages, i0 = item_i0(it);
+    mbarrier_wait(&full[st], use_parity(it));
+    // With the causal mask, a Q tile may end before the first row that sees this consumer's keys.
+    if (jc < s.visible_keys(min(i0 + kKvRows, s.seq_q) - 1)) {
+      const unsigned char* q_s = smem + L::kQ + st * tile_bytes<kD>(kKvRows);
+      const unsigned char* do_s = smem + L::kDo + st * tile_bytes<kD>(kKvRows);
+      //! [wgmma_dkdv_scores]
+      float st_acc[32], dpt[32];  // S^T, dP^T; element 4 n + e: key key_a + 8 (e / 2), row i0 + 8 n + 2 t + (e & 1)
+      wgmma_fence();
+      issue_abt<kD>(st_acc, k_rows, tile_bytes<64>(kKvKeys), q_s, tile_bytes<64>(kKvRows));
+      issue_abt<kD>(dpt, v_rows, tile_bytes<64>(kKvKeys), do_s, tile_bytes<64>(kKvRows));
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(st_acc);
+      fence_operands(dpt);
+      const float* lse_t = lse_s + st * kKvRows;
+      const float* delta_t = delta_s + st * kKvRows;
+      // Some (row, key) of the tile is hidden when this consumer's last key is past what the
+      // tile's first row sees.
+      const bool masked = s.causal && jc + 64 > s.visible_keys(i0);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int r = 8 * (i / 4) + 2 * t + (i & 1), key = key_a + 8 * ((i % 4) / 2);
+        float p = fast_exp2(fmaf(st_acc[i], scale_log2, -lse_t[r]));
+        if (masked && !s.visible(i0 + r, key)) p = 0.0f;
+        st_acc[i] = p;                         // P^T
+        dpt[i] = p * (dpt[i] - delta_t[r]);  // dS^T
+      }
+      //! [wgmma_dkdv_scores]
+      uint32_t a_p[4][4], a_ds[4][4];
+      pack_a(st_acc, a_p);
+      pack_a(dpt, a_ds);
+      //! [wgmma_dkdv_update]
+      wgmma_fence();
+      issue_a_regs_b<kD>(dv_acc, a_p, do_s);  // dV_c += P^T dO
+      issue_a_regs_b<kD>(dk_acc, a_ds, q_s);  // dK_c += dS^T Q
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(dv_acc);
+      fence_operands(dk_acc);
+      //! [wgmma_dkdv_update]
+    }
+    mbarrier_arrive(&empty[st]);
+  }
+
+  // dK = dS^T Q * scale and dV for this thread's two keys, rounded once.
+  const int64_t head = int64_t(kv_plane) * s.seq_kv * kD;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int key = key_a + 8 * h;
+    if (key >= s.seq_kv) continue;
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      const int64_t at = head + int64_t(key) * kD + 8 * n + 2 * t;
+      *reinterpret_cast<__nv_bfloat162*>(dk + at) =
+          __floats2bfloat162_rn(dk_acc[4 * n + 2 * h] * scale, dk_acc[4 * n + 2 * h + 1] * scale);
+      *reinterpret_cast<__nv_bfloat162*>(dv + at) = __floats2bfloat162_rn(dv_acc[4 * n + 2 * h], dv_acc[4 * n + 2 * h + 1]);
+    }
+  }
+}
+//! [wgmma_dkdv_kernel]
+
+// ---- the dQ kernel -------------------------------------------------------------------------
+
+constexpr int kQRows = 64 * kConsumers;  // query rows per block
+constexpr int kQKeys = 64;               // keys per K/V tile
+
+template <int kD>
+struct QLayout {
+  static constexpr int kQ = 0, kDo = kQ + tile_bytes<kD>(kQRows);
+  static constexpr int kK = kDo + tile_bytes<kD>(kQRows);             // kStages K tiles
+  static constexpr int kV = kK + kStages * tile_bytes<kD>(kQKeys);    // kStages V tiles
+  static constexpr int kBars = kV + kStages * tile_bytes<kD>(kQKeys);  // q_full, full[2], empty[2]
+  static constexpr int kBytes = kBars + 8 * (1 + 2 * kStages) + 1024;
+};
+
+//! [wgmma_dq_kernel]
+template <int kD>
+__global__ void __launch_bounds__(kThreads, 1)
+    dq_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+              const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do, AttentionShape s,
+              const float* lse, const float* delta, __nv_bfloat16* dq) {
+  using L = QLayout<kD>;
+  extern __shared__ unsigned char shared_raw[];
+  unsigned char* smem = aligned_smem(shared_raw);
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + L::kBars);
+  uint64_t* full = q_full + 1;
+  uint64_t* empty = full + kStages;
+
+  const int tid = threadIdx.x, wg = tid / 128;
+  const int bh = blockIdx.y;
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * kQRows;  // the longest rows (causal) first
+  const int kv_plane = (bh / s.heads_q) * s.heads_kv + s.kv_head(bh % s.heads_q);
+  const int key_end = s.visible_keys(min(i0 + kQRows, s.seq_q) - 1);
+  const int n_tiles = (key_end + kQKeys - 1) / kQKeys;
+
+  if (tid == 0) {
+    mbarrier_init(q_full, 1);
+    for (int st = 0; st < kStages; ++st) {
+      mbarrier_init(&full[st], 1);
+      mbarrier_init(&empty[st], kConsumerThreads);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    setmaxnreg_dec<40>();
+    if (tid != 0) return;
+    mbarrier_arrive_expect_tx(q_full, 2 * tile_bytes<kD>(kQRows));
+    for (int b = 0; b < kD / 64; ++b) {
+      tma_load_3d(smem + L::kQ + b * kQRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh, q_full);
+      tma_load_3d(smem + L::kDo + b * kQRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh, q_full);
+    }
+    for (int jt = 0; jt < n_tiles; ++jt) {
+      const int st = jt % kStages;
+      if (jt >= kStages) mbarrier_wait(&empty[st], use_parity(jt) ^ 1);
+      mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kQKeys));
+      for (int b = 0; b < kD / 64; ++b) {
+        tma_load_3d(smem + L::kK + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_k, 64 * b, jt * kQKeys,
+                    kv_plane, &full[st]);
+        tma_load_3d(smem + L::kV + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_v, 64 * b, jt * kQKeys,
+                    kv_plane, &full[st]);
+      }
+    }
+    return;
+  }
+
+  setmaxnreg_inc<232>();
+  const int c = wg - 1, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int ic = i0 + 64 * c;            // this consumer's first row
+  const int row_a = ic + 16 * warp + g;  // this thread's rows: row_a, row_a + 8
+  const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
+  float row_lse[2], row_delta[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row_a + 8 * h;
+    row_lse[h] = row < s.seq_q ? lse[int64_t(bh) * s.seq_q + row] * kLog2e : 0.0f;
+    row_delta[h] = row < s.seq_q ? delta[int64_t(bh) * s.seq_q + row] : 0.0f;
+  }
+  // Keys this consumer's rows see at most, and from which key on some of its rows see less.
+  const int my_end = ic < s.seq_q ? s.visible_keys(min(ic + 64, s.seq_q) - 1) : 0;
+  const int full_until = ic < s.seq_q ? s.visible_keys(ic) : 0;
+  const unsigned char* q_rows = smem + L::kQ + 64 * c * kBoxRowBytes;
+  const unsigned char* do_rows = smem + L::kDo + 64 * c * kBoxRowBytes;
+  float dq_acc[kD / 2] = {};
+  mbarrier_wait(q_full, 0);
+
+  for (int jt = 0; jt < n_tiles; ++jt) {
+    const int st = jt % kStages, j0 = jt * kQKeys;
+    mbarrier_wait(&full[st], use_parity(jt));
+    if (j0 < my_end) {
+      const unsigned char* k_s = smem + L::kK + st * tile_bytes<kD>(kQKeys);
+      const unsigned char* v_s = smem + L::kV + st * tile_bytes<kD>(kQKeys);
+      float sc[32], dp[32];  // element 4 n + e: row row_a + 8 (e / 2), key j0 + 8 n + 2 t + (e & 1)
+      wgmma_fence();
+      issue_abt<kD>(sc, q_rows, tile_bytes<64>(kQRows), k_s, tile_bytes<64>(kQKeys));
+      issue_abt<kD>(dp, do_rows, tile_bytes<64>(kQRows), v_s, tile_bytes<64>(kQKeys));
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(sc);
+      fence_operands(dp);
+      // Keys past the end, or hidden from some row, only in the last tiles.
+      const bool masked = j0 + kQKeys > full_until;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int h = (i % 4) / 2, row = row_a + 8 * h, key = j0 + 8 * (i / 4) + 2 * t + (i & 1);
+        float p = fast_exp2(fmaf(sc[i], scale_log2, -row_lse[h]));
+        if (masked && !(key < s.seq_kv && s.visible(row, key))) p = 0.0f;
+        dp[i] = p * (dp[i] - row_delta[h]);  // dS
+      }
+      uint32_t a_ds[4][4];
+      pack_a(dp, a_ds);
+      wgmma_fence();
+      issue_a_regs_b<kD>(dq_acc, a_ds, k_s);  // dQ_c += dS K
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(dq_acc);
+    }
+    mbarrier_arrive(&empty[st]);
+  }
+
+  const int64_t head = int64_t(bh) * s.seq_q * kD;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row_a + 8 * h;
+    if (row >= s.seq_q) continue;
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n)
+      *reinterpret_cast<__nv_bfloat162*>(dq + head + int64_t(row) * kD + 8 * n + 2 * t) =
+          __floats2bfloat162_rn(dq_acc[4 * n + 2 * h] * scale, dq_acc[4 * n + 2 * h + 1] * scale);
+  }
+}
+//! [wgmma_dq_kernel]
+
+// ---- host ----------------------------------------------------------------------------------
+
+std::string wgmma_support(const AttentionShape& s) {
+  const GpuInfo& gpu = detect_gpu();
+  if (gpu.available && gpu.sm_major != 9)
+    return "variant 4 needs an sm_90 GPU (Hopper: TMA and wgmma), this one is sm_" + std::to_string(gpu.sm_major * 10 + gpu.sm_minor);
+  if (s.head_dim != 64 && s.head_dim != 128) return "head_dim must be 64 or 128, got " + std::to_string(s.head_dim);
+  if (int64_t(s.batch) * s.heads_q > 65535) return "batch*heads_q must be at most 65535";
+  return "";
+}
+
+template <int kD>
+void launch_dim(const BackwardParams& p) {
+  const AttentionShape& s = p.shape;
+  float* delta = static_cast<float*>(p.workspace);
+  launch_delta<__nv_bfloat16>(p.o, p.d_o, delta, s.lse_elems(), kD, p.stream);
+  const cudaStream_t side = fork_side_stream(p.stream);
+  const int q_planes = s.batch * s.heads_q, kv_planes = s.batch * s.heads_kv;
+  {
+    // dK, dV: Q and dO in boxes of 64 rows, K and V in boxes of 128.
+    const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, kD, s.seq_q, q_planes, kKvRows);
+    const CUtensorMap tm_do = make_tensor_map_sw128(p.d_o, 2, kD, s.seq_q, q_planes, kKvRows);
+    const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, kD, s.seq_kv, kv_planes, kKvKeys);
+    const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, kD, s.seq_kv, kv_planes, kKvKeys);
+    auto kernel = dkdv_kernel<kD>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, KvLayout<kD>::kBytes));
+    const dim3 grid(unsigned((s.seq_kv + kKvKeys - 1) / kKvKeys), unsigned(kv_planes));
+    kernel<<<grid, kThreads, KvLayout<kD>::kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, p.lse, delta,
+                                                              static_cast<__nv_bfloat16*>(p.dk),
+                                                              static_cast<__nv_bfloat16*>(p.dv));
+    CUDA_CHECK_LAUNCH();
+  }
+  {
+    // dQ on the side stream: Q and dO in boxes of 128 rows, K and V in boxes of 64.
+    const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, kD, s.seq_q, q_planes, kQRows);
+    const CUtensorMap tm_do = make_tensor_map_sw128(p.d_o, 2, kD, s.seq_q, q_planes, kQRows);
+    const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, kD, s.seq_kv, kv_planes, kQKeys);
+    const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, kD, s.seq_kv, kv_planes, kQKeys);
+    auto kernel = dq_kernel<kD>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, QLayout<kD>::kBytes));
+    const dim3 grid(unsigned((s.seq_q + kQRows - 1) / kQRows), unsigned(q_planes));
+    kernel<<<grid, kThreads, QLayout<kD>::kBytes, side>>>(tm_q, tm_k, tm_v, tm_do, s, p.lse, delta,
+                                                          static_cast<__nv_bfloat16*>(p.dq));
+    CUDA_CHECK_LAUNCH();
+  }
+  join_side_stream(p.stream);
+}
+
+void launch_wgmma(const BackwardParams& p) {
+  if (p.shape.head_dim == 64) {
+    launch_dim<64>(p);
+  } else {
+    launch_dim<128>(p);
+  }
+}
+
+BackwardKernel wgmma_kernel() {
+  BackwardKernel k{"ch07_wgmma_bf16", 7, 4, "wgmma", DType::BF16,
+                   "variant 3 on Hopper: TMA ring + producer warpgroup, S^T/dP^T/dV/dK and S/dP/dQ by wgmma; no atomics",
+                   launch_wgmma};
+  k.supports = wgmma_support;
+  k.workspace_bytes = [](const AttentionShape& s) { return std::size_t(s.lse_elems()) * sizeof(float); };
+  k.deterministic = true;
+  return k;
+}
+
+}  // namespace
+
+FA_REGISTER_BACKWARD_KERNEL(wgmma_kernel());
+
+}  // namespace fa::backward
