@@ -21,7 +21,8 @@ BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed
   p.dtype = dtype;
   auto fill = [&](std::vector<float>& x, int64_t n, int stream) {
     x.resize(n);
-    for (int64_t i = 0; i < n; ++i) x[i] = round_to_dtype(random_normal(seed, stream, uint64_t(i)), dtype);
+    fill_random_normal(x, seed, uint64_t(stream));  // threads; the same values as one thread would draw
+    for (float& e : x) e = round_to_dtype(e, dtype);
   };
   fill(p.q, shape.q_elems(), 0);
   fill(p.k, shape.kv_elems(), 1);
@@ -105,7 +106,7 @@ std::string BackwardRunResult::summary() const {
   return line;
 }
 
-BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProblem& problem, int iters) {
+BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProblem& problem, int iters, double budget_ms) {
   BackwardRunResult r;
   const AttentionShape& s = problem.shape;
   const GpuInfo& gpu = detect_gpu();
@@ -157,6 +158,11 @@ BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProbl
     r.limit = backward_tolerance(t);
     const auto ok = [&](const GradientCheck& c) { return c.unwritten == 0 && c.nonfinite == 0 && c.rel <= r.limit; };
     r.passed = ok(r.dq) && ok(r.dk) && ok(r.dv);
+    if (iters > 0 && budget_ms > 0) {
+      // One timed launch says how many more fit the budget (at least one, at most iters).
+      const double first = median_launch_ms([&] { kernel.launch(p); }, 1, 0);
+      iters = std::clamp(int(budget_ms / std::max(first, 1e-3)), 1, iters);
+    }
     if (iters > 0) r.time_ms = median_launch_ms([&] { kernel.launch(p); }, iters);
   } catch (const std::exception& e) {
     r.error = e.what();

@@ -64,6 +64,8 @@ double backward_tolerance(DType dtype);
 
 /// Launches once on poisoned outputs and compares; launches again on poisoned outputs to see
 /// whether the bytes repeat; then, when iters > 0, times iters launches (median, CUDA events).
-BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProblem& problem, int iters);
+/// budget_ms > 0: as many of those iters as fit in about budget_ms, at least one.
+BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProblem& problem, int iters,
+                               double budget_ms = 0);
 
 }  // namespace fa

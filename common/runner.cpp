@@ -206,7 +206,10 @@ RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOp
       std::vector<float> times;
       if (options.budget_ms > 0) {
         times.push_back(timed_launch());
-        iters = std::clamp(int(options.budget_ms / std::max(times[0], 1e-3f)), 3, std::max(3, options.iters));
+        // A launch longer than the whole budget is timed once; otherwise at least 3 repeats.
+        iters = times[0] >= options.budget_ms
+                    ? 1
+                    : std::clamp(int(options.budget_ms / std::max(times[0], 1e-3f)), 3, std::max(3, options.iters));
       }
       while (int(times.size()) < iters) times.push_back(timed_launch());
       CUDA_CHECK_LAUNCH();

@@ -51,7 +51,8 @@ struct RunOptions {
   int warmup = 2;
   int iters = 10;  // timed repeats; 0 = run once for the check, no timing
   /// When > 0: after the warm-up, one timed launch estimates the cost, and the repeats are cut
-  /// to fit this many milliseconds (at least 3, at most `iters`). Keeps slow kernels' sweeps short.
+  /// to fit this many milliseconds (at least 3, at most `iters`; a launch longer than the whole
+  /// budget is timed just once). Keeps slow kernels' sweeps short.
   double budget_ms = 0;
 };
 

@@ -4,7 +4,8 @@
 Tables: (1) TFLOP/s of every kernel and every PyTorch backend per sweep point; (2) each
 chapter's best kernel vs the chapter before it and vs PyTorch (same dtype where one exists: fp32
 chapters against SDPA's fp32 EFFICIENT and MATH backends; every chapter also against FLASH bf16,
-the speed the tutorial is working towards); (3) the ceilings, with each chapter's best fraction.
+the speed the tutorial is working towards); (3) the ceilings, with each chapter's best fraction;
+(4) with --backward, chapter 07's backward kernels against SDPA's FLASH and cuDNN backward.
 """
 import argparse
 import csv
@@ -35,6 +36,8 @@ def main():
     parser.add_argument("--ceilings", default="")
     parser.add_argument("--out", required=True)
     parser.add_argument("--note", default="", help="a paragraph printed under the title (where the numbers come from)")
+    parser.add_argument("--backward", default="", help="fa_bench --backward's CSV")
+    parser.add_argument("--torch-backward", default="", help="bench_torch.py --pass backward's CSV")
     args = parser.parse_args()
 
     ours = [r for r in read(args.ours) if r["tflops"]]
@@ -140,9 +143,54 @@ def main():
                              f"{(top[0] / ceilings[name]) if top else 0:.3f} |")
         lines.append("")
 
+    lines += backward_section(read(args.backward), read(args.torch_backward))
+
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     return 0
+
+
+def backward_section(ours, torch_rows):
+    """Chapter 07's kernels at every point, the best of them against SDPA's backward."""
+    if not ours:
+        return []
+    kernels = []
+    for r in ours:
+        if r["kernel"] not in kernels:
+            kernels.append(r["kernel"])
+    cell = defaultdict(dict)  # point -> kernel -> text
+    speed = defaultdict(dict)  # point -> kernel -> TFLOP/s (passed points only)
+    checked = {}
+    for r in ours:
+        key = point_key(r["seq_q"], r["head_dim"], r["causal"])
+        checked[key] = r["check"]
+        if r["tflops"]:
+            cell[key][r["kernel"]] = fmt(float(r["tflops"])) + ("" if r["status"] == "ok" else "!")
+            if r["status"] == "ok":
+                speed[key][r["kernel"]] = float(r["tflops"])
+        else:
+            cell[key][r["kernel"]] = "skip"
+    ref = defaultdict(dict)
+    for r in torch_rows:
+        if r["status"] == "ok" and r["dtype"] == "bf16":
+            ref[point_key(r["seq"], r["head_dim"], r["causal"])][r["backend"]] = float(r["tflops"])
+    lines = ["Backward TFLOP/s (2.5x the forward's flops), chapter 07's kernels and SDPA's backward (bf16), "
+             "same sweep. `check`: the fp64 oracle on the first K/V head of batch 0, or (longer sequences) "
+             "gradients written and finite; `!` a point that failed; `skip` too slow for the sweep or not supported.",
+             ""]
+    header = ["d", "causal", "seq", "check"] + kernels + ["FLASH bwd", "cuDNN bwd", "best", "best/FLASH", "best/cuDNN"]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "---|" * len(header))
+    for key in sorted(cell):
+        top = max(((v, k) for k, v in speed[key].items()), default=None)
+        flash, cudnn = ref[key].get("flash"), ref[key].get("cudnn")
+        cells = [str(key[0]), "yes" if key[1] else "no", str(key[2]), checked[key]]
+        cells += [cell[key].get(k, "-") for k in kernels]
+        cells += [fmt(flash), fmt(cudnn), top[1] if top else "-",
+                  f"{top[0] / flash:.2f}" if top and flash else "-", f"{top[0] / cudnn:.2f}" if top and cudnn else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
 
 
 if __name__ == "__main__":

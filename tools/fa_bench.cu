@@ -14,12 +14,14 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli.h"
 #include "cuda_check.h"
+#include "backward_runner.h"
 #include "decode_runner.h"
 #include "random.h"
 #include "registry.h"
@@ -42,6 +44,13 @@ struct BenchOptions {
   bool check = true;
   bool list = false;
   bool decode = false;
+  bool backward = false;
+  /// Skip a kernel's next point of a (head_dim, causal) series once its last point took over
+  /// this much / 2 (the next doubles the sequence, so about doubles the time); 0 = never skip.
+  double max_point_ms = 0;
+  /// Backward: the fp64 oracle checks the first K/V head of batch 0 up to this sequence length;
+  /// longer points are only checked to be written and finite (the oracle is O(seq^2) on the CPU).
+  int backward_check_max_seq = 2048;
 };
 
 const char* kUsage =
@@ -54,10 +63,15 @@ const char* kUsage =
     "  --iters N         at most N timed repeats per point (default 20)\n"
     "  --warmup N        untimed launches first (default 2)\n"
     "  --budget-ms X     cut repeats to fit about X ms per point (default 1500; 0 = always --iters)\n"
+    "  --max-point-ms X  skip a kernel's longer points of a series once one took over X/2 ms (default 0 = never)\n"
     "  --seed N          input seed (default 1234)\n"
     "  --no-check        skip the sampled oracle check\n"
     "  --decode          time the paged decode kernels (chapter 08) instead: K/V bandwidth at batch x context\n"
     "                    64 x 16k, 8 x 8k, 1 x 32k and more, heads 32/8, head_dim 128 (d 64 too with --dims)\n"
+    "  --backward        time the backward kernels (chapter 07) over the sweep instead: TFLOP/s at 2.5x the\n"
+    "                    forward's flops; the fp64 oracle checks seq <= 2048 (--check-max-seq), longer points\n"
+    "                    are checked to be written and finite\n"
+    "  --check-max-seq N with --backward: the longest sequence checked against the oracle (default 2048)\n"
     "  --list            list the registered kernels and exit\n";
 
 std::vector<std::string> split(const std::string& text, char sep) {
@@ -119,6 +133,12 @@ BenchOptions parse_bench(int argc, char** argv) {
       o.list = true;
     } else if (arg == "--decode") {
       o.decode = true;
+    } else if (arg == "--backward") {
+      o.backward = true;
+    } else if (arg == "--max-point-ms") {
+      o.max_point_ms = parse_int(arg, value(), 0);
+    } else if (arg == "--check-max-seq") {
+      o.backward_check_max_seq = parse_int(arg, value(), 0);
     } else if (arg == "--help" || arg == "-h") {
       std::cout << kUsage;
       std::exit(0);
@@ -126,6 +146,7 @@ BenchOptions parse_bench(int argc, char** argv) {
       throw std::invalid_argument("unknown argument '" + arg + "' (see --help)");
     }
   }
+  if (o.backward && o.decode) throw std::invalid_argument("--backward and --decode are separate runs; give one");
   return o;
 }
 
@@ -254,6 +275,132 @@ void measure_ceilings(const std::string& path) {
   cublasDestroy(handle);
 }
 
+// ---- slow points ---------------------------------------------------------------------------
+
+/// The standard sweep runs each (head_dim, causal) series from short to long sequences at a
+/// fixed token count, so a kernel's time roughly doubles from one point to the next. Once a
+/// point took over max_ms / 2, the kernel's longer points of that series are skipped, saying so.
+class SlowPoints {
+ public:
+  explicit SlowPoints(double max_ms) : max_ms_(max_ms) {}
+  /// "" to run it, else why not.
+  std::string skip(const std::string& kernel, const AttentionShape& s) const {
+    if (max_ms_ <= 0) return "";
+    auto it = last_.find(key(kernel, s));
+    if (it == last_.end() || it->second.second > max_ms_ / 2) return "";
+    char why[160];
+    std::snprintf(why, sizeof why, "too slow for the sweep: %.0f ms at seq %d, the limit is --max-point-ms %.0f",
+                  it->second.second, it->second.first, max_ms_);
+    return why;
+  }
+  void record(const std::string& kernel, const AttentionShape& s, double ms) {
+    if (ms > max_ms_ / 2) last_[key(kernel, s)] = {s.seq_q, ms};
+  }
+
+ private:
+  static std::string key(const std::string& kernel, const AttentionShape& s) {
+    return kernel + "/" + std::to_string(s.head_dim) + "/" + std::to_string(s.causal);
+  }
+  double max_ms_;
+  std::map<std::string, std::pair<int, double>> last_;  // series -> (seq, ms) of a point over the limit
+};
+
+/// A forward point not run, with the reason (as run_forward reports an unsupported shape).
+RunResult skipped_result(const ForwardKernel& k, const AttentionShape& shape, const std::string& why) {
+  RunResult r;
+  r.name = k.name;
+  r.variant = k.variant;
+  r.chapter = k.chapter;
+  r.number = k.number;
+  r.device = "gpu";
+  r.shape = shape;
+  r.dtype = k.dtype;
+  r.skipped = why;
+  return r;
+}
+
+// ---- backward (chapter 07) ----------------------------------------------------------------
+
+/// Every registered backward kernel over the sweep. Per point and input dtype, one problem: O
+/// and LSE from the forward ch04_registers, the fp64 oracle on the first K/V head of batch 0 up
+/// to --check-max-seq.
+int run_backward_sweep(const BenchOptions& opt) {
+  std::vector<const BackwardKernel*> kernels;
+  for (const BackwardKernel& k : backward_kernels()) {
+    bool wanted = opt.kernel_filters.empty();
+    for (const auto& f : opt.kernel_filters) wanted = wanted || k.name.find(f) != std::string::npos;
+    if (wanted) kernels.push_back(&k);
+  }
+  const ForwardKernel* forward = nullptr;
+  for (const ForwardKernel& k : forward_kernels())
+    if (k.name == "ch04_registers") forward = &k;
+  if (!forward) throw std::runtime_error("the forward kernel ch04_registers (for O and LSE) is not registered");
+  std::ofstream csv;
+  if (!opt.csv.empty()) {
+    csv.open(opt.csv);
+    if (!csv) throw std::runtime_error("cannot write '" + opt.csv + "'");
+    csv << "chapter,kernel,variant,dtype,batch,heads_q,heads_kv,seq_q,seq_kv,head_dim,causal,status,check,time_ms,tflops,"
+           "dq_rel,dk_rel,dv_rel,note\n";
+  }
+  const std::vector<AttentionShape> shapes = sweep_shapes(opt.sweep, opt.dims);
+  const size_t total = shapes.size() * kernels.size();
+  size_t done = 0, failures = 0;
+  SlowPoints slow(opt.max_point_ms);
+  for (const AttentionShape& shape : shapes) {
+    const bool oracle = opt.check && shape.seq_q <= opt.backward_check_max_seq;
+    std::map<DType, BackwardProblem> problems;
+    for (const BackwardKernel* k : kernels) {
+      ++done;
+      std::printf("[%3zu/%zu] %-24s %-34s ", done, total, k->name.c_str(), shape.to_string().c_str());
+      std::fflush(stdout);
+      std::string status, detail;
+      BackwardRunResult r;
+      const std::string too_slow = slow.skip(k->name, shape);
+      const std::string unsupported = support_reason(*k, shape);
+      if (!too_slow.empty() || !unsupported.empty()) {
+        status = "skipped";
+        detail = too_slow.empty() ? unsupported : too_slow;
+      } else {
+        auto found = problems.find(k->dtype);
+        if (found == problems.end()) {
+          BackwardProblem p = make_backward_problem(shape, opt.seed, k->dtype, oracle ? 1 : -1);
+          run_forward_for(p, *forward);
+          found = problems.emplace(k->dtype, std::move(p)).first;
+        }
+        r = run_backward(*k, found->second, opt.iters, opt.budget_ms);
+        if (!r.ran) {
+          status = r.error.empty() ? "skipped" : "error";
+          detail = r.error.empty() ? r.skipped : r.error;
+        } else {
+          status = r.passed ? "ok" : "FAIL";
+          detail = oracle ? r.summary() : r.passed ? "all written and finite" : "some never written or not finite";
+          slow.record(k->name, shape, r.time_ms);
+        }
+      }
+      const double tflops = r.time_ms > 0 ? 2.5 * shape.forward_flops() / (r.time_ms * 1e9) : 0.0;
+      if (r.time_ms > 0)
+        std::printf("%10.3f ms %8.2f TFLOP/s  %s  %s\n", r.time_ms, tflops, status.c_str(), detail.c_str());
+      else
+        std::printf("%s (%s)\n", status.c_str(), detail.c_str());
+      std::fflush(stdout);
+      failures += status == "FAIL" || status == "error";
+      if (!opt.csv.empty()) {
+        csv << k->chapter << "," << k->name << "," << k->variant << "," << dtype_name(k->dtype) << "," << shape.batch << ","
+            << shape.heads_q << "," << shape.heads_kv << "," << shape.seq_q << "," << shape.seq_kv << "," << shape.head_dim
+            << "," << int(shape.causal) << "," << status << "," << (oracle ? "oracle" : "written+finite") << ",";
+        if (r.time_ms > 0) csv << r.time_ms << "," << tflops;
+        else csv << ",";
+        if (r.ran && oracle) csv << "," << r.dq.rel << "," << r.dk.rel << "," << r.dv.rel;
+        else csv << ",,,";
+        csv << ",\"" << detail << "\"\n";
+        csv.flush();
+      }
+    }
+  }
+  std::printf("%zu points, %zu failed%s%s\n", total, failures, opt.csv.empty() ? "" : "; CSV: ", opt.csv.c_str());
+  return failures ? 1 : 0;
+}
+
 // ---- decode (chapter 08) ------------------------------------------------------------------
 
 /// Every registered decode kernel at each (batch, context) point, heads 32/8: one decode step,
@@ -324,6 +471,9 @@ int main(int argc, char** argv) {
     for (const ForwardKernel& k : forward_kernels()) {
       std::printf("ch%02d  %-22s %-5s %s\n", k.chapter, k.name.c_str(), dtype_name(k.dtype), k.summary.c_str());
     }
+    for (const BackwardKernel& k : backward_kernels()) {
+      std::printf("ch%02d  %-22s %-5s %s (--backward)\n", k.chapter, k.name.c_str(), dtype_name(k.dtype), k.summary.c_str());
+    }
     for (const DecodeKernel& k : decode_kernels()) {
       std::printf("ch%02d  %-22s %-5s %s (--decode)\n", k.chapter, k.name.c_str(), dtype_name(k.dtype), k.summary.c_str());
     }
@@ -338,6 +488,7 @@ int main(int argc, char** argv) {
     std::printf("fa_bench on %s\n", describe_gpu(gpu).c_str());
     if (!opt.ceilings_csv.empty()) measure_ceilings(opt.ceilings_csv);
     if (opt.decode) return run_decode_sweep(opt);
+    if (opt.backward) return run_backward_sweep(opt);
 
     std::vector<const ForwardKernel*> kernels;
     for (const ForwardKernel& k : forward_kernels()) {
@@ -351,13 +502,21 @@ int main(int argc, char** argv) {
     run.iters = opt.iters;
     run.warmup = opt.warmup;
     run.budget_ms = opt.budget_ms;
+    SlowPoints slow(opt.max_point_ms);
     for (const AttentionShape& shape : shapes) {
       Problem problem(shape, opt.seed);
       for (const ForwardKernel* k : kernels) {
         ++done;
         std::printf("[%3zu/%zu] %-22s %-34s ", done, total, k->name.c_str(), shape.to_string().c_str());
         std::fflush(stdout);
-        RunResult r = run_forward(*k, problem, run);
+        RunResult r;
+        const std::string too_slow = slow.skip(k->name, shape);
+        if (too_slow.empty()) {
+          r = run_forward(*k, problem, run);
+          if (r.ms > 0) slow.record(k->name, shape, r.ms);
+        } else {
+          r = skipped_result(*k, shape, too_slow);
+        }
         if (r.ms > 0) {
           std::printf("%10.3f ms %8.2f TFLOP/s %7.0f GB/s  %s", r.ms, r.tflops, r.gbps, r.status().c_str());
         } else {
