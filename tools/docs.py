@@ -145,6 +145,11 @@ PREDEFINED             = __CUDACC__ FA_HD= __device__= __host__= __global__= __f
 HTML_COLORSTYLE_HUE    = 200
 HAVE_DOT               = NO
 CLASS_GRAPH            = NO
+HTML_EXTRA_STYLESHEET  = {out}/extra.css
+"""
+
+# Wide figures (the benchmark plots are 1800 px) shrink to the page instead of overflowing it.
+EXTRA_CSS = """div.image img { max-width: 100%; height: auto; }
 """
 
 
@@ -173,6 +178,8 @@ def main():
         return 1
     for image in sorted(order.get("images", ())):
         shutil.copy2(os.path.join(ROOT, image), page_dir)
+    with open(os.path.join(out, "extra.css"), "w") as f:
+        f.write(EXTRA_CSS)
     with open(os.path.join(out, "Doxyfile"), "w") as f:
         f.write(DOXYFILE.format(out=out, pages=page_dir, root=ROOT))
     run = subprocess.run(["doxygen", os.path.join(out, "Doxyfile")], cwd=ROOT, capture_output=True, text=True)
