@@ -23,6 +23,12 @@ namespace fa::hopper {
 
 __device__ inline uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
+/// The dynamic shared memory, aligned up to 1024 bytes (the 128-byte swizzle pattern's period);
+/// kernels reserve 1024 bytes of slack for it.
+__device__ inline unsigned char* aligned_smem(unsigned char* raw) {
+  return raw + ((1024 - (smem_addr(raw) & 1023)) & 1023);
+}
+
 // ---- mbarrier ------------------------------------------------------------------------------
 /// Sets the barrier's expected arrival count; its phase starts at 0.
 __device__ inline void mbarrier_init(uint64_t* bar, int arrivals) {
@@ -234,6 +240,21 @@ __device__ inline void wgmma_m64n64k32_e4m3_rs(float (&d)[32], const uint32_t (&
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+}
+
+/// A wgmma accumulator (64 rows x 2 kN columns, kN floats per thread) as bf16 A fragments for a
+/// _rs wgmma: two 8-column blocks of the accumulator layout are one 16-column k-step of the A
+/// layout, so the values stay in the thread that holds them (P in P V, dS in dS K, ...).
+template <int kN>
+__device__ inline void pack_a_bf16(const float (&c)[kN], uint32_t (&a)[kN / 8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kN / 8; ++kk) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(c[8 * kk + 2 * r], c[8 * kk + 2 * r + 1]);
+      a[kk][r] = *reinterpret_cast<const uint32_t*>(&pair);
+    }
+  }
 }
 
 // ---- registers -----------------------------------------------------------------------------

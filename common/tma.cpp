@@ -7,7 +7,19 @@
 #include <stdexcept>
 #include <string>
 
+#include "cuda_check.h"
+
 namespace fa {
+
+std::string hopper_support(const AttentionShape& s, const std::string& who) {
+  const GpuInfo& gpu = detect_gpu();
+  if (gpu.available && gpu.sm_major != 9)
+    return who + " needs an sm_90 GPU (Hopper: TMA and wgmma), this one is sm_" + std::to_string(gpu.sm_major * 10 + gpu.sm_minor);
+  if (s.head_dim != 64 && s.head_dim != 128) return "head_dim must be 64 or 128, got " + std::to_string(s.head_dim);
+  const int64_t heads = int64_t(s.batch) * s.heads_q;
+  if (heads > 65535) return "batch*heads_q must be at most 65535, got " + std::to_string(heads);
+  return "";
+}
 
 CUtensorMap make_tensor_map_sw128(const void* base, int element_bytes, int cols, int rows, int planes, int box_rows) {
   return make_tensor_map_swizzled(base, element_bytes, cols, rows, planes, box_rows, 128);

@@ -1,11 +1,20 @@
-// Host side of TMA: building the tensor maps chapter 06's kernels copy tiles with.
+// Host side of the Hopper kernels (chapters 06 and 07): the tensor maps they copy tiles with, and
+// which GPUs and shapes they take.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap; the encoder is fetched from the driver at run time, nothing is linked
 
 #include <cstdint>
+#include <string>
+
+#include "problem.h"
 
 namespace fa {
+
+/// "" if a Hopper kernel (TMA, wgmma: sm_90a code) can run this shape here, else the reason,
+/// starting with `who` ("chapter 06", "variant 4"): it needs an sm_90 GPU, head_dim 64 or 128,
+/// and batch * heads_q within the grid's y limit.
+std::string hopper_support(const AttentionShape& s, const std::string& who);
 
 /// A tensor map over a 16-bit array laid out [planes][rows][cols] (cols contiguous; a plane is one
 /// (batch, head) of Q, K or V), cut into boxes of box_rows x 64 columns (128 bytes per box row)

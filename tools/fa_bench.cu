@@ -171,10 +171,11 @@ std::vector<AttentionShape> sweep_shapes(const std::string& name, const std::vec
   return shapes;
 }
 
-bool selected(const ForwardKernel& k, const std::vector<std::string>& filters) {
+/// Does --kernels pick this kernel (its name contains one of the filters; no filters: all)?
+bool selected(const std::string& name, const std::vector<std::string>& filters) {
   if (filters.empty()) return true;
   for (const auto& f : filters) {
-    if (k.name.find(f) != std::string::npos) return true;
+    if (name.find(f) != std::string::npos) return true;
   }
   return false;
 }
@@ -327,13 +328,9 @@ RunResult skipped_result(const ForwardKernel& k, const AttentionShape& shape, co
 int run_backward_sweep(const BenchOptions& opt) {
   std::vector<const BackwardKernel*> kernels;
   for (const BackwardKernel& k : backward_kernels()) {
-    bool wanted = opt.kernel_filters.empty();
-    for (const auto& f : opt.kernel_filters) wanted = wanted || k.name.find(f) != std::string::npos;
-    if (wanted) kernels.push_back(&k);
+    if (selected(k.name, opt.kernel_filters)) kernels.push_back(&k);
   }
-  const ForwardKernel* forward = nullptr;
-  for (const ForwardKernel& k : forward_kernels())
-    if (k.name == "ch04_registers") forward = &k;
+  const ForwardKernel* forward = forward_for_backward();
   if (!forward) throw std::runtime_error("the forward kernel ch04_registers (for O and LSE) is not registered");
   std::ofstream csv;
   if (!opt.csv.empty()) {
@@ -409,9 +406,7 @@ int run_decode_sweep(const BenchOptions& opt) {
   const std::vector<std::pair<int, int>> points = {{64, 16384}, {8, 8192}, {1, 32768}, {32, 4096}, {128, 2048}, {1, 8192}};
   std::vector<const DecodeKernel*> kernels;
   for (const DecodeKernel& k : decode_kernels()) {
-    bool wanted = opt.kernel_filters.empty();
-    for (const auto& f : opt.kernel_filters) wanted = wanted || k.name.find(f) != std::string::npos;
-    if (wanted) kernels.push_back(&k);
+    if (selected(k.name, opt.kernel_filters)) kernels.push_back(&k);
   }
   std::ofstream csv;
   if (!opt.csv.empty()) {
@@ -492,7 +487,7 @@ int main(int argc, char** argv) {
 
     std::vector<const ForwardKernel*> kernels;
     for (const ForwardKernel& k : forward_kernels()) {
-      if (selected(k, opt.kernel_filters)) kernels.push_back(&k);
+      if (selected(k.name, opt.kernel_filters)) kernels.push_back(&k);
     }
     std::vector<AttentionShape> shapes = sweep_shapes(opt.sweep, opt.dims);
     const size_t total = shapes.size() * kernels.size();

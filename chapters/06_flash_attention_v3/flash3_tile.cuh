@@ -34,10 +34,7 @@ struct Smem {
   static constexpr int kBytes = kBars + 8 * kBarriers + 1024;  // + slack to align the base to 1024
 };
 
-/// The dynamic shared memory, aligned up to 1024 bytes (the swizzle pattern's period).
-__device__ inline unsigned char* aligned_smem(unsigned char* raw) {
-  return raw + ((1024 - (hopper::smem_addr(raw) & 1023)) & 1023);
-}
+using hopper::aligned_smem;
 
 /// Thread 0 sets up the copy ring's mbarriers, then the block waits for it. q_full and the
 /// `stages` K and V "full" barriers take one arrival each (the issuing thread's expect_tx); the
@@ -151,16 +148,7 @@ __device__ inline void rescale_output(float (&out)[kD / 2], const float (&rescal
 
 /// P as wgmma A fragments, straight from the S accumulators: 16 keys (two 8-column blocks) are
 /// one k-step, and the accumulator layout of two blocks is the A layout of one step.
-__device__ inline void pack_p(const float (&s)[kBlockN / 2], uint32_t (&p)[kBlockN / 16][4]) {
-#pragma unroll
-  for (int kk = 0; kk < kBlockN / 16; ++kk) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const __nv_bfloat162 pair = __floats2bfloat162_rn(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-      p[kk][r] = *reinterpret_cast<const uint32_t*>(&pair);
-    }
-  }
-}
+__device__ inline void pack_p(const float (&s)[kBlockN / 2], uint32_t (&p)[kBlockN / 16][4]) { hopper::pack_a_bf16(s, p); }
 
 /// Issues O += P V_j and commits; the caller waits.
 template <int kD>

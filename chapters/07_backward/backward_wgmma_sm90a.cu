@@ -48,11 +48,6 @@ constexpr int kStages = 2;
 constexpr int kBoxRowBytes = 128;  // a TMA box row: 64 bf16 columns, stored with the 128-byte swizzle
 constexpr float kLog2e = 1.4426950408889634f;
 
-/// The dynamic shared memory, aligned up to 1024 bytes (the 128-byte swizzle's period).
-__device__ inline unsigned char* aligned_smem(unsigned char* raw) {
-  return raw + ((1024 - (smem_addr(raw) & 1023)) & 1023);
-}
-
 /// A tile of `rows` rows of head_dim kD as TMA boxes of rows x 64 columns, side by side.
 template <int kD>
 __host__ __device__ constexpr int tile_bytes(int rows) {
@@ -89,18 +84,6 @@ __device__ inline void issue_a_regs_b(float (&acc)[kD / 2], const uint32_t (&a)[
       wgmma_m64n64k16_rs<1>(acc, a[kk], b, true);
     }
   }
-}
-
-/// A 64 x 64 accumulator as 4 wgmma A fragments (bf16): two 8-column blocks of the accumulator
-/// layout are one 16-column k-step of the A layout.
-__device__ inline void pack_a(const float (&c)[32], uint32_t (&a)[4][4]) {
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const __nv_bfloat162 pair = __floats2bfloat162_rn(c[8 * kk + 2 * r], c[8 * kk + 2 * r + 1]);
-      a[kk][r] = *reinterpret_cast<const uint32_t*>(&pair);
-    }
 }
 
 /// Barriers of a two-stage ring: full (the producer's copies landed) and empty (both consumers
@@ -238,8 +221,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       //! [wgmma_dkdv_scores]
       uint32_t a_p[4][4], a_ds[4][4];
-      pack_a(st_acc, a_p);
-      pack_a(dpt, a_ds);
+      pack_a_bf16(st_acc, a_p);
+      pack_a_bf16(dpt, a_ds);
       //! [wgmma_dkdv_update]
       wgmma_fence();
       issue_a_regs_b<kD>(dv_acc, a_p, do_s);  // dV_c += P^T dO
@@ -380,7 +363,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         dp[i] = p * (dp[i] - row_delta[h]);  // dS
       }
       uint32_t a_ds[4][4];
-      pack_a(dp, a_ds);
+      pack_a_bf16(dp, a_ds);
       wgmma_fence();
       issue_a_regs_b<kD>(dq_acc, a_ds, k_s);  // dQ_c += dS K
       wgmma_commit();
@@ -404,15 +387,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 //! [wgmma_dq_kernel]
 
 // ---- host ----------------------------------------------------------------------------------
-
-std::string wgmma_support(const AttentionShape& s) {
-  const GpuInfo& gpu = detect_gpu();
-  if (gpu.available && gpu.sm_major != 9)
-    return "variant 4 needs an sm_90 GPU (Hopper: TMA and wgmma), this one is sm_" + std::to_string(gpu.sm_major * 10 + gpu.sm_minor);
-  if (s.head_dim != 64 && s.head_dim != 128) return "head_dim must be 64 or 128, got " + std::to_string(s.head_dim);
-  if (int64_t(s.batch) * s.heads_q > 65535) return "batch*heads_q must be at most 65535";
-  return "";
-}
 
 template <int kD>
 void launch_dim(const BackwardParams& p) {
@@ -463,7 +437,7 @@ BackwardKernel wgmma_kernel() {
   BackwardKernel k{"ch07_wgmma_bf16", 7, 4, "wgmma", DType::BF16,
                    "variant 3 on Hopper: TMA ring + producer warpgroup, S^T/dP^T/dV/dK and S/dP/dQ by wgmma; no atomics",
                    launch_wgmma};
-  k.supports = wgmma_support;
+  k.supports = [](const AttentionShape& s) { return hopper_support(s, "variant 4"); };
   k.workspace_bytes = [](const AttentionShape& s) { return std::size_t(s.lse_elems()) * sizeof(float); };
   k.deterministic = true;
   return k;

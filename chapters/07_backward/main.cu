@@ -65,9 +65,7 @@ int main(int argc, char** argv) {
                                               .c_str()
                                         : "every head");
       if (problem.needs_forward) {
-        const ForwardKernel* forward = nullptr;
-        for (const ForwardKernel& k : forward_kernels())
-          if (k.name == "ch04_registers") forward = &k;
+        const ForwardKernel* forward = forward_for_backward();
         if (!forward) throw std::runtime_error("the forward kernel ch04_registers is not registered");
         const std::string why = support_reason(*forward, shape);
         if (!why.empty()) throw std::invalid_argument("the forward (ch04_registers) cannot run this shape: " + why);

@@ -102,9 +102,7 @@ TEST_P(FuzzShapes, EveryKernelMatchesTheOracle) {
   }
   // Backward: the oracle on the first K/V head of batch 0 and its query heads (all rows), with O
   // and LSE from chapter 04's register kernel, as chapter 07's program does for big shapes.
-  const ForwardKernel* forward = nullptr;
-  for (const ForwardKernel& k : forward_kernels())
-    if (k.name == "ch04_registers") forward = &k;
+  const ForwardKernel* forward = forward_for_backward();
   ASSERT_NE(forward, nullptr);
   std::map<std::pair<int, DType>, BackwardProblem> backward_problems;
   for (const BackwardKernel& k : backward_kernels()) {
