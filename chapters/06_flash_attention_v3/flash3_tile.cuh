@@ -174,20 +174,18 @@ __device__ inline void issue_pv(float (&out)[kD / 2], const uint32_t (&p)[kBlock
 template <int kD>
 __device__ inline void write_output(float (&out)[kD / 2], float (&m)[2], float (&l)[2], const AttentionShape& shape, int bh,
                                     int row0, int t, __nv_bfloat16* o, float* lse) {
-  __nv_bfloat16* o_head = o + shape.q_head_offset(bh);
+  float inv[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 1);
     l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 2);
-    const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
-    const int row = row0 + 8 * h;
-    if (row >= shape.seq_q) continue;
+    inv[h] = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+  }
+  hopper::store_rows_bf16(out, o + shape.q_head_offset(bh), row0, shape.seq_q, t, inv);
 #pragma unroll
-    for (int c = 0; c < kD / 8; ++c) {
-      const __nv_bfloat162 pair = __floats2bfloat162_rn(out[4 * c + 2 * h] * inv, out[4 * c + 2 * h + 1] * inv);
-      *reinterpret_cast<__nv_bfloat162*>(o_head + int64_t(row) * kD + 8 * c + 2 * t) = pair;
-    }
-    if (t == 0)
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    if (t == 0 && row < shape.seq_q)
       lse[int64_t(bh) * shape.seq_q + row] = m[h] == -INFINITY ? -INFINITY : (m[h] + log2f(l[h])) * 0.6931471805599453f;
   }
 }

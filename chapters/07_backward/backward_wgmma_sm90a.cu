@@ -238,18 +238,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // dK = dS^T Q * scale and dV for this thread's two keys, rounded once.
   const int64_t head = int64_t(kv_plane) * s.seq_kv * kD;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int key = key_a + 8 * h;
-    if (key >= s.seq_kv) continue;
-#pragma unroll
-    for (int n = 0; n < kD / 8; ++n) {
-      const int64_t at = head + int64_t(key) * kD + 8 * n + 2 * t;
-      *reinterpret_cast<__nv_bfloat162*>(dk + at) =
-          __floats2bfloat162_rn(dk_acc[4 * n + 2 * h] * scale, dk_acc[4 * n + 2 * h + 1] * scale);
-      *reinterpret_cast<__nv_bfloat162*>(dv + at) = __floats2bfloat162_rn(dv_acc[4 * n + 2 * h], dv_acc[4 * n + 2 * h + 1]);
-    }
-  }
+  const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.0f, 1.0f};
+  store_rows_bf16(dk_acc, dk + head, key_a, s.seq_kv, t, dk_scale);
+  store_rows_bf16(dv_acc, dv + head, key_a, s.seq_kv, t, dv_scale);
 }
 //! [wgmma_dkdv_kernel]
 
@@ -373,16 +364,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbarrier_arrive(&empty[st]);
   }
 
-  const int64_t head = int64_t(bh) * s.seq_q * kD;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = row_a + 8 * h;
-    if (row >= s.seq_q) continue;
-#pragma unroll
-    for (int n = 0; n < kD / 8; ++n)
-      *reinterpret_cast<__nv_bfloat162*>(dq + head + int64_t(row) * kD + 8 * n + 2 * t) =
-          __floats2bfloat162_rn(dq_acc[4 * n + 2 * h] * scale, dq_acc[4 * n + 2 * h + 1] * scale);
-  }
+  const float dq_scale[2] = {scale, scale};
+  store_rows_bf16(dq_acc, dq + int64_t(bh) * s.seq_q * kD, row_a, s.seq_q, t, dq_scale);
 }
 //! [wgmma_dq_kernel]
 
