@@ -38,9 +38,9 @@ BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed
 void run_forward_for(BackwardProblem& problem, const ForwardKernel& forward);
 
 /// The forward kernel chapter 07's program, fa_bench and the tests run for O and LSE when the
-/// oracle does not give them: chapter 04's fp32 `registers`. nullptr if it is not registered
-/// (a program built without chapter 04).
-const ForwardKernel* forward_for_backward();
+/// oracle does not give them: chapter 04's fp32 `registers`. Throws std::runtime_error if it is
+/// not registered (a program built without chapter 04).
+const ForwardKernel& forward_for_backward();
 
 /// One gradient tensor against the oracle.
 struct GradientCheck {

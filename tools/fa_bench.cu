@@ -330,8 +330,7 @@ int run_backward_sweep(const BenchOptions& opt) {
   for (const BackwardKernel& k : backward_kernels()) {
     if (selected(k.name, opt.kernel_filters)) kernels.push_back(&k);
   }
-  const ForwardKernel* forward = forward_for_backward();
-  if (!forward) throw std::runtime_error("the forward kernel ch04_registers (for O and LSE) is not registered");
+  const ForwardKernel& forward = forward_for_backward();
   std::ofstream csv;
   if (!opt.csv.empty()) {
     csv.open(opt.csv);
@@ -361,7 +360,7 @@ int run_backward_sweep(const BenchOptions& opt) {
         auto found = problems.find(k->dtype);
         if (found == problems.end()) {
           BackwardProblem p = make_backward_problem(shape, opt.seed, k->dtype, oracle ? 1 : -1);
-          run_forward_for(p, *forward);
+          run_forward_for(p, forward);
           found = problems.emplace(k->dtype, std::move(p)).first;
         }
         r = run_backward(*k, found->second, opt.iters, opt.budget_ms);

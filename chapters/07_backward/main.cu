@@ -65,12 +65,11 @@ int main(int argc, char** argv) {
                                               .c_str()
                                         : "every head");
       if (problem.needs_forward) {
-        const ForwardKernel* forward = forward_for_backward();
-        if (!forward) throw std::runtime_error("the forward kernel ch04_registers is not registered");
-        const std::string why = support_reason(*forward, shape);
+        const ForwardKernel& forward = forward_for_backward();
+        const std::string why = support_reason(forward, shape);
         if (!why.empty()) throw std::invalid_argument("the forward (ch04_registers) cannot run this shape: " + why);
-        run_forward_for(problem, *forward);
-        std::printf("%s: O and LSE from %s\n", dtype_name(dtype), forward->name.c_str());
+        run_forward_for(problem, forward);
+        std::printf("%s: O and LSE from %s\n", dtype_name(dtype), forward.name.c_str());
       }
       return problems.emplace(dtype, std::move(problem)).first->second;
     };

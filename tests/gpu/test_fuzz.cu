@@ -102,18 +102,17 @@ TEST_P(FuzzShapes, EveryKernelMatchesTheOracle) {
   }
   // Backward: the oracle on the first K/V head of batch 0 and its query heads (all rows), with O
   // and LSE from chapter 04's register kernel, as chapter 07's program does for big shapes.
-  const ForwardKernel* forward = forward_for_backward();
-  ASSERT_NE(forward, nullptr);
+  const ForwardKernel& forward = forward_for_backward();
   std::map<std::pair<int, DType>, BackwardProblem> backward_problems;
   for (const BackwardKernel& k : backward_kernels()) {
     std::optional<AttentionShape> s = shape_for(k, drawn);
-    if (s && !support_reason(*forward, *s).empty()) s.reset();
+    if (s && !support_reason(forward, *s).empty()) s.reset();
     if (!s) continue;
     auto key = std::make_pair(s->head_dim, k.dtype);
     auto found = backward_problems.find(key);
     if (found == backward_problems.end()) {
       BackwardProblem p = make_backward_problem(*s, seed, k.dtype, 1);
-      if (p.needs_forward) run_forward_for(p, *forward);
+      if (p.needs_forward) run_forward_for(p, forward);
       found = backward_problems.emplace(key, std::move(p)).first;
     }
     const BackwardRunResult r = run_backward(k, found->second, 0);
