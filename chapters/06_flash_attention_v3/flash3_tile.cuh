@@ -106,9 +106,13 @@ __device__ inline void mask_scores(float (&s)[kBlockN / 2], const AttentionShape
 /// the factors the running O must be multiplied by, one per row. p_log2_scale multiplies every
 /// P by 2^p_log2_scale for free, inside the exponent (the FP8 variant uses it to bring P into
 /// e4m3's range); l_weight multiplies the tile's row sums before they go into l (the FP8 variant
-/// uses it to keep part of that factor out of l).
+/// uses it to keep part of that factor out of l). max_rise > 0 lets a row keep its running max
+/// until a tile's max passes it by more than max_rise (log2 units): P may then reach
+/// 2^max_rise * 2^p_log2_scale, but the row's factor stays exactly 1 (the FP8 variant uses it;
+/// see fp8_stale_max there).
 __device__ inline void online_softmax(float (&s)[kBlockN / 2], float (&m)[2], float (&l)[2], float (&rescale)[2],
-                                      float scale_log2, float p_log2_scale = 0.0f, float l_weight = 1.0f) {
+                                      float scale_log2, float p_log2_scale = 0.0f, float l_weight = 1.0f,
+                                      float max_rise = 0.0f) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float tile_max = -INFINITY;
@@ -116,7 +120,8 @@ __device__ inline void online_softmax(float (&s)[kBlockN / 2], float (&m)[2], fl
     for (int c = 0; c < kBlockN / 8; ++c) tile_max = fmaxf(tile_max, fmaxf(s[4 * c + 2 * h], s[4 * c + 2 * h + 1]));
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 1));
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 2));
-    const float m_new = fmaxf(m[h], tile_max * scale_log2);
+    const float tile_m = tile_max * scale_log2;
+    const float m_new = max_rise > 0.0f ? (tile_m > m[h] + max_rise ? tile_m : m[h]) : fmaxf(m[h], tile_m);
     const bool seen = m_new != -INFINITY;
     rescale[h] = seen ? fast_exp2(m[h] - m_new) : 1.0f;
     const float m_use = (seen ? m_new : 0.0f) - p_log2_scale;
