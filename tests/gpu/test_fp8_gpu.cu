@@ -131,5 +131,68 @@ TEST(Fp8OnTheGpu, ZeroValueBlocks) {
   EXPECT_LT(lse_err, fp8_tolerance().lse_abs) << "seed " << seed;
 }
 
+// Variant 5 keeps a row's running max until a tile passes it by more than 0.75 (log2 units),
+// then rescales O, l and P to the new max. Planted scores make every row's max jump at two key
+// tiles: by tens at keys 256..383 and by more than 100 at keys 384.. (O's earlier part then
+// shrinks by 2^-100 and below). Q rows get 30 in dimension 0 and K rows c = 0, 10 or 50 there (by
+// key tile), so the scores of a tile rise by 30 c / sqrt(d) together and the softmax inside it
+// stays well posed. 320 rows and 500 keys put a partial Q block and a partial last tile (the
+// masked paths) in the run. The host checks that the inputs jump that far; the kernel must stay
+// within 1.5x of its CPU model's error.
+TEST(Fp8OnTheGpu, RowMaxJumps) {
+  const GpuInfo& gpu = detect_gpu();
+  if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason;
+  const ForwardKernel* kernel = find_kernel("ch06_fp8");
+  ASSERT_TRUE(kernel) << "chapter 06's FP8 kernel is not registered";
+  for (int d : {64, 128}) {
+    const AttentionShape s = shape_of(1, 2, 2, 320, 500, d, false);
+    const std::string why = kernel->supports(s);
+    if (!why.empty()) GTEST_SKIP() << why;
+    const uint64_t seed = fresh_seed();
+    std::vector<float> q(s.q_elems()), k(s.kv_elems()), v(s.kv_elems());
+    for (int64_t i = 0; i < s.q_elems(); ++i) {
+      const bool first = i % d == 0;
+      q[i] = round_to_dtype(first ? 30.0f : random_normal(seed, 0, i), DType::BF16);
+    }
+    for (int64_t i = 0; i < s.kv_elems(); ++i) {
+      const int64_t key = (i / d) % s.seq_kv;
+      const float c = key < 256 ? 0.0f : key < 384 ? 10.0f : 50.0f;
+      k[i] = round_to_dtype(i % d == 0 ? c : random_normal(seed, 1, i), DType::BF16);
+      v[i] = round_to_dtype(random_normal(seed, 2, i), DType::BF16);
+    }
+    // Each row's running max (log2 units) before and after tiles 2 and 3.
+    double least_rise[4] = {INFINITY, INFINITY, INFINITY, INFINITY}, most_rise[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    for (int bh = 0; bh < s.heads_q; ++bh)
+      for (int r = 0; r < s.seq_q; ++r) {
+        double running = -INFINITY;
+        for (int tile = 0; tile < 4; ++tile) {
+          double tile_max = -INFINITY;
+          for (int key = 128 * tile; key < std::min(128 * (tile + 1), s.seq_kv); ++key) {
+            double dot = 0.0;
+            for (int x = 0; x < d; ++x) dot += double(q[s.q_head_offset(bh) + int64_t(r) * d + x]) * k[s.kv_head_offset(bh) + int64_t(key) * d + x];
+            tile_max = std::max(tile_max, dot * s.softmax_scale() * 1.4426950408889634);
+          }
+          if (tile > 0) least_rise[tile] = std::min(least_rise[tile], tile_max - running);
+          if (tile > 0) most_rise[tile] = std::max(most_rise[tile], tile_max - running);
+          running = std::max(running, tile_max);
+        }
+      }
+    ASSERT_TRUE(least_rise[2] > 4.0 && most_rise[2] < 80.0) << "the planted scores must rise by tens at tile 2 (d " << d << ")";
+    ASSERT_GT(least_rise[3], 100.0) << "the planted scores must rise past 2^100 at tile 3 (d " << d << ")";
+
+    const CheckPlan plan = full_check_plan(s);
+    const ForwardReference ref = reference_forward(s, q.data(), k.data(), v.data(), plan);
+    const std::vector<float> out = run_on_gpu(*kernel, s, q, k, v);
+    const double gpu_rmse = rmse(s, out, plan, ref);
+    std::vector<float> o(s.o_elems()), lse(s.lse_elems());
+    flash3::fp8_attention_cpu(s, q.data(), k.data(), v.data(), o.data(), lse.data(), flash3::Fp8Recipe{});
+    const double cpu = rmse(s, o, plan, ref);
+    std::printf("FP8 RMSE with row maxes jumping by >= %.0f and >= %.0f (log2) at key tiles 2 and 3 (%s, seed %llu): "
+                "GPU %.2e, CPU model %.2e\n",
+                least_rise[2], least_rise[3], s.to_string().c_str(), (unsigned long long)seed, gpu_rmse, cpu);
+    EXPECT_LT(gpu_rmse, 1.5 * cpu) << "d " << d << ", seed " << seed;
+  }
+}
+
 }  // namespace
 }  // namespace fa
