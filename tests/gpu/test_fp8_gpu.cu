@@ -150,10 +150,7 @@ TEST(Fp8OnTheGpu, RowMaxJumps) {
     if (!why.empty()) GTEST_SKIP() << why;
     const uint64_t seed = fresh_seed();
     std::vector<float> q(s.q_elems()), k(s.kv_elems()), v(s.kv_elems());
-    for (int64_t i = 0; i < s.q_elems(); ++i) {
-      const bool first = i % d == 0;
-      q[i] = round_to_dtype(first ? 30.0f : random_normal(seed, 0, i), DType::BF16);
-    }
+    for (int64_t i = 0; i < s.q_elems(); ++i) q[i] = round_to_dtype(i % d == 0 ? 30.0f : random_normal(seed, 0, i), DType::BF16);
     for (int64_t i = 0; i < s.kv_elems(); ++i) {
       const int64_t key = (i / d) % s.seq_kv;
       const float c = key < 256 ? 0.0f : key < 384 ? 10.0f : 50.0f;
@@ -172,8 +169,10 @@ TEST(Fp8OnTheGpu, RowMaxJumps) {
             for (int x = 0; x < d; ++x) dot += double(q[s.q_head_offset(bh) + int64_t(r) * d + x]) * k[s.kv_head_offset(bh) + int64_t(key) * d + x];
             tile_max = std::max(tile_max, dot * s.softmax_scale() * 1.4426950408889634);
           }
-          if (tile > 0) least_rise[tile] = std::min(least_rise[tile], tile_max - running);
-          if (tile > 0) most_rise[tile] = std::max(most_rise[tile], tile_max - running);
+          if (tile > 0) {
+            least_rise[tile] = std::min(least_rise[tile], tile_max - running);
+            most_rise[tile] = std::max(most_rise[tile], tile_max - running);
+          }
           running = std::max(running, tile_max);
         }
       }
