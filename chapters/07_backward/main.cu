@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
       if (problem.needs_forward) {
         const ForwardKernel& forward = forward_for_backward();
         const std::string why = support_reason(forward, shape);
-        if (!why.empty()) throw std::invalid_argument("the forward (ch04_registers) cannot run this shape: " + why);
+        if (!why.empty()) throw std::invalid_argument("the forward (" + forward.name + ") cannot run this shape: " + why);
         run_forward_for(problem, forward);
         std::printf("%s: O and LSE from %s\n", dtype_name(dtype), forward.name.c_str());
       }
