@@ -97,6 +97,10 @@ template <int kPending>
 __device__ inline void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
+/// Makes this thread's ordinary shared-memory stores visible to the asynchronous proxy, which
+/// wgmma and TMA read through: needed between writing an operand with st.shared and a wgmma
+/// that reads it from shared memory.
+__device__ inline void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 /// Keeps the compiler from moving reads or writes of an accumulator across a wgmma boundary.
 template <int kN>
 __device__ inline void fence_operands(float (&d)[kN]) {

@@ -213,8 +213,11 @@ __device__ inline void turn_give(int consumer) {
 /// variant 4, e4m3 in variant 5). `ops` provides wait_k(j), wait_v(j), release_k(j),
 /// release_v(j); scores(j, s) and pv(j), each issuing and committing one wgmma group;
 /// softmax(j, s, rescale) (mask, online softmax, P left in s); rescale_out(rescale); pack(s)
-/// (P into the A fragments pv reads); fence_out().
-template <class Ops>
+/// (P into the A fragments pv reads); fence_out(). kTurns: the two consumers take turns issuing
+/// (variants 4 and 5 with two consumers; variant 5's three consumers issue when ready).
+/// kPackEarly: pack P_{j+1} before waiting for P_j V_j, which is only right when pack writes
+/// somewhere P_j V_j does not read (variant 5's second P buffer in shared memory).
+template <bool kTurns = true, bool kPackEarly = false, class Ops>
 __device__ inline void pingpong_schedule(Ops& ops, int n_tiles, int consumer) {
   //! [pingpong]
   // Tile 0's scores and softmax first; then per step: [my turn] issue S_{j+1} and P_j V_j,
@@ -222,14 +225,14 @@ __device__ inline void pingpong_schedule(Ops& ops, int n_tiles, int consumer) {
   // Each consumer takes n_tiles + 1 turns, alternating, consumer 0 first: consumer 1 gives it
   // the first one, and does not give back after its own last turn (nobody would take it).
   if (n_tiles == 0) return;
-  if (consumer == 1) turn_give(0);
+  if (kTurns && consumer == 1) turn_give(0);
   {
     float s[kBlockN / 2];
     float rescale[2];
     ops.wait_k(0);
-    turn_wait(consumer);
+    if (kTurns) turn_wait(consumer);
     ops.scores(0, s);
-    turn_give(1 - consumer);
+    if (kTurns) turn_give(1 - consumer);
     hopper::wgmma_wait<0>();
     hopper::fence_operands(s);
     ops.release_k(0);
@@ -241,24 +244,25 @@ __device__ inline void pingpong_schedule(Ops& ops, int n_tiles, int consumer) {
     float rescale[2];
     ops.wait_k(j + 1);
     ops.wait_v(j);
-    turn_wait(consumer);
+    if (kTurns) turn_wait(consumer);
     ops.scores(j + 1, s);
     ops.pv(j);
-    turn_give(1 - consumer);
+    if (kTurns) turn_give(1 - consumer);
     hopper::wgmma_wait<1>();  // S_{j+1} is done; P_j V_j may still run
     hopper::fence_operands(s);
     ops.release_k(j + 1);
     ops.softmax(j + 1, s, rescale);
+    if (kPackEarly) ops.pack(s);  // into the other P buffer, while P_j V_j still reads its own
     hopper::wgmma_wait<0>();
     ops.fence_out();
     ops.release_v(j);
     ops.rescale_out(rescale);  // O now holds P_j V_j too: bring it to the new max
-    ops.pack(s);
+    if (!kPackEarly) ops.pack(s);
   }
   ops.wait_v(n_tiles - 1);  // the last tile's P V, in the last turn
-  turn_wait(consumer);
+  if (kTurns) turn_wait(consumer);
   ops.pv(n_tiles - 1);
-  if (consumer == 0) turn_give(1);
+  if (kTurns && consumer == 0) turn_give(1);
   hopper::wgmma_wait<0>();
   ops.fence_out();
   ops.release_v(n_tiles - 1);

@@ -43,11 +43,13 @@ using namespace fa::hopper;
 
 constexpr int kRows8 = 128;                  // rows per Q block, keys per K/V block (and per scale)
 constexpr uint64_t kSignSeed = 0x5EED;       // the incoherent-processing signs (as algorithm.h)
-constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers), kStages = 4;  // e4m3 tiles are small: 4 stages fit
+constexpr int kStages = 4;                    // e4m3 tiles are small: 4 stages fit
 /// Bytes of one tile: 128 rows of head_dim e4m3 (Q, K), or head_dim rows of 128 keys (V^T).
 template <int kD>
 constexpr int kTileBytes8 = kRows8 * kD;
-constexpr int kBlockM8 = 64 * kConsumers;   // = kRows8: a Q tile is one scale block
+/// Consumer warpgroups (64 Q rows each): three at head_dim 128, two at 64 (see kThreeConsumers).
+template <int kD>
+constexpr int kConsumers8 = kD == 128 ? 3 : 2;
 
 // ---- preprocessing ------------------------------------------------------------------------
 
@@ -242,11 +244,15 @@ struct Fp8Scales {
   int q_blocks, kv_blocks;
 };
 
-// Q tile, kStages K tiles, kStages V^T tiles; barriers q_full, k_full, v_full, k_empty, v_empty.
+// Q tile (64 rows per consumer), kStages K tiles, kStages V^T tiles; with three consumers two P
+// tiles per consumer (P goes through shared memory there); barriers q_full, k_full, v_full,
+// k_empty, v_empty.
 template <int kD>
 struct Fp8Smem {
-  static constexpr int kTile = kTileBytes8<kD>;
-  static constexpr int kQ = 0, kK = kTile, kV = kK + kStages * kTile, kBars = kV + kStages * kTile;
+  static constexpr int kC = kConsumers8<kD>;
+  static constexpr int kTile = kTileBytes8<kD>, kQTile = 64 * kC * kD, kPTile = 64 * kBlockN;
+  static constexpr int kQ = 0, kK = kQTile, kV = kK + kStages * kTile, kP = kV + kStages * kTile;
+  static constexpr int kBars = kP + (kC == 3 ? 2 * kC * kPTile : 0);
   static constexpr int kBytes = kBars + 8 * (1 + 4 * kStages) + 1024;
 };
 
@@ -262,19 +268,39 @@ __device__ inline void pack_p_e4m3(const float (&s)[kBlockN / 2], uint32_t (&p)[
   }
 }
 
+//! [three_consumers]
+// At head_dim 128, three consumer warpgroups (192 Q rows per block) instead of two. FP8 halves
+// the tensor cores' time per tile, but not the softmax's: with two consumers the tensor cores
+// waited while both ran their softmax. A third warpgroup's GEMMs fill that time. The register
+// file sets the terms: 4 warpgroups share 64K registers, so a consumer gets 160 (the producer
+// keeps 24), and O (64) + S (64) fill most of them. P_j, which in variant 4 sits in 16 more
+// registers while S_{j+1} is computed, goes to shared memory instead (wgmma reads A from there
+// too), in two buffers per warpgroup, so that P_{j+1} can be stored while P_j V_j still reads
+// P_j. Q is read from shared memory. No turns: three warpgroups issue when they are ready.
+template <int kD>
+constexpr bool kThreeConsumers = kConsumers8<kD> == 3;
+//! [three_consumers]
+
 /// The e4m3 operations variant 4's schedule (pingpong_schedule in flash3_tile.cuh) runs here.
 template <int kD>
 struct Fp8Ops {
   using L = Fp8Smem<kD>;
+  static constexpr int kC = L::kC;
+  static constexpr bool kPInSmem = kThreeConsumers<kD>;
   unsigned char* smem;
   const unsigned char* q_rows;
   uint64_t *k_full, *v_full, *k_empty, *v_empty;
   AttentionShape shape;
   const float *k_scales, *v_scales;  // this K/V head's block scales
-  int i0, row0, t, last_block;
+  int mask_i0;  // the first of the kMaskRows rows whose mask test decides whether a tile needs the mask
+  static constexpr int kMaskRows = kC == 2 ? 64 * kC : 64;
+  int row0, t, last_block;
   float scale_log2;  // softmax scale * log2(e) * this Q block's scale
   float v_ref, log2_v_ref;  // O's unit: the largest V block scale among this block's tiles
   float k_next, v_next;     // the next tile's K and V scales, loaded a tile ahead
+  unsigned char* p_tile;    // this warpgroup's first P buffer in shared memory (kPInSmem)
+  uint32_t p_store;         // where this thread's bytes of P go in it, as a shared address (see pack)
+  uint32_t p_cur = 1;       // the buffer pack wrote last, which pv reads
   float out[kD / 2] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   uint32_t p[kBlockN / 32][4] = {};
@@ -284,9 +310,10 @@ struct Fp8Ops {
   __device__ void wait_v(int j) { mbarrier_wait(&v_full[j % kStages], phase(j)); }
   __device__ void release_k(int j) { mbarrier_arrive(&k_empty[j % kStages]); }
   __device__ void release_v(int j) { mbarrier_arrive(&v_empty[j % kStages]); }
-  /// At head_dim 128, S = Q K^T takes Q from registers (wgmma's RS form) instead of shared memory:
-  /// measured 1-5% faster there, and 3% slower at head_dim 64, which keeps Q in shared memory.
-  static constexpr bool kQInRegisters = kD == 128;
+  /// With two consumers at head_dim 128, S = Q K^T could take Q from registers (wgmma's RS form):
+  /// measured 1-5% faster there, and 3% slower at head_dim 64. Three consumers have no registers
+  /// to spare, so Q stays in shared memory everywhere now; the RS path is kept for that experiment.
+  static constexpr bool kQInRegisters = kD == 128 && kC == 2;
   uint32_t q[kD / 32][4];  // this warp's 16 rows of Q as e4m3 A fragments, one per k-step
   /// Reads Q into registers once (ldmatrix treats a pair of e4m3 bytes as one b16 element: its
   /// fragment of a 16 x 16 b16 matrix is exactly an e4m3 A fragment of 16 rows x 32 bytes).
@@ -313,7 +340,7 @@ struct Fp8Ops {
       if constexpr (kQInRegisters) {
         wgmma_m64n128k32_e4m3_rs(s, q[ks], b, ks > 0);
       } else {
-        const uint64_t a = make_desc_sw64(q_rows + ks * 32, 16, 512);
+        const uint64_t a = kD == 128 ? make_desc_sw128(q_rows + ks * 32, 16, 1024) : make_desc_sw64(q_rows + ks * 32, 16, 512);
         wgmma_m64n128k32_e4m3_ss(s, a, b, ks > 0);
       }
     }
@@ -327,7 +354,9 @@ struct Fp8Ops {
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 32; ++kk) {
       const uint64_t b = make_desc_sw128(smem + L::kV + (j % kStages) * L::kTile + kk * 32, 16, 1024);
-      if constexpr (kD == 128) {
+      if constexpr (kPInSmem) {
+        wgmma_m64n128k32_e4m3_ss(out, make_desc_sw128(p_tile + p_cur * kC * L::kPTile + kk * 32, 16, 1024), b, true);
+      } else if constexpr (kD == 128) {
         wgmma_m64n128k32_e4m3_rs(out, p[kk], b, true);
       } else {
         wgmma_m64n64k32_e4m3_rs(out, p[kk], b, true);
@@ -345,7 +374,7 @@ struct Fp8Ops {
   static constexpr float kMaxRise = 0.75f;
   //! [fp8_stale_max]
   __device__ void softmax(int j, float (&s)[kBlockN / 2], float (&rescale)[2]) {
-    if (tile_needs_mask(shape, i0, kBlockM8, j * kBlockN)) mask_scores(s, shape, row0, j * kBlockN, t);
+    if (tile_needs_mask(shape, mask_i0, kMaskRows, j * kBlockN)) mask_scores(s, shape, row0, j * kBlockN, t);
     //! [fp8_units]
     // O stays in units of v_ref for the whole loop: V_j's own scale, as r = v_scale_j / v_ref <= 1,
     // rides in P's exponent next to the 2^8 (kPScale) that lifts P into e4m3's range. l must
@@ -362,17 +391,66 @@ struct Fp8Ops {
     v_next = v_scales[ahead];
   }
   __device__ void rescale_out(const float (&rescale)[2]) { rescale_output<kD>(out, rescale); }
-  __device__ void pack(const float (&s)[kBlockN / 2]) { pack_p_e4m3(s, p); }
+  __device__ void pack(const float (&s)[kBlockN / 2]) {
+    pack_p_e4m3(s, p);
+    if constexpr (kPInSmem) {
+      //! [p_to_smem]
+      // The A fragments' bytes, stored where an SS wgmma reads them, in the buffer pv(j - 1) is not
+      // reading: row r of 128 bytes, 16-byte chunk c at chunk c ^ (r % 8) (the 128-byte swizzle).
+      // p[kk][i] is row 16 warp + g + 8 (i % 2), chunk 2 kk + i / 2, bytes 4t .. 4t + 3 of it. Both
+      // rows are g mod 8, so p_store holds row 16 warp + g, byte 4t and g in the chunk bits: XOR
+      // in the chunk, add 8 rows.
+      p_cur ^= 1u;
+      const uint32_t base = p_store + p_cur * kC * L::kPTile;
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 32; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t at = (base ^ uint32_t((2 * kk + i / 2) * 16)) + (i % 2) * 8 * 128;
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at), "r"(p[kk][i]) : "memory");
+        }
+      // wgmma reads shared memory through the async proxy. Each warp's 16 rows of A feed only its
+      // own 16 rows of O, so the warp's own stores are all that must be visible: no barrier over
+      // the warpgroup (one measured no faster).
+      fence_proxy_async_shared();
+      __syncwarp();
+      //! [p_to_smem]
+    }
+  }
   __device__ void fence_out() { fence_operands(out); }
 };
 
+//! [block_order]
+/// The (Q block, plane) this block takes, the Q block counted from the end (the last Q block of a
+/// plane first). Blocks start in the order of blockIdx.x + gridDim.x * blockIdx.y. Without the
+/// causal mask all blocks are equally long: plane by plane, so that the blocks running at once
+/// share their plane's K and V in L2. With it, a plane's last Q block is its longest: planes are
+/// taken 8 at a time (their K and V still fit in L2 together), and within a group the longest Q
+/// blocks of all 8 planes first, so that the grid ends on short blocks, not on a long one that
+/// started late. (The bf16 variants keep plane by plane: on variant 4 this order measured
+/// 0.96-1.03x.)
+__device__ inline void longest_first(bool causal, int& q_block, int& bh) {
+  if (!causal) {
+    q_block = gridDim.x - 1 - blockIdx.x;
+    bh = blockIdx.y;
+    return;
+  }
+  constexpr int kGroup = 8;
+  const int lin = blockIdx.x + gridDim.x * blockIdx.y, per_group = kGroup * gridDim.x;
+  const int group = lin / per_group, in_group = lin % per_group;
+  const int planes = min(kGroup, int(gridDim.y) - group * kGroup);
+  bh = group * kGroup + in_group % planes;
+  q_block = gridDim.x - 1 - in_group / planes;
+}
+//! [block_order]
+
 template <int kD>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(128 * (1 + kConsumers8<kD>), 1)
     flash3_fp8_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                       const __grid_constant__ CUtensorMap tm_vt, AttentionShape shape, Fp8Scales scales,
                       __nv_bfloat16* o, float* lse) {
-  constexpr int kBlockM = kBlockM8;
   using L = Fp8Smem<kD>;
+  constexpr int kC = L::kC, kBlockM = 64 * kC;
   extern __shared__ unsigned char shared_raw[];
   unsigned char* smem = aligned_smem(shared_raw);
   uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + L::kBars);
@@ -381,18 +459,29 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* k_empty = v_full + kStages;
   uint64_t* v_empty = k_empty + kStages;
 
-  const int tid = threadIdx.x, wg = tid / 128, bh = blockIdx.y;
-  const int q_block = gridDim.x - 1 - blockIdx.x, i0 = q_block * kBlockM;
+  const int tid = threadIdx.x, wg = tid / 128;
+  int q_block, bh;
+  if (kC == 3) {
+    longest_first(shape.causal, q_block, bh);
+  } else {
+    q_block = gridDim.x - 1 - blockIdx.x;
+    bh = blockIdx.y;
+  }
+  // With three consumers, when the 64-row groups do not fill the last block, the first block is
+  // the short one (under the causal mask the cheapest), not the last: its first consumers have no
+  // rows (TMA fills Q rows above 0 with zeros) and only keep the ring's counts.
+  const int empty_groups = kC == 3 ? (3 - (shape.seq_q + 63) / 64 % 3) % 3 : 0;
+  const int i0 = q_block * kBlockM - 64 * empty_groups;
   const int kv_plane = (bh / shape.heads_q) * shape.heads_kv + shape.kv_head(bh % shape.heads_q);
   const int key_end = shape.causal ? shape.visible_keys(min(i0 + kBlockM, shape.seq_q) - 1) : shape.seq_kv;
   const int n_tiles = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
 
-  init_ring(q_full, k_full, v_full, kStages, k_empty, v_empty, 128 * kConsumers);
+  init_ring(q_full, k_full, v_full, kStages, k_empty, v_empty, 128 * kC);
 
   if (wg == 0) {  // the producer, as in variant 3; V^T tiles are (keys, d rows) boxes
     setmaxnreg_dec<24>();
     if (tid == 0) {
-      mbarrier_arrive_expect_tx(q_full, L::kTile);
+      mbarrier_arrive_expect_tx(q_full, L::kQTile);
       tma_load_3d(smem + L::kQ, &tm_q, 0, i0, bh, q_full);
       produce_kv(
           n_tiles, kStages, k_empty, v_empty,
@@ -408,23 +497,42 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  setmaxnreg_inc<240>();
-  const int consumer = wg - 1, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int row0 = i0 + 64 * consumer + 16 * warp + g;
-  const float scale_q = scales.q[int64_t(bh) * scales.q_blocks + q_block];
+  setmaxnreg_inc<kC == 2 ? 240 : 160>();  // 128 x (24 + kC x this) <= 65536 registers
+  // consumer and warp through a shuffle from lane 0: the compiler then knows they are the same in
+  // every lane of a warp, and keeps what derives from them in uniform registers.
+  const int consumer = __shfl_sync(0xFFFFFFFFu, wg - 1, 0), warp = __shfl_sync(0xFFFFFFFFu, (tid % 128) / 32, 0);
+  const int lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int c0 = i0 + 64 * consumer, row0 = c0 + 16 * warp + g;
+  // With two consumers both take the block's tiles. With three, a consumer stops at its own last
+  // visible tile (under the causal mask the first one's rows see up to 128 keys fewer) and only
+  // waits for and releases the rest, so the ring's counts stay the same.
+  int my_tiles = n_tiles;
+  if (kC != 2) {
+    const int my_end = c0 >= shape.seq_q || c0 < 0 ? 0 : shape.causal ? shape.visible_keys(min(c0 + 64, shape.seq_q) - 1) : shape.seq_kv;
+    my_tiles = my_end > 0 ? min(n_tiles, (my_end + kBlockN - 1) / kBlockN) : 0;
+  }
+  const float scale_q = scales.q[int64_t(bh) * scales.q_blocks + min(max(c0, 0) / kRows8, scales.q_blocks - 1)];
   const float* k_scales = scales.k + int64_t(kv_plane) * scales.kv_blocks;
   const float* v_scales = scales.v + int64_t(kv_plane) * scales.kv_blocks;
   // O's unit: the largest V scale over the tiles this block reads (1 if they are all zero).
   float v_ref = 0.0f;
-  for (int j = lane; j < n_tiles; j += 32) v_ref = fmaxf(v_ref, v_scales[j]);
+  for (int j = lane; j < my_tiles; j += 32) v_ref = fmaxf(v_ref, v_scales[j]);
   v_ref = warp_all_reduce(v_ref, MaxOp());
   if (v_ref == 0.0f) v_ref = 1.0f;
-  Fp8Ops<kD> ops{smem, smem + L::kQ + consumer * 64 * kD, k_full, v_full, k_empty, v_empty, shape, k_scales, v_scales, i0, row0, t,
-                 scales.kv_blocks - 1, float(shape.softmax_scale()) * 1.4426950408889634f * scale_q, v_ref, __log2f(v_ref),
-                 k_scales[0], v_scales[0]};
+  Fp8Ops<kD> ops{smem, smem + L::kQ + consumer * 64 * kD, k_full, v_full, k_empty, v_empty, shape, k_scales, v_scales,
+                 kC == 2 ? i0 : c0, row0, t, scales.kv_blocks - 1,
+                 float(shape.softmax_scale()) * 1.4426950408889634f * scale_q, v_ref, __log2f(v_ref), k_scales[0], v_scales[0],
+                 smem + L::kP + consumer * L::kPTile,
+                 smem_addr(smem + L::kP + consumer * L::kPTile) + (16 * warp + g) * 128 + 16 * g + 4 * t};
   mbarrier_wait(q_full, 0);
   ops.load_q(warp, lane);
-  pingpong_schedule(ops, n_tiles, consumer);
+  pingpong_schedule</*kTurns=*/kC == 2, /*kPackEarly=*/kC == 3>(ops, my_tiles, consumer);
+  for (int j = my_tiles; j < n_tiles; ++j) {
+    ops.wait_k(j);
+    ops.release_k(j);
+    ops.wait_v(j);
+    ops.release_v(j);
+  }
   // O_true = out * v_ref / 2^8 / l, with l itself 2^8 too large: take the 2^8 out of l (for the
   // LSE), and put it into the factor.
   static_assert(kPScale == 256.0f, "the exponent offset passed to online_softmax is log2(kPScale)");
@@ -432,7 +540,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   ops.l[0] /= kPScale;
   ops.l[1] /= kPScale;
   rescale_output<kD>(ops.out, factor);
-  write_output<kD>(ops.out, ops.m, ops.l, shape, bh, row0, t, o, lse);
+  if (c0 >= 0) write_output<kD>(ops.out, ops.m, ops.l, shape, bh, row0, t, o, lse);
 }
 
 // ---- host ---------------------------------------------------------------------------------
@@ -488,16 +596,18 @@ void launch_fp8_dim(const ForwardParams& p) {
   CUDA_CHECK_LAUNCH();
   mark_phase(p.stream, "quantize");
 
-  // Q and K rows are kD bytes (64- or 128-byte swizzle); V^T rows are 128 keys = 128 bytes.
-  const CUtensorMap tm_q = make_tensor_map_swizzled(w.q8, 1, kD, s.seq_q, planes_q, kRows8, kD);
+  // Q and K rows are kD bytes (64- or 128-byte swizzle); V^T rows are 128 keys = 128 bytes. A Q
+  // box is 64 rows per consumer warpgroup.
+  constexpr int kC = kConsumers8<kD>;
+  const CUtensorMap tm_q = make_tensor_map_swizzled(w.q8, 1, kD, s.seq_q, planes_q, 64 * kC, kD);
   const CUtensorMap tm_k = make_tensor_map_swizzled(w.k8, 1, kD, s.seq_kv, planes_kv, kRows8, kD);
   const CUtensorMap tm_vt = make_tensor_map_swizzled(w.vt8, 1, w.kv_padded, kD, planes_kv, kD, 128);
   const Fp8Scales scales{w.q_scales, w.k_scales, w.v_scales, w.q_blocks, w.kv_blocks};
   auto kernel = flash3_fp8_kernel<kD>;
   constexpr int kBytes = Fp8Smem<kD>::kBytes;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
-  dim3 grid(unsigned(w.q_blocks), unsigned(planes_q));
-  kernel<<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_vt, s, scales, static_cast<__nv_bfloat16*>(p.o), p.lse);
+  dim3 grid(unsigned(((s.seq_q + 63) / 64 + kC - 1) / kC), unsigned(planes_q));
+  kernel<<<grid, 128 * (1 + kC), kBytes, p.stream>>>(tm_q, tm_k, tm_vt, s, scales, static_cast<__nv_bfloat16*>(p.o), p.lse);
   CUDA_CHECK_LAUNCH();
   mark_phase(p.stream, "attention");
 }
@@ -529,5 +639,4 @@ FA_REGISTER_FORWARD_KERNEL(fp8_kernel("ch06_fp8", 5, "fp8",
 FA_REGISTER_FORWARD_KERNEL(fp8_kernel("ch06_fp8_plain", 6, "fp8_plain",
                                       "control for variant 5: the same kernel without the Hadamard rotation (block scales only)",
                                       launch_fp8<false>));
-
 }  // namespace fa::flash3
