@@ -24,7 +24,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "../05_flash_attention_v2/mma_sync.cuh"
 #include "algorithm.h"
 #include "compare.h"
 #include "cuda_check.h"
@@ -310,39 +309,19 @@ struct Fp8Ops {
   __device__ void wait_v(int j) { mbarrier_wait(&v_full[j % kStages], phase(j)); }
   __device__ void release_k(int j) { mbarrier_arrive(&k_empty[j % kStages]); }
   __device__ void release_v(int j) { mbarrier_arrive(&v_empty[j % kStages]); }
-  /// With two consumers at head_dim 128, S = Q K^T could take Q from registers (wgmma's RS form):
-  /// measured 1-5% faster there, and 3% slower at head_dim 64. Three consumers have no registers
-  /// to spare, so Q stays in shared memory everywhere now; the RS path is kept for that experiment.
-  static constexpr bool kQInRegisters = kD == 128 && kC == 2;
-  uint32_t q[kD / 32][4];  // this warp's 16 rows of Q as e4m3 A fragments, one per k-step
-  /// Reads Q into registers once (ldmatrix treats a pair of e4m3 bytes as one b16 element: its
-  /// fragment of a 16 x 16 b16 matrix is exactly an e4m3 A fragment of 16 rows x 32 bytes).
-  /// Lane l gives the address of row l % 16, 16-byte chunk 2 ks + l / 16, unswizzled by hand.
-  __device__ void load_q(int warp, int lane) {
-    if constexpr (!kQInRegisters) return;
-    const int r = 16 * warp + lane % 16;
-#pragma unroll
-    for (int ks = 0; ks < kD / 32; ++ks) {
-      const int c = 2 * ks + lane / 16;
-      const int stored = c ^ (r % 8);  // the 128-byte swizzle (rows are 128 bytes)
-      flash2::ldmatrix_x4(q[ks], q_rows + r * kD + stored * 16);
-    }
+  /// A K-major e4m3 operand (Q or K) whose rows are kD bytes: the 128-byte swizzle at head_dim
+  /// 128, the 64-byte one at 64 (8-row groups 1024 or 512 bytes apart).
+  __device__ static uint64_t row_desc(const unsigned char* rows) {
+    return kD == 128 ? make_desc_sw128(rows, 16, 1024) : make_desc_sw64(rows, 16, 512);
   }
   __device__ void scores(int j, float (&s)[kBlockN / 2]) {
     //! [fp8_scores]
     // S = Q8 K8^T: kD / 32 wgmma of k = 32 bytes; the true scores are S * scale_q * scale_k.
-    // Rows are kD bytes: the 128-byte swizzle at head_dim 128, the 64-byte one at 64.
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kD / 32; ++ks) {
       const unsigned char* k_tile = smem + L::kK + (j % kStages) * L::kTile;
-      const uint64_t b = kD == 128 ? make_desc_sw128(k_tile + ks * 32, 16, 1024) : make_desc_sw64(k_tile + ks * 32, 16, 512);
-      if constexpr (kQInRegisters) {
-        wgmma_m64n128k32_e4m3_rs(s, q[ks], b, ks > 0);
-      } else {
-        const uint64_t a = kD == 128 ? make_desc_sw128(q_rows + ks * 32, 16, 1024) : make_desc_sw64(q_rows + ks * 32, 16, 512);
-        wgmma_m64n128k32_e4m3_ss(s, a, b, ks > 0);
-      }
+      wgmma_m64n128k32_e4m3_ss(s, row_desc(q_rows + ks * 32), row_desc(k_tile + ks * 32), ks > 0);
     }
     wgmma_commit();
     //! [fp8_scores]
@@ -354,10 +333,8 @@ struct Fp8Ops {
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 32; ++kk) {
       const uint64_t b = make_desc_sw128(smem + L::kV + (j % kStages) * L::kTile + kk * 32, 16, 1024);
-      if constexpr (kPInSmem) {
+      if constexpr (kPInSmem) {  // head_dim 128
         wgmma_m64n128k32_e4m3_ss(out, make_desc_sw128(p_tile + p_cur * kC * L::kPTile + kk * 32, 16, 1024), b, true);
-      } else if constexpr (kD == 128) {
-        wgmma_m64n128k32_e4m3_rs(out, p[kk], b, true);
       } else {
         wgmma_m64n64k32_e4m3_rs(out, p[kk], b, true);
       }
@@ -430,7 +407,7 @@ struct Fp8Ops {
 /// started late. (The bf16 variants keep plane by plane: on variant 4 this order measured
 /// 0.96-1.03x.)
 __device__ inline void longest_first(bool causal, int& q_block, int& bh) {
-  if (!causal) {
+  if (!causal) {  // plane by plane
     q_block = gridDim.x - 1 - blockIdx.x;
     bh = blockIdx.y;
     return;
@@ -461,12 +438,7 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers8<kD>), 1)
 
   const int tid = threadIdx.x, wg = tid / 128;
   int q_block, bh;
-  if (kC == 3) {
-    longest_first(shape.causal, q_block, bh);
-  } else {
-    q_block = gridDim.x - 1 - blockIdx.x;
-    bh = blockIdx.y;
-  }
+  longest_first(kC == 3 && shape.causal, q_block, bh);  // two consumers: plane by plane
   // With three consumers, when the 64-row groups do not fill the last block, the first block is
   // the short one (under the causal mask the cheapest), not the last: its first consumers have no
   // rows (TMA fills Q rows above 0 with zeros) and only keep the ring's counts.
@@ -503,7 +475,8 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers8<kD>), 1)
   const int consumer = __shfl_sync(0xFFFFFFFFu, wg - 1, 0), warp = __shfl_sync(0xFFFFFFFFu, (tid % 128) / 32, 0);
   const int lane = tid % 32, g = lane / 4, t = lane % 4;
   const int c0 = i0 + 64 * consumer, row0 = c0 + 16 * warp + g;
-  // With two consumers both take the block's tiles. With three, a consumer stops at its own last
+  // With two consumers both take the block's tiles (their turns alternate, so both must take the
+  // same number). With three, a consumer stops at its own last
   // visible tile (under the causal mask the first one's rows see up to 128 keys fewer) and only
   // waits for and releases the rest, so the ring's counts stay the same.
   int my_tiles = n_tiles;
@@ -525,7 +498,6 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers8<kD>), 1)
                  smem + L::kP + consumer * L::kPTile,
                  smem_addr(smem + L::kP + consumer * L::kPTile) + (16 * warp + g) * 128 + 16 * g + 4 * t};
   mbarrier_wait(q_full, 0);
-  ops.load_q(warp, lane);
   pingpong_schedule</*kTurns=*/kC == 2, /*kPackEarly=*/kC == 3>(ops, my_tiles, consumer);
   for (int j = my_tiles; j < n_tiles; ++j) {
     ops.wait_k(j);
