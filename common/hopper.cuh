@@ -88,6 +88,19 @@ __device__ inline uint64_t make_desc_sw128(const void* smem, uint32_t leading_by
 __device__ inline uint64_t make_desc_sw64(const void* smem, uint32_t leading_bytes, uint32_t stride_bytes) {
   return (make_desc_sw128(smem, leading_bytes, stride_bytes) & ~(uint64_t(3) << 62)) | (uint64_t(2) << 62);
 }
+/// A descriptor as two 32-bit words, for loops that step through shared memory. The low word
+/// holds the start address and the leading offset; the high word (stride offset, swizzle) is a
+/// constant of the layout. Shared addresses stay below 2^18, so moving the start by b bytes (b a
+/// multiple of 16) adds b / 16 to the low word without a carry into the leading offset: one
+/// 32-bit add per step, where recomputing the whole descriptor takes several instructions.
+__device__ inline uint32_t desc_lo(const void* smem, uint32_t leading_bytes) {
+  return uint32_t(make_desc_sw128(smem, leading_bytes, 0));
+}
+/// The high word for the 128-byte swizzle (swizzle_code 1) or the 64-byte one (2).
+constexpr uint32_t desc_hi(uint32_t stride_bytes, uint32_t swizzle_code) {
+  return ((stride_bytes >> 4) & 0x3FFF) | (swizzle_code << 30);
+}
+__device__ inline uint64_t desc_join(uint32_t lo, uint32_t hi) { return (uint64_t(hi) << 32) | lo; }
 /// Orders this thread's register and shared-memory accesses before the wgmma that follow.
 __device__ inline void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 /// Closes the group of wgmma issued since the last commit.

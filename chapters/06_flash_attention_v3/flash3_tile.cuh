@@ -175,24 +175,38 @@ __device__ inline void issue_pv(float (&out)[kD / 2], const uint32_t (&p)[kBlock
   //! [wgmma_pv]
 }
 
-/// O / l rounded to bf16, and LSE, for this thread's two rows.
-template <int kD>
-__device__ inline void write_output(float (&out)[kD / 2], float (&m)[2], float (&l)[2], const AttentionShape& shape, int bh,
-                                    int row0, int t, __nv_bfloat16* o, float* lse) {
-  float inv[2];
+/// A row's totals from this thread's running max m and partial sum l: l summed over the row's
+/// quad (each thread holds 32 of its 128 columns), 1 / l (0 for a row that saw no key), and the
+/// row's LSE in log2 units (-inf for such a row).
+__device__ inline void row_totals(const float (&m)[2], float (&l)[2], float (&inv)[2], float (&lse_log2)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 1);
     l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 2);
     inv[h] = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+    lse_log2[h] = m[h] == -INFINITY ? -INFINITY : m[h] + log2f(l[h]);
   }
+}
+
+/// O times inv rounded to bf16, and the LSE (given in log2 units), for this thread's two rows.
+template <int kD>
+__device__ inline void store_output(const float (&out)[kD / 2], const float (&inv)[2], const float (&lse_log2)[2],
+                                    const AttentionShape& shape, int bh, int row0, int t, __nv_bfloat16* o, float* lse) {
   hopper::store_rows_bf16(out, o + shape.q_head_offset(bh), row0, shape.seq_q, t, inv);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + 8 * h;
-    if (t == 0 && row < shape.seq_q)
-      lse[int64_t(bh) * shape.seq_q + row] = m[h] == -INFINITY ? -INFINITY : (m[h] + log2f(l[h])) * 0.6931471805599453f;
+    if (t == 0 && row < shape.seq_q) lse[int64_t(bh) * shape.seq_q + row] = lse_log2[h] * 0.6931471805599453f;
   }
+}
+
+/// O / l rounded to bf16, and LSE, for this thread's two rows.
+template <int kD>
+__device__ inline void write_output(const float (&out)[kD / 2], const float (&m)[2], float (&l)[2], const AttentionShape& shape,
+                                    int bh, int row0, int t, __nv_bfloat16* o, float* lse) {
+  float inv[2], lse_log2[2];
+  row_totals(m, l, inv, lse_log2);
+  store_output<kD>(out, inv, lse_log2, shape, bh, row0, t, o, lse);
 }
 
 /// Does K/V tile j0 need the mask for some row of the block [i0, i0 + block_m)?

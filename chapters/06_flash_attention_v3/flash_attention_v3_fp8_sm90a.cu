@@ -119,13 +119,16 @@ __device__ inline void rotate_row(float (&v)[kD / 32], int lane) {
 
 /// Q or K, one block per (128-row block, plane), one warp per 16 rows (a row is kD * 2 coalesced
 /// bytes): rotate (unless kRotate is off: the control kernel), take the block's largest |x|,
-/// then e4m3 with that block's scale.
+/// then e4m3 with that block's scale. Block (0, 0) also sets zero[0 .. zero_count) to 0 (the
+/// attention kernel's split-tail counters, see merge_pieces), saving a launch.
 template <int kD, bool kRotate>
 __global__ void __launch_bounds__(kPrepThreads) quantize_rotated_kernel(const __nv_bfloat16* x, int rows, uint8_t* x8,
-                                                                        float* scales) {
+                                                                        float* scales, int* zero, int zero_count) {
   constexpr int kN = kPrepRowsPerWarp;
   __shared__ float scratch[32];
   const int plane = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (blockIdx.x == 0 && blockIdx.y == 0)
+    for (int i = threadIdx.x; i < zero_count; i += kPrepThreads) zero[i] = 0;
   const int row0 = blockIdx.x * kRows8 + kN * warp;
   float v[kN][kD / 32];
   load_rows<kD, kN>(v, x + int64_t(plane) * rows * kD, row0, rows, lane);
@@ -292,6 +295,7 @@ struct Fp8Ops {
   AttentionShape shape;
   const float *k_scales, *v_scales;  // this K/V head's block scales
   int mask_i0;  // the first of the kMaskRows rows whose mask test decides whether a tile needs the mask
+  int tile0;    // the first K/V tile of this block's range: ring slot j holds tile tile0 + j
   static constexpr int kMaskRows = kC == 2 ? 64 * kC : 64;
   int row0, t, last_block;
   float scale_log2;  // softmax scale * log2(e) * this Q block's scale
@@ -309,32 +313,35 @@ struct Fp8Ops {
   __device__ void wait_v(int j) { mbarrier_wait(&v_full[j % kStages], phase(j)); }
   __device__ void release_k(int j) { mbarrier_arrive(&k_empty[j % kStages]); }
   __device__ void release_v(int j) { mbarrier_arrive(&v_empty[j % kStages]); }
-  /// A K-major e4m3 operand (Q or K) whose rows are kD bytes: the 128-byte swizzle at head_dim
-  /// 128, the 64-byte one at 64 (8-row groups 1024 or 512 bytes apart).
-  __device__ static uint64_t row_desc(const unsigned char* rows) {
-    return kD == 128 ? make_desc_sw128(rows, 16, 1024) : make_desc_sw64(rows, 16, 512);
-  }
+  /// Descriptor high words. Q and K rows are kD bytes: the 128-byte swizzle at head_dim 128, the
+  /// 64-byte one at 64 (8-row groups 1024 or 512 bytes apart). V^T and P rows are 128 bytes.
+  static constexpr uint32_t kRowsHi = kD == 128 ? desc_hi(1024, 1) : desc_hi(512, 2), kKeysHi = desc_hi(1024, 1);
+  /// The descriptor low word of smem's first byte (leading offset 16 bytes): a tile at byte
+  /// offset x of smem has the low word smem_lo + x / 16 (see desc_lo).
+  uint32_t smem_lo;
   __device__ void scores(int j, float (&s)[kBlockN / 2]) {
     //! [fp8_scores]
     // S = Q8 K8^T: kD / 32 wgmma of k = 32 bytes; the true scores are S * scale_q * scale_k.
+    // Descriptors by 32-bit adds (desc_lo): the k-th step starts 32 bytes further in Q and K.
+    const uint32_t q_lo = smem_lo + uint32_t(q_rows - smem) / 16, k_lo = smem_lo + (L::kK + (j % kStages) * L::kTile) / 16;
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < kD / 32; ++ks) {
-      const unsigned char* k_tile = smem + L::kK + (j % kStages) * L::kTile;
-      wgmma_m64n128k32_e4m3_ss(s, row_desc(q_rows + ks * 32), row_desc(k_tile + ks * 32), ks > 0);
-    }
+    for (int ks = 0; ks < kD / 32; ++ks)
+      wgmma_m64n128k32_e4m3_ss(s, desc_join(q_lo + 2 * ks, kRowsHi), desc_join(k_lo + 2 * ks, kRowsHi), ks > 0);
     wgmma_commit();
     //! [fp8_scores]
   }
   __device__ void pv(int j) {
     //! [fp8_pv]
     // O += P8 V8: B = the V^T tile, K-major (keys contiguous in each of its kD rows of 128 bytes).
+    const uint32_t v_lo = smem_lo + (L::kV + (j % kStages) * L::kTile) / 16;
+    const uint32_t p_lo = smem_lo + uint32_t(p_tile - smem) / 16 + p_cur * (kC * L::kPTile / 16);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 32; ++kk) {
-      const uint64_t b = make_desc_sw128(smem + L::kV + (j % kStages) * L::kTile + kk * 32, 16, 1024);
+      const uint64_t b = desc_join(v_lo + 2 * kk, kKeysHi);
       if constexpr (kPInSmem) {  // head_dim 128
-        wgmma_m64n128k32_e4m3_ss(out, make_desc_sw128(p_tile + p_cur * kC * L::kPTile + kk * 32, 16, 1024), b, true);
+        wgmma_m64n128k32_e4m3_ss(out, desc_join(p_lo + 2 * kk, kKeysHi), b, true);
       } else {
         wgmma_m64n64k32_e4m3_rs(out, p[kk], b, true);
       }
@@ -351,7 +358,8 @@ struct Fp8Ops {
   static constexpr float kMaxRise = 0.75f;
   //! [fp8_stale_max]
   __device__ void softmax(int j, float (&s)[kBlockN / 2], float (&rescale)[2]) {
-    if (tile_needs_mask(shape, mask_i0, kMaskRows, j * kBlockN)) mask_scores(s, shape, row0, j * kBlockN, t);
+    const int key0 = (tile0 + j) * kBlockN;
+    if (tile_needs_mask(shape, mask_i0, kMaskRows, key0)) mask_scores(s, shape, row0, key0, t);
     //! [fp8_units]
     // O stays in units of v_ref for the whole loop: V_j's own scale, as r = v_scale_j / v_ref <= 1,
     // rides in P's exponent next to the 2^8 (kPScale) that lifts P into e4m3's range. l must
@@ -363,7 +371,7 @@ struct Fp8Ops {
     //! [fp8_units]
     // The scales were loaded one tile ahead: a global load here would put its latency on the
     // softmax's critical path every tile.
-    const int ahead = min(j + 1, last_block);
+    const int ahead = min(tile0 + j + 1, last_block);
     k_next = k_scales[ahead];
     v_next = v_scales[ahead];
   }
@@ -397,34 +405,126 @@ struct Fp8Ops {
   __device__ void fence_out() { fence_operands(out); }
 };
 
+/// The grid, one dimension: `blocks` (Q block, plane) pairs, of which those from split_from on
+/// each run as `pieces` blocks that share the block's K/V tiles (tail_pieces in algorithm.h), and where
+/// those pieces leave their partial results.
+struct Fp8Grid {
+  int q_blocks, planes, split_from, pieces;
+  float* records;  // per tail block, piece, consumer and warp: O / l and LSE (merge_pieces)
+  int* counters;   // per tail block, consumer and warp: how many pieces are done
+};
+
+/// Block `block` of the grid: work item `item` (an index for longest_first), as piece `piece` of
+/// `pieces` (a block before split_from is one whole piece); `tail` counts the split items.
+struct Piece {
+  int item, piece, pieces, tail;
+  __device__ Piece(const Fp8Grid& grid, int block) {
+    const int split = block - grid.split_from;
+    pieces = split < 0 ? 1 : grid.pieces;
+    tail = split < 0 ? 0 : split / pieces;
+    piece = split < 0 ? 0 : split % pieces;
+    item = split < 0 ? block : grid.split_from + tail;
+  }
+};
+
+/// blockIdx.x, read anew: asm volatile is never merged with an earlier read, so values derived
+/// from it after the tile loop are computed there, not kept in registers through the loop.
+__device__ inline int block_index_again() {
+  int b;
+  asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(b));
+  return b;
+}
+
 //! [block_order]
-/// The (Q block, plane) this block takes, the Q block counted from the end (the last Q block of a
-/// plane first). Blocks start in the order of blockIdx.x + gridDim.x * blockIdx.y. Without the
-/// causal mask all blocks are equally long: plane by plane, so that the blocks running at once
-/// share their plane's K and V in L2. With it, a plane's last Q block is its longest: planes are
-/// taken 8 at a time (their K and V still fit in L2 together), and within a group the longest Q
-/// blocks of all 8 planes first, so that the grid ends on short blocks, not on a long one that
-/// started late. (The bf16 variants keep plane by plane: on variant 4 this order measured
-/// 0.96-1.03x.)
-__device__ inline void longest_first(bool causal, int& q_block, int& bh) {
+/// The (Q block, plane) of work item `item`, the Q block counted from the end (the last Q block
+/// of a plane first). Items start in the order of their index. Without the causal mask all
+/// blocks are equally long: plane by plane, so that the blocks running at once share their
+/// plane's K and V in L2. With it, a plane's last Q block is its longest: planes are taken 8 at
+/// a time (their K and V still fit in L2 together), and within a group the longest Q blocks of
+/// all 8 planes first, so that the grid ends on short blocks, not on a long one that started
+/// late. (The bf16 variants keep plane by plane: on variant 4 this order measured 0.96-1.03x.)
+__device__ inline void longest_first(bool causal, int item, int q_blocks, int planes, int& q_block, int& bh) {
   if (!causal) {  // plane by plane
-    q_block = gridDim.x - 1 - blockIdx.x;
-    bh = blockIdx.y;
+    q_block = q_blocks - 1 - item % q_blocks;
+    bh = item / q_blocks;
     return;
   }
   constexpr int kGroup = 8;
-  const int lin = blockIdx.x + gridDim.x * blockIdx.y, per_group = kGroup * gridDim.x;
-  const int group = lin / per_group, in_group = lin % per_group;
-  const int planes = min(kGroup, int(gridDim.y) - group * kGroup);
-  bh = group * kGroup + in_group % planes;
-  q_block = gridDim.x - 1 - in_group / planes;
+  const int per_group = kGroup * q_blocks;
+  const int group = item / per_group, in_group = item % per_group;
+  const int group_planes = min(kGroup, planes - group * kGroup);
+  bh = group * kGroup + in_group % group_planes;
+  q_block = q_blocks - 1 - in_group / group_planes;
 }
 //! [block_order]
+
+//! [merge_pieces]
+/// The floats of one warp's record: its 16 rows of O / l (kD / 2 per lane) and their LSE (2 per
+/// lane, log2 units).
+template <int kD>
+constexpr int kRecordFloats = (kD / 2 + 2) * 32;
+
+/// The end of a split block, for one warp's 16 rows. Each piece stores its O / l and LSE in its
+/// own record, then counts itself done; the warp that finds all the other pieces done merges
+/// the records, in piece order so that the bits do not depend on which piece came last:
+///   LSE = log2(sum_p 2^LSE_p),  O = sum_p 2^(LSE_p - LSE) O_p.
+/// records: this warp's record of piece 0 (piece p's is p * stride floats further).
+template <int kD>
+__device__ void merge_pieces(float (&out)[kD / 2], const float (&m)[2], float (&l)[2], int piece, int pieces,
+                             float* records, int64_t stride, int* counter, const AttentionShape& shape, int bh, int row0,
+                             int t, __nv_bfloat16* o, float* lse) {
+  const int lane = threadIdx.x % 32;
+  float inv[2], lse_log2[2];
+  row_totals(m, l, inv, lse_log2);
+  float* mine = records + piece * stride;
+#pragma unroll
+  for (int c = 0; c < kD / 8; ++c)  // float4 c of every lane, side by side: 512 coalesced bytes
+    reinterpret_cast<float4*>(mine)[c * 32 + lane] =
+        make_float4(out[4 * c] * inv[0], out[4 * c + 1] * inv[0], out[4 * c + 2] * inv[1], out[4 * c + 3] * inv[1]);
+  reinterpret_cast<float2*>(mine + kD / 2 * 32)[lane] = make_float2(lse_log2[0], lse_log2[1]);
+  __threadfence();  // the record reaches L2 before the count says so
+  __syncwarp();
+  int done = 0;
+  if (lane == 0) done = atomicAdd(counter, 1);
+  if (__shfl_sync(0xFFFFFFFFu, done, 0) != pieces - 1) return;  // another piece merges
+  __threadfence();
+  float top[2] = {-INFINITY, -INFINITY};
+  for (int p = 0; p < pieces; ++p) {
+    const float2 x = __ldcg(reinterpret_cast<const float2*>(records + p * stride + kD / 2 * 32) + lane);
+    top[0] = fmaxf(top[0], x.x);
+    top[1] = fmaxf(top[1], x.y);
+  }
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) out[i] = 0.0f;
+  for (int p = 0; p < pieces; ++p) {
+    const float* rec = records + p * stride;
+    const float2 x = __ldcg(reinterpret_cast<const float2*>(rec + kD / 2 * 32) + lane);
+    const float w[2] = {top[0] == -INFINITY ? 0.0f : exp2f(x.x - top[0]), top[1] == -INFINITY ? 0.0f : exp2f(x.y - top[1])};
+    sum[0] += w[0];
+    sum[1] += w[1];
+#pragma unroll
+    for (int c = 0; c < kD / 8; ++c) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(rec) + c * 32 + lane);
+      out[4 * c] += w[0] * v.x;
+      out[4 * c + 1] += w[0] * v.y;
+      out[4 * c + 2] += w[1] * v.z;
+      out[4 * c + 3] += w[1] * v.w;
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {  // the weights sum to >= 1 (the top piece's is 1), or 0 for a row with no keys
+    inv[h] = sum[h] > 0.0f ? 1.0f / sum[h] : 0.0f;
+    lse_log2[h] = top[h] == -INFINITY ? -INFINITY : top[h] + log2f(sum[h]);
+  }
+  store_output<kD>(out, inv, lse_log2, shape, bh, row0, t, o, lse);
+}
+//! [merge_pieces]
 
 template <int kD>
 __global__ void __launch_bounds__(128 * (1 + kConsumers8<kD>), 1)
     flash3_fp8_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                      const __grid_constant__ CUtensorMap tm_vt, AttentionShape shape, Fp8Scales scales,
+                      const __grid_constant__ CUtensorMap tm_vt, AttentionShape shape, Fp8Scales scales, Fp8Grid grid,
                       __nv_bfloat16* o, float* lse) {
   using L = Fp8Smem<kD>;
   constexpr int kC = L::kC, kBlockM = 64 * kC;
@@ -437,8 +537,9 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers8<kD>), 1)
   uint64_t* v_empty = k_empty + kStages;
 
   const int tid = threadIdx.x, wg = tid / 128;
+  const Piece work(grid, blockIdx.x);
   int q_block, bh;
-  longest_first(kC == 3 && shape.causal, q_block, bh);  // two consumers: plane by plane
+  longest_first(kC == 3 && shape.causal, work.item, grid.q_blocks, grid.planes, q_block, bh);  // two consumers: plane by plane
   // With three consumers, when the 64-row groups do not fill the last block, the first block is
   // the short one (under the causal mask the cheapest), not the last: its first consumers have no
   // rows (TMA fills Q rows above 0 with zeros) and only keep the ring's counts.
@@ -446,7 +547,9 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers8<kD>), 1)
   const int i0 = q_block * kBlockM - 64 * empty_groups;
   const int kv_plane = (bh / shape.heads_q) * shape.heads_kv + shape.kv_head(bh % shape.heads_q);
   const int key_end = shape.causal ? shape.visible_keys(min(i0 + kBlockM, shape.seq_q) - 1) : shape.seq_kv;
-  const int n_tiles = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
+  const int all_tiles = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
+  // This piece's share of the tiles: [tile0, tile0 + n_tiles).
+  const int tile0 = all_tiles * work.piece / work.pieces, n_tiles = all_tiles * (work.piece + 1) / work.pieces - tile0;
 
   init_ring(q_full, k_full, v_full, kStages, k_empty, v_empty, 128 * kC);
 
@@ -459,11 +562,11 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers8<kD>), 1)
           n_tiles, kStages, k_empty, v_empty,
           [&](int j, int stage) {
             mbarrier_arrive_expect_tx(&k_full[stage], L::kTile);
-            tma_load_3d(smem + L::kK + stage * L::kTile, &tm_k, 0, j * kBlockN, kv_plane, &k_full[stage]);
+            tma_load_3d(smem + L::kK + stage * L::kTile, &tm_k, 0, (tile0 + j) * kBlockN, kv_plane, &k_full[stage]);
           },
           [&](int j, int stage) {
             mbarrier_arrive_expect_tx(&v_full[stage], L::kTile);
-            tma_load_3d(smem + L::kV + stage * L::kTile, &tm_vt, j * kBlockN, 0, kv_plane, &v_full[stage]);
+            tma_load_3d(smem + L::kV + stage * L::kTile, &tm_vt, (tile0 + j) * kBlockN, 0, kv_plane, &v_full[stage]);
           });
     }
     return;
@@ -482,21 +585,23 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers8<kD>), 1)
   int my_tiles = n_tiles;
   if (kC != 2) {
     const int my_end = c0 >= shape.seq_q || c0 < 0 ? 0 : shape.causal ? shape.visible_keys(min(c0 + 64, shape.seq_q) - 1) : shape.seq_kv;
-    my_tiles = my_end > 0 ? min(n_tiles, (my_end + kBlockN - 1) / kBlockN) : 0;
+    my_tiles = my_end > 0 ? max(0, min(tile0 + n_tiles, (my_end + kBlockN - 1) / kBlockN) - tile0) : 0;
   }
   const float scale_q = scales.q[int64_t(bh) * scales.q_blocks + min(max(c0, 0) / kRows8, scales.q_blocks - 1)];
   const float* k_scales = scales.k + int64_t(kv_plane) * scales.kv_blocks;
   const float* v_scales = scales.v + int64_t(kv_plane) * scales.kv_blocks;
   // O's unit: the largest V scale over the tiles this block reads (1 if they are all zero).
   float v_ref = 0.0f;
-  for (int j = lane; j < my_tiles; j += 32) v_ref = fmaxf(v_ref, v_scales[j]);
+  for (int j = tile0 + lane; j < tile0 + my_tiles; j += 32) v_ref = fmaxf(v_ref, v_scales[j]);
   v_ref = warp_all_reduce(v_ref, MaxOp());
   if (v_ref == 0.0f) v_ref = 1.0f;
+  const int first = min(tile0, scales.kv_blocks - 1);
   Fp8Ops<kD> ops{smem, smem + L::kQ + consumer * 64 * kD, k_full, v_full, k_empty, v_empty, shape, k_scales, v_scales,
-                 kC == 2 ? i0 : c0, row0, t, scales.kv_blocks - 1,
-                 float(shape.softmax_scale()) * 1.4426950408889634f * scale_q, v_ref, __log2f(v_ref), k_scales[0], v_scales[0],
-                 smem + L::kP + consumer * L::kPTile,
+                 kC == 2 ? i0 : c0, tile0, row0, t, scales.kv_blocks - 1,
+                 float(shape.softmax_scale()) * 1.4426950408889634f * scale_q, v_ref, __log2f(v_ref), k_scales[first],
+                 v_scales[first], smem + L::kP + consumer * L::kPTile,
                  smem_addr(smem + L::kP + consumer * L::kPTile) + (16 * warp + g) * 128 + 16 * g + 4 * t};
+  ops.smem_lo = desc_lo(smem, 16);
   mbarrier_wait(q_full, 0);
   pingpong_schedule</*kTurns=*/kC == 2, /*kPackEarly=*/kC == 3>(ops, my_tiles, consumer);
   for (int j = my_tiles; j < n_tiles; ++j) {
@@ -512,15 +617,45 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers8<kD>), 1)
   ops.l[0] /= kPScale;
   ops.l[1] /= kPScale;
   rescale_output<kD>(ops.out, factor);
-  if (c0 >= 0) write_output<kD>(ops.out, ops.m, ops.l, shape, bh, row0, t, o, lse);
+  if (c0 < 0) return;  // an empty group of the short block
+  // The piece again, from blockIdx.x: kept through the loop, it cost the loop registers.
+  const Piece again(grid, block_index_again());
+  if (again.pieces == 1) {
+    write_output<kD>(ops.out, ops.m, ops.l, shape, bh, row0, t, o, lse);
+  } else {
+    const int warp_slot = consumer * 4 + warp;  // this warp's record and counter within the block's
+    constexpr int64_t kRecord = kRecordFloats<kD>, kBlockRecords = kC * 4 * kRecord;
+    merge_pieces<kD>(ops.out, ops.m, ops.l, again.piece, again.pieces,
+                     grid.records + int64_t(again.tail) * again.pieces * kBlockRecords + warp_slot * kRecord, kBlockRecords,
+                     grid.counters + int64_t(again.tail) * kC * 4 + warp_slot, shape, bh, row0, t, o, lse);
+  }
 }
 
 // ---- host ---------------------------------------------------------------------------------
 
+/// Block slots on the current GPU for the attention kernel at head_dim kD (SMs x blocks per SM),
+/// or 0 when there is no GPU to ask.
+template <int kD>
+int fp8_block_slots() {
+  int device = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  auto kernel = flash3_fp8_kernel<kD>;
+  constexpr int kBytes = Fp8Smem<kD>::kBytes;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128 * (1 + kConsumers8<kD>), kBytes));
+  return sms * per_sm;
+}
+
 struct Fp8Workspace {
   uint8_t *q8, *k8, *vt8;
   float *q_scales, *k_scales, *v_scales;
-  int q_blocks, kv_blocks, kv_padded;
+  float* records;  // the split tail's partial results (Fp8Grid)
+  int* counters;
+  int q_blocks, kv_blocks, kv_padded, counter_count;
+  Fp8TailSplit split;
   std::size_t bytes;  // all of it, each part 256-byte aligned
 };
 
@@ -530,6 +665,7 @@ Fp8Workspace carve_workspace(const AttentionShape& s, void* base) {
   w.q_blocks = (s.seq_q + kRows8 - 1) / kRows8;
   w.kv_blocks = (s.seq_kv + kRows8 - 1) / kRows8;
   w.kv_padded = w.kv_blocks * kRows8;
+  w.split = fp8_tail_split(s);
   const int64_t planes_q = int64_t(s.batch) * s.heads_q, planes_kv = int64_t(s.batch) * s.heads_kv;
   auto* p = static_cast<unsigned char*>(base);
   std::size_t at = 0;
@@ -545,6 +681,13 @@ Fp8Workspace carve_workspace(const AttentionShape& s, void* base) {
   w.q_scales = reinterpret_cast<float*>(take(std::size_t(planes_q) * w.q_blocks * sizeof(float)));
   w.k_scales = reinterpret_cast<float*>(take(std::size_t(planes_kv) * w.kv_blocks * sizeof(float)));
   w.v_scales = reinterpret_cast<float*>(take(std::size_t(planes_kv) * w.kv_blocks * sizeof(float)));
+  // One record per warp of every piece of every tail block; one counter per warp of every tail block.
+  const int warps = 4 * (s.head_dim == 128 ? kConsumers8<128> : kConsumers8<64>);
+  const int record = s.head_dim == 128 ? kRecordFloats<128> : kRecordFloats<64>;
+  const int split_warps = w.split.pieces > 1 ? w.split.tail * warps : 0;
+  w.counter_count = split_warps;
+  w.records = reinterpret_cast<float*>(take(std::size_t(split_warps) * w.split.pieces * record * sizeof(float)));
+  w.counters = reinterpret_cast<int*>(take(std::size_t(split_warps) * sizeof(int)));
   w.bytes = at;
   return w;
 }
@@ -560,9 +703,11 @@ void launch_fp8_dim(const ForwardParams& p) {
   const auto* q = static_cast<const __nv_bfloat16*>(p.q);
   const auto* k = static_cast<const __nv_bfloat16*>(p.k);
   const auto* v = static_cast<const __nv_bfloat16*>(p.v);
-  quantize_rotated_kernel<kD, kRotate><<<dim3(w.q_blocks, planes_q), kPrepThreads, 0, p.stream>>>(q, s.seq_q, w.q8, w.q_scales);
+  quantize_rotated_kernel<kD, kRotate>
+      <<<dim3(w.q_blocks, planes_q), kPrepThreads, 0, p.stream>>>(q, s.seq_q, w.q8, w.q_scales, w.counters, w.counter_count);
   CUDA_CHECK_LAUNCH();
-  quantize_rotated_kernel<kD, kRotate><<<dim3(w.kv_blocks, planes_kv), kPrepThreads, 0, p.stream>>>(k, s.seq_kv, w.k8, w.k_scales);
+  quantize_rotated_kernel<kD, kRotate>
+      <<<dim3(w.kv_blocks, planes_kv), kPrepThreads, 0, p.stream>>>(k, s.seq_kv, w.k8, w.k_scales, nullptr, 0);
   CUDA_CHECK_LAUNCH();
   quantize_v_kernel<kD><<<dim3(w.kv_blocks, planes_kv), kPrepThreads, 0, p.stream>>>(v, s.seq_kv, w.kv_padded, w.vt8, w.v_scales);
   CUDA_CHECK_LAUNCH();
@@ -578,8 +723,13 @@ void launch_fp8_dim(const ForwardParams& p) {
   auto kernel = flash3_fp8_kernel<kD>;
   constexpr int kBytes = Fp8Smem<kD>::kBytes;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
-  dim3 grid(unsigned(((s.seq_q + 63) / 64 + kC - 1) / kC), unsigned(planes_q));
-  kernel<<<grid, 128 * (1 + kC), kBytes, p.stream>>>(tm_q, tm_k, tm_vt, s, scales, static_cast<__nv_bfloat16*>(p.o), p.lse);
+  const int q_blocks = ((s.seq_q + 63) / 64 + kC - 1) / kC;
+  const Fp8TailSplit& split = w.split;
+  const int split_from = split.blocks - (split.pieces > 1 ? split.tail : 0);
+  const Fp8Grid grid{q_blocks, planes_q, split_from, split.pieces, w.records, w.counters};
+  const unsigned blocks = unsigned(split_from + (split.blocks - split_from) * split.pieces);
+  kernel<<<blocks, 128 * (1 + kC), kBytes, p.stream>>>(tm_q, tm_k, tm_vt, s, scales, grid, static_cast<__nv_bfloat16*>(p.o),
+                                                      p.lse);
   CUDA_CHECK_LAUNCH();
   mark_phase(p.stream, "attention");
 }
@@ -604,6 +754,28 @@ ForwardKernel fp8_kernel(const char* name, int number, const char* variant, cons
 }
 
 }  // namespace
+
+Fp8TailSplit fp8_tail_split(const AttentionShape& s) {
+  Fp8TailSplit split;
+  if (s.head_dim != 64 && s.head_dim != 128) return split;
+  const int consumers = s.head_dim == 128 ? kConsumers8<128> : kConsumers8<64>;
+  split.blocks = ((s.seq_q + 63) / 64 + consumers - 1) / consumers * s.batch * s.heads_q;
+  if (s.causal) return split;  // causal blocks differ in length: longest first instead
+  // The block slots, asked once per device (the answer does not change).
+  static int cached[64][2] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device >= 64) {
+    (void)cudaGetLastError();
+    return split;
+  }
+  int& slots = cached[device][s.head_dim == 128];
+  if (slots == 0) slots = s.head_dim == 128 ? fp8_block_slots<128>() : fp8_block_slots<64>();
+  split.slots = slots;
+  if (split.slots == 0) return split;
+  split.tail = split.blocks % split.slots;
+  split.pieces = tail_pieces(split.blocks, split.slots, (s.seq_kv + kBlockN - 1) / kBlockN);
+  return split;
+}
 
 FA_REGISTER_FORWARD_KERNEL(fp8_kernel("ch06_fp8", 5, "fp8",
                                       "variant 4 on e4m3: Hadamard-rotated, block-scaled Q/K/V (quantized on the GPU), P in e4m3, bf16 out",

@@ -216,5 +216,22 @@ TEST(Fp8Attention, ErrorOnPlainInputs) {
   EXPECT_LT(lse_err, fp8.lse_abs / 2);
 }
 
+// Variant 5's split-tail choice (tail_pieces) on the H100's 132 block slots: the standard
+// sweep's shapes, a whole number of waves, a grid smaller than one wave, and too few tiles.
+TEST(TailPieces, ShortestLastWave) {
+  using flash3::tail_pieces;
+  EXPECT_EQ(tail_pieces(1376, 132, 128), 2);  // 16k x 16 heads in 192-row blocks: 56 left, 112 halves fit
+  EXPECT_EQ(tail_pieces(1408, 132, 48), 3);   // 88 left: 264 thirds are two waves of a third
+  EXPECT_EQ(tail_pieces(1408, 132, 32), 1);   // ... but thirds of 32 tiles would be under 16 tiles each
+  EXPECT_EQ(tail_pieces(1320, 132, 128), 1);  // ten whole waves
+  EXPECT_EQ(tail_pieces(33, 132, 64), 4);     // a quarter wave: quarters fit
+  EXPECT_EQ(tail_pieces(66, 132, 64), 2);     // 2 and 4 both end in half a block: the smaller wins
+  EXPECT_EQ(tail_pieces(100, 132, 64), 1);    // 200 halves take two half-waves: no gain
+  EXPECT_EQ(tail_pieces(12, 132, 31), 1);     // halves would have under 16 tiles
+  EXPECT_EQ(tail_pieces(12, 132, 32), 2);
+  EXPECT_EQ(tail_pieces(12, 132, 0), 1);
+  EXPECT_EQ(tail_pieces(5, 0, 64), 1);        // no GPU to ask
+}
+
 }  // namespace
 }  // namespace fa

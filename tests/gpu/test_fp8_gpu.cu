@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "../../chapters/06_flash_attention_v3/algorithm.h"
+#include "../../chapters/06_flash_attention_v3/flash_attention_v3.h"
 #include "compare.h"
 #include "cuda_check.h"
 #include "dtype.h"
@@ -190,6 +192,55 @@ TEST(Fp8OnTheGpu, RowMaxJumps) {
                 "GPU %.2e, CPU model %.2e\n",
                 least_rise[2], least_rise[3], s.to_string().c_str(), (unsigned long long)seed, gpu_rmse, cpu);
     EXPECT_LT(gpu_rmse, 1.5 * cpu) << "d " << d << ", seed " << seed;
+  }
+}
+
+// Variant 5's split tail: without the causal mask, the last wave's blocks run as 2, 3 or 4
+// pieces that each take a share of the K/V tiles, and the last piece to finish merges them
+// (merge_pieces). The shapes are built from this GPU's block slots so that all three piece
+// counts occur, once also after a full wave (slots + slots / 2 blocks); 8269 keys (65 tiles: a
+// quarter is 16, the least a piece takes) put a partial tile in the last piece. Each runs against the fp64 oracle (O and LSE), with fresh inputs and
+// poisoned outputs, and the 3-piece one twice for bitwise-identical results (the merge must not
+// depend on which piece finishes last).
+TEST(Fp8OnTheGpu, SplitTailMatchesOracle) {
+  SKIP_WITHOUT_GPU();
+  const ForwardKernel* kernel = find_kernel("ch06_fp8");
+  ASSERT_TRUE(kernel) << "chapter 06's FP8 kernel is not registered";
+  for (int d : {128, 64}) {
+    const int rows = d == 128 ? 192 : 128;  // one Q block per plane
+    const AttentionShape probe = shape_of(1, 1, 1, rows, 8269, d, false);
+    const std::string why = kernel->supports(probe);
+    if (!why.empty()) GTEST_SKIP() << why;
+    const int slots = flash3::fp8_tail_split(probe).slots;
+    ASSERT_GE(slots, 8) << "block slots on this GPU at head_dim " << d;
+    std::set<int> seen;
+    for (int planes : {slots / 4, slots / 3, slots / 2, slots + slots / 2}) {
+      const AttentionShape s = shape_of(1, planes, 1, rows, 8269, d, false);
+      const flash3::Fp8TailSplit split = flash3::fp8_tail_split(s);
+      ASSERT_EQ(split.blocks, planes) << s.to_string();
+      seen.insert(split.pieces);
+      const uint64_t seed = fresh_seed();
+      Problem problem(s, seed);
+      RunOptions options;
+      options.iters = 0;
+      const RunResult r = run_forward(*kernel, problem, options);
+      ASSERT_TRUE(r.ran && r.error.empty()) << r.skipped << r.error;
+      EXPECT_TRUE(r.report.passed()) << s.to_string() << " in " << split.tail << " x " << split.pieces << " pieces, seed "
+                                     << seed << "\n" << r.report.details();
+      if (split.pieces == 3) {
+        std::vector<std::vector<unsigned char>> outputs;
+        for (int run = 0; run < 2; ++run) {
+          ForwardLaunch launch = prepare_forward(*kernel, problem);
+          kernel->launch(launch.params);
+          CUDA_CHECK(cudaDeviceSynchronize());
+          std::vector<unsigned char> bytes = launch.o.download(), lse_bytes = launch.lse.download();
+          bytes.insert(bytes.end(), lse_bytes.begin(), lse_bytes.end());
+          outputs.push_back(std::move(bytes));
+        }
+        EXPECT_TRUE(outputs[0] == outputs[1]) << "3 pieces gave different bits on identical inputs, " << s.to_string();
+      }
+    }
+    EXPECT_EQ(seen, (std::set<int>{2, 3, 4})) << "head_dim " << d << ", " << slots << " block slots";
   }
 }
 
