@@ -1,8 +1,9 @@
 // Where the time goes inside a forward made of several launches (scores, softmax, P*V).
 //
 // A launcher calls mark_phase(stream, "softmax") after each of its phases. Normally that does
-// nothing; while the runner has a PhaseTimer active (for one extra, untimed-by-the-median
-// launch), each mark records a CUDA event, and the timer reports the time between marks.
+// nothing; while the runner has a PhaseTimer active (for extra launches after the timed ones,
+// up to 7, whose phases it reports as medians), each mark records a CUDA event, and the timer
+// reports the time between marks.
 #pragma once
 
 #include <cuda_runtime.h>
