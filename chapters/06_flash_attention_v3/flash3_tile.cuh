@@ -175,9 +175,9 @@ __device__ inline void issue_pv(float (&out)[kD / 2], const uint32_t (&p)[kBlock
   //! [wgmma_pv]
 }
 
-/// A row's totals from this thread's running max m and partial sum l: l summed over the row's
-/// quad (each thread holds 32 of its 128 columns), 1 / l (0 for a row that saw no key), and the
-/// row's LSE in log2 units (-inf for such a row).
+/// A row's totals from this thread's running max m and partial sum l: l summed over the quad of
+/// threads that share the row (each summed the quarter of every tile's keys it holds), 1 / l (0
+/// for a row that saw no key), and the row's LSE in log2 units (-inf for such a row).
 __device__ inline void row_totals(const float (&m)[2], float (&l)[2], float (&inv)[2], float (&lse_log2)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {

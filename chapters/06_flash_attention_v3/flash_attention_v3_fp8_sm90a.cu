@@ -427,14 +427,6 @@ struct Piece {
   }
 };
 
-/// blockIdx.x, read anew: asm volatile is never merged with an earlier read, so values derived
-/// from it after the tile loop are computed there, not kept in registers through the loop.
-__device__ inline int block_index_again() {
-  int b;
-  asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(b));
-  return b;
-}
-
 //! [block_order]
 /// The (Q block, plane) of work item `item`, the Q block counted from the end (the last Q block
 /// of a plane first). Items start in the order of their index. Without the causal mask all
@@ -618,16 +610,14 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers8<kD>), 1)
   ops.l[1] /= kPScale;
   rescale_output<kD>(ops.out, factor);
   if (c0 < 0) return;  // an empty group of the short block
-  // The piece again, from blockIdx.x: kept through the loop, it cost the loop registers.
-  const Piece again(grid, block_index_again());
-  if (again.pieces == 1) {
+  if (work.pieces == 1) {
     write_output<kD>(ops.out, ops.m, ops.l, shape, bh, row0, t, o, lse);
   } else {
     const int warp_slot = consumer * 4 + warp;  // this warp's record and counter within the block's
     constexpr int64_t kRecord = kRecordFloats<kD>, kBlockRecords = kC * 4 * kRecord;
-    merge_pieces<kD>(ops.out, ops.m, ops.l, again.piece, again.pieces,
-                     grid.records + int64_t(again.tail) * again.pieces * kBlockRecords + warp_slot * kRecord, kBlockRecords,
-                     grid.counters + int64_t(again.tail) * kC * 4 + warp_slot, shape, bh, row0, t, o, lse);
+    merge_pieces<kD>(ops.out, ops.m, ops.l, work.piece, work.pieces,
+                     grid.records + int64_t(work.tail) * work.pieces * kBlockRecords + warp_slot * kRecord, kBlockRecords,
+                     grid.counters + int64_t(work.tail) * kC * 4 + warp_slot, shape, bh, row0, t, o, lse);
   }
 }
 
