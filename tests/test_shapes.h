@@ -9,6 +9,7 @@
 #include "problem.h"
 #include "registry.h"
 #include "random.h"
+#include "runner.h"
 
 namespace fa {
 
@@ -36,6 +37,18 @@ inline std::vector<const ForwardKernel*> forward_kernel_pointers() {
   std::vector<const ForwardKernel*> out;
   for (const ForwardKernel& k : forward_kernels()) out.push_back(&k);
   return out;
+}
+
+/// O and then LSE, as bytes, from one launch of `kernel` on the problem's inputs (outputs poisoned
+/// first): what run-to-run determinism tests compare.
+inline std::vector<unsigned char> output_bytes(const ForwardKernel& kernel, Problem& problem) {
+  ForwardLaunch launch = prepare_forward(kernel, problem);
+  kernel.launch(launch.params);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<unsigned char> bytes = launch.o.download();
+  const std::vector<unsigned char> lse_bytes = launch.lse.download();
+  bytes.insert(bytes.end(), lse_bytes.begin(), lse_bytes.end());
+  return bytes;
 }
 
 /// A fresh seed per test: inputs differ from run to run. Tests print it on failure.

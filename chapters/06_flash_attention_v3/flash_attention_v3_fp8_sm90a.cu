@@ -623,6 +623,12 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers8<kD>), 1)
 
 // ---- host ---------------------------------------------------------------------------------
 
+/// Q blocks per plane for the attention kernel: 64-row groups, kConsumers8 of them per block.
+int fp8_q_blocks(const AttentionShape& s) {
+  const int consumers = s.head_dim == 128 ? kConsumers8<128> : kConsumers8<64>;
+  return ((s.seq_q + 63) / 64 + consumers - 1) / consumers;
+}
+
 /// Block slots on the current GPU for the attention kernel at head_dim kD (SMs x blocks per SM),
 /// or 0 when there is no GPU to ask.
 template <int kD>
@@ -713,7 +719,7 @@ void launch_fp8_dim(const ForwardParams& p) {
   auto kernel = flash3_fp8_kernel<kD>;
   constexpr int kBytes = Fp8Smem<kD>::kBytes;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
-  const int q_blocks = ((s.seq_q + 63) / 64 + kC - 1) / kC;
+  const int q_blocks = fp8_q_blocks(s);
   const Fp8TailSplit& split = w.split;
   const int split_from = split.blocks - (split.pieces > 1 ? split.tail : 0);
   const Fp8Grid grid{q_blocks, planes_q, split_from, split.pieces, w.records, w.counters};
@@ -748,8 +754,7 @@ ForwardKernel fp8_kernel(const char* name, int number, const char* variant, cons
 Fp8TailSplit fp8_tail_split(const AttentionShape& s) {
   Fp8TailSplit split;
   if (s.head_dim != 64 && s.head_dim != 128) return split;
-  const int consumers = s.head_dim == 128 ? kConsumers8<128> : kConsumers8<64>;
-  split.blocks = ((s.seq_q + 63) / 64 + consumers - 1) / consumers * s.batch * s.heads_q;
+  split.blocks = fp8_q_blocks(s) * s.batch * s.heads_q;
   if (s.causal) return split;  // causal blocks differ in length: longest first instead
   // The block slots, asked once per device (the answer does not change).
   static int cached[64][2] = {};
