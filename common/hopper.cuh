@@ -83,11 +83,6 @@ __device__ inline uint64_t make_desc_sw128(const void* smem, uint32_t leading_by
   desc |= uint64_t(1) << 62;
   return desc;
 }
-/// The same for the 64-byte swizzle (rows of 64 bytes, e.g. e4m3 at head_dim 64): 8-row groups
-/// 512 bytes apart, bits 62-63 = 2.
-__device__ inline uint64_t make_desc_sw64(const void* smem, uint32_t leading_bytes, uint32_t stride_bytes) {
-  return (make_desc_sw128(smem, leading_bytes, stride_bytes) & ~(uint64_t(3) << 62)) | (uint64_t(2) << 62);
-}
 /// A descriptor as two 32-bit words, for loops that step through shared memory. The low word
 /// holds the start address and the leading offset; the high word (stride offset, swizzle) is a
 /// constant of the layout. Shared addresses stay below 2^18, so moving the start by b bytes (b a
@@ -96,7 +91,8 @@ __device__ inline uint64_t make_desc_sw64(const void* smem, uint32_t leading_byt
 __device__ inline uint32_t desc_lo(const void* smem, uint32_t leading_bytes) {
   return uint32_t(make_desc_sw128(smem, leading_bytes, 0));
 }
-/// The high word for the 128-byte swizzle (swizzle_code 1) or the 64-byte one (2).
+/// The high word for the 128-byte swizzle (swizzle_code 1) or the 64-byte one (2: rows of 64
+/// bytes, e.g. e4m3 at head_dim 64, 8-row groups 512 bytes apart).
 constexpr uint32_t desc_hi(uint32_t stride_bytes, uint32_t swizzle_code) {
   return ((stride_bytes >> 4) & 0x3FFF) | (swizzle_code << 30);
 }

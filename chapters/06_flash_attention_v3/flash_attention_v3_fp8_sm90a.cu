@@ -405,9 +405,9 @@ struct Fp8Ops {
   __device__ void fence_out() { fence_operands(out); }
 };
 
-/// The grid, one dimension: `blocks` (Q block, plane) pairs, of which those from split_from on
-/// each run as `pieces` blocks that share the block's K/V tiles (tail_pieces in algorithm.h), and where
-/// those pieces leave their partial results.
+/// The grid, one dimension: the (Q block, plane) pairs, of which those from split_from on each
+/// run as `pieces` blocks that share the pair's K/V tiles (tail_pieces in algorithm.h), and
+/// where those pieces leave their partial results.
 struct Fp8Grid {
   int q_blocks, planes, split_from, pieces;
   float* records;  // per tail block, piece, consumer and warp: O / l and LSE (merge_pieces)
