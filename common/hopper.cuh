@@ -255,6 +255,27 @@ __device__ inline void wgmma_m64n64k32_e4m3_rs(float (&d)[32], const uint32_t (&
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
 }
 
+/// The same with N = 8 and A from shared memory: 4 floats per thread (row g: d[0], d[1]; row g + 8:
+/// d[2], d[3]). With B all ones, d[0] and d[2] are the sums of A's rows g and g + 8 over k.
+__device__ inline void wgmma_m64n8k32_e4m3_ss(float (&d)[4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, %4, %5, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+}
+
+/// stmatrix.x4: the warp stores four 8 x 8 matrices of 16-bit elements (8 rows of 16 bytes each)
+/// into shared memory. Thread 4 g + t holds, in r[i], row g's bytes 4t .. 4t + 3 of matrix i --
+/// the layout of an mma accumulator or A fragment -- and lane 8 i + k gives the shared address of
+/// row k of matrix i, so each row may sit anywhere (a swizzled tile). One instruction in place of
+/// four 32-bit stores per thread.
+__device__ inline void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]),
+               "r"(r[3])
+               : "memory");
+}
+
 /// This thread's two rows of a wgmma accumulator (64 rows x 2 kN columns, kN floats per thread),
 /// row r0 times scale[0] and row r0 + 8 times scale[1], rounded to bf16 and stored into a
 /// row-major matrix of 2 kN columns that starts at `base`. Rows at or past `rows` are skipped.

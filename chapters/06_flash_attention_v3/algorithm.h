@@ -76,11 +76,13 @@ inline void fp8_attention_cpu(const AttentionShape& s, const float* q, const flo
         lse[int64_t(bh) * s.seq_q + i] = -INFINITY;
         continue;
       }
+      // l sums P as P V uses it: rounded to e4m3 when p_in_fp8 (the kernel at head_dim 128 takes
+      // its row sums from the tensor cores, from that same P).
       float l = 0.0f;
       for (int j = 0; j < s.seq_kv; ++j) {
         p[j] = std::exp(p[j] - m);
-        l += p[j];
         if (recipe.p_in_fp8) p[j] = round_to_e4m3(p[j] * kPScale) / kPScale;
+        l += p[j];
       }
       for (int j = 0; j < s.seq_kv; ++j)
         if (p[j] != 0.0f)

@@ -109,7 +109,9 @@ __device__ inline void mask_scores(float (&s)[kBlockN / 2], const AttentionShape
 /// uses it to keep part of that factor out of l). max_rise > 0 lets a row keep its running max
 /// until a tile's max passes it by more than max_rise (log2 units): P may then reach
 /// 2^max_rise * 2^p_log2_scale, but the row's factor stays exactly 1 (the FP8 variant uses it;
-/// see fp8_stale_max there).
+/// see fp8_stale_max there). kRowSums off: l is left alone (the FP8 variant at head_dim 128 takes
+/// the row sums from the tensor cores instead, see fp8_row_sums there).
+template <bool kRowSums = true>
 __device__ inline void online_softmax(float (&s)[kBlockN / 2], float (&m)[2], float (&l)[2], float (&rescale)[2],
                                       float scale_log2, float p_log2_scale = 0.0f, float l_weight = 1.0f,
                                       float max_rise = 0.0f) {
@@ -131,10 +133,10 @@ __device__ inline void online_softmax(float (&s)[kBlockN / 2], float (&m)[2], fl
 #pragma unroll
       for (int e = 2 * h; e < 2 * h + 2; ++e) {
         s[4 * c + e] = fast_exp2(fmaf(s[4 * c + e], scale_log2, -m_use));
-        row_sum += s[4 * c + e];
+        if (kRowSums) row_sum += s[4 * c + e];
       }
     }
-    l[h] = l[h] * rescale[h] + row_sum * l_weight;
+    if (kRowSums) l[h] = l[h] * rescale[h] + row_sum * l_weight;
     m[h] = m_new;
   }
 }
@@ -176,13 +178,17 @@ __device__ inline void issue_pv(float (&out)[kD / 2], const uint32_t (&p)[kBlock
 }
 
 /// A row's totals from this thread's running max m and partial sum l: l summed over the quad of
-/// threads that share the row (each summed the quarter of every tile's keys it holds), 1 / l (0
-/// for a row that saw no key), and the row's LSE in log2 units (-inf for such a row).
+/// threads that share the row (each summed the quarter of every tile's keys it holds; kQuadSum
+/// off: l is already the whole row's), 1 / l (0 for a row that saw no key), and the row's LSE in
+/// log2 units (-inf for such a row).
+template <bool kQuadSum = true>
 __device__ inline void row_totals(const float (&m)[2], float (&l)[2], float (&inv)[2], float (&lse_log2)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 2);
+    if (kQuadSum) {
+      l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 1);
+      l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 2);
+    }
     inv[h] = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
     lse_log2[h] = m[h] == -INFINITY ? -INFINITY : m[h] + log2f(l[h]);
   }
@@ -200,12 +206,12 @@ __device__ inline void store_output(const float (&out)[kD / 2], const float (&in
   }
 }
 
-/// O / l rounded to bf16, and LSE, for this thread's two rows.
-template <int kD>
+/// O / l rounded to bf16, and LSE, for this thread's two rows (kQuadSum as in row_totals).
+template <int kD, bool kQuadSum = true>
 __device__ inline void write_output(const float (&out)[kD / 2], const float (&m)[2], float (&l)[2], const AttentionShape& shape,
                                     int bh, int row0, int t, __nv_bfloat16* o, float* lse) {
   float inv[2], lse_log2[2];
-  row_totals(m, l, inv, lse_log2);
+  row_totals<kQuadSum>(m, l, inv, lse_log2);
   store_output<kD>(out, inv, lse_log2, shape, bh, row0, t, o, lse);
 }
 
@@ -230,8 +236,9 @@ __device__ inline void turn_give(int consumer) {
 /// (P into the A fragments pv reads); fence_out(). kTurns: the two consumers take turns issuing
 /// (variants 4 and 5 with two consumers; variant 5's three consumers issue when ready).
 /// kPackEarly: pack P_{j+1} before waiting for P_j V_j, which is only right when pack writes
-/// somewhere P_j V_j does not read (variant 5's second P buffer in shared memory).
-template <bool kTurns = true, bool kPackEarly = false, class Ops>
+/// somewhere P_j V_j does not read (variant 5's second P buffer in shared memory). kLateV: wait
+/// for V_j only after S_{j+1} is issued, which needs K alone (variant 5's three consumers).
+template <bool kTurns = true, bool kPackEarly = false, bool kLateV = false, class Ops>
 __device__ inline void pingpong_schedule(Ops& ops, int n_tiles, int consumer) {
   //! [pingpong]
   // Tile 0's scores and softmax first; then per step: [my turn] issue S_{j+1} and P_j V_j,
@@ -257,9 +264,10 @@ __device__ inline void pingpong_schedule(Ops& ops, int n_tiles, int consumer) {
     float s[kBlockN / 2];
     float rescale[2];
     ops.wait_k(j + 1);
-    ops.wait_v(j);
+    if (!kLateV) ops.wait_v(j);
     if (kTurns) turn_wait(consumer);
     ops.scores(j + 1, s);
+    if (kLateV) ops.wait_v(j);
     ops.pv(j);
     if (kTurns) turn_give(1 - consumer);
     hopper::wgmma_wait<1>();  // S_{j+1} is done; P_j V_j may still run

@@ -254,7 +254,8 @@ struct Fp8Smem {
   static constexpr int kC = kConsumers8<kD>;
   static constexpr int kTile = kTileBytes8<kD>, kQTile = 64 * kC * kD, kPTile = 64 * kBlockN;
   static constexpr int kQ = 0, kK = kQTile, kV = kK + kStages * kTile, kP = kV + kStages * kTile;
-  static constexpr int kBars = kP + (kC == 3 ? 2 * kC * kPTile : 0);
+  static constexpr int kOnes = kP + (kC == 3 ? 2 * kC * kPTile : 0);  // 8 rows of 128 e4m3 ones (fp8_row_sums)
+  static constexpr int kBars = kOnes + (kC == 3 ? 1024 : 0);
   static constexpr int kBytes = kBars + 8 * (1 + 4 * kStages) + 1024;
 };
 
@@ -283,12 +284,21 @@ template <int kD>
 constexpr bool kThreeConsumers = kConsumers8<kD> == 3;
 //! [three_consumers]
 
+/// Byte offset in a P buffer of the row that lane gives stmatrix (matrix i = lane / 8 is rows
+/// 16 warp + 8 (i % 2) + 0..7, chunk i / 2 of k-step 0; see pack), swizzled.
+__device__ inline uint32_t p_matrix_row(int warp, int lane) {
+  const int i = lane / 8, row = 16 * warp + 8 * (i % 2) + lane % 8;
+  return row * 128 + ((i / 2) ^ (lane % 8)) * 16;
+}
+
 /// The e4m3 operations variant 4's schedule (pingpong_schedule in flash3_tile.cuh) runs here.
 template <int kD>
 struct Fp8Ops {
   using L = Fp8Smem<kD>;
   static constexpr int kC = L::kC;
   static constexpr bool kPInSmem = kThreeConsumers<kD>;
+  /// At head_dim 128 the row sums come from the tensor cores (see fp8_row_sums).
+  static constexpr bool kTensorSums = kPInSmem;
   unsigned char* smem;
   const unsigned char* q_rows;
   uint64_t *k_full, *v_full, *k_empty, *v_empty;
@@ -302,11 +312,13 @@ struct Fp8Ops {
   float v_ref, log2_v_ref;  // O's unit: the largest V block scale among this block's tiles
   float k_next, v_next;     // the next tile's K and V scales, loaded a tile ahead
   unsigned char* p_tile;    // this warpgroup's first P buffer in shared memory (kPInSmem)
-  uint32_t p_store;         // where this thread's bytes of P go in it, as a shared address (see pack)
+  uint32_t p_store;         // this lane's stmatrix row address in it, for k-step 0 (see pack)
   uint32_t p_cur = 1;       // the buffer pack wrote last, which pv reads
   float out[kD / 2] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   uint32_t p[kBlockN / 32][4] = {};
+  float sums[4] = {};                // kTensorSums: row sums of the P that pv issued last (see fp8_row_sums)
+  float w_soft = 0.0f, w_pv = 0.0f;  // l's weight 1 / r for the P that softmax made last / pv issued last
 
   __device__ static uint32_t phase(int j) { return uint32_t((j / kStages) & 1); }
   __device__ void wait_k(int j) { mbarrier_wait(&k_full[j % kStages], phase(j)); }
@@ -336,6 +348,14 @@ struct Fp8Ops {
     // O += P8 V8: B = the V^T tile, K-major (keys contiguous in each of its kD rows of 128 bytes).
     const uint32_t v_lo = smem_lo + (L::kV + (j % kStages) * L::kTile) / 16;
     const uint32_t p_lo = smem_lo + uint32_t(p_tile - smem) / 16 + p_cur * (kC * L::kPTile / 16);
+    if constexpr (kPInSmem) {
+      // wgmma reads shared memory through the async proxy: pack's stores must be made visible to
+      // it. The fence waits for those stores to land, so it sits here, after S_{j+1} is issued,
+      // not right after the stores (that cost 2-3%). Each warp's 16 rows of P feed only its own
+      // 16 rows of O, so the warp's own stores are all that must be visible: no warpgroup barrier.
+      fence_proxy_async_shared();
+      __syncwarp();
+    }
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 32; ++kk) {
@@ -346,8 +366,39 @@ struct Fp8Ops {
         wgmma_m64n64k32_e4m3_rs(out, p[kk], b, true);
       }
     }
-    wgmma_commit();
+    wgmma_commit_row_sums(p_lo);
     //! [fp8_pv]
+  }
+  //! [fp8_row_sums]
+  // l from the tensor cores (head_dim 128). The softmax's row sums cost an FADD per score; a
+  // wgmma of P against 8 columns of ones (m64n8k32, B a constant tile of e4m3 1.0) gives the same
+  // sums from the P8 that P V uses, in the same commit group. They are read once that group is
+  // done (rescale_out), and enter l as O's columns do: l = (l + sums / r) * rescale. Summing the
+  // rounded P8 also makes l the exact total of the weights O was built from.
+  __device__ void wgmma_commit_row_sums(uint32_t p_lo) {
+    if constexpr (kTensorSums) {
+      const uint32_t ones_lo = smem_lo + L::kOnes / 16;
+      w_pv = w_soft;
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 32; ++kk)
+        wgmma_m64n8k32_e4m3_ss(sums, desc_join(p_lo + 2 * kk, kKeysHi), desc_join(ones_lo + 2 * kk, kKeysHi), kk > 0);
+    }
+    wgmma_commit();
+  }
+  __device__ void rescale_out(const float (&rescale)[2]) {
+    if constexpr (kTensorSums) {
+      l[0] = (l[0] + sums[0] * w_pv) * rescale[0];
+      l[1] = (l[1] + sums[2] * w_pv) * rescale[1];
+    }
+    rescale_output<kD>(out, rescale);
+  }
+  //! [fp8_row_sums]
+  /// After the last P V: its row sums into l.
+  __device__ void last_sums() {
+    if constexpr (kTensorSums) {
+      l[0] += sums[0] * w_pv;
+      l[1] += sums[2] * w_pv;
+    }
   }
   //! [fp8_stale_max]
   // A row keeps its running max m until a tile's max passes m + kMaxRise (log2 units). Until
@@ -363,11 +414,14 @@ struct Fp8Ops {
     //! [fp8_units]
     // O stays in units of v_ref for the whole loop: V_j's own scale, as r = v_scale_j / v_ref <= 1,
     // rides in P's exponent next to the 2^8 (kPScale) that lifts P into e4m3's range. l must
-    // not carry r, so the row sums are divided by it again. (r is floored at 2^-16, which only
-    // an all-zero V block, scale 0, reaches: its P V is 0 whatever P is.)
+    // not carry r, so the row sums are divided by it again (w). An all-zero V block (scale 0)
+    // takes r = 1: its P V is 0 whatever P is, and its P must still count in l. r is floored at
+    // 2^-16.
     const float k_scale_j = k_next, v_scale_j = v_next;
-    const float log2_r = fmaxf(__log2f(v_scale_j) - log2_v_ref, -16.0f);
-    online_softmax(s, m, l, rescale, scale_log2 * k_scale_j, 8.0f + log2_r, fast_exp2(-log2_r), kMaxRise);
+    const float log2_r = v_scale_j == 0.0f ? 0.0f : fmaxf(__log2f(v_scale_j) - log2_v_ref, -16.0f);
+    const float w = fast_exp2(-log2_r);
+    online_softmax<!kTensorSums>(s, m, l, rescale, scale_log2 * k_scale_j, 8.0f + log2_r, w, kMaxRise);
+    w_soft = w;
     //! [fp8_units]
     // The scales were loaded one tile ahead: a global load here would put its latency on the
     // softmax's critical path every tile.
@@ -375,34 +429,28 @@ struct Fp8Ops {
     k_next = k_scales[ahead];
     v_next = v_scales[ahead];
   }
-  __device__ void rescale_out(const float (&rescale)[2]) { rescale_output<kD>(out, rescale); }
   __device__ void pack(const float (&s)[kBlockN / 2]) {
     pack_p_e4m3(s, p);
     if constexpr (kPInSmem) {
       //! [p_to_smem]
       // The A fragments' bytes, stored where an SS wgmma reads them, in the buffer pv(j - 1) is not
       // reading: row r of 128 bytes, 16-byte chunk c at chunk c ^ (r % 8) (the 128-byte swizzle).
-      // p[kk][i] is row 16 warp + g + 8 (i % 2), chunk 2 kk + i / 2, bytes 4t .. 4t + 3 of it. Both
-      // rows are g mod 8, so p_store holds row 16 warp + g, byte 4t and g in the chunk bits: XOR
-      // in the chunk, add 8 rows.
+      // p[kk][i] is row 16 warp + g + 8 (i % 2), chunk 2 kk + i / 2, bytes 4t .. 4t + 3 of it:
+      // exactly what stmatrix takes as matrix i of an x4 (8 rows of 16 bytes, thread g t holding
+      // row g's bytes 4t .. 4t + 3), so one stmatrix per k-step stores all four. Each lane gives
+      // one row's address (p_store, for k-step 0); k-step kk moves the chunk by 2 kk, an XOR.
       p_cur ^= 1u;
       const uint32_t base = p_store + p_cur * kC * L::kPTile;
 #pragma unroll
-      for (int kk = 0; kk < kBlockN / 32; ++kk)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const uint32_t at = (base ^ uint32_t((2 * kk + i / 2) * 16)) + (i % 2) * 8 * 128;
-          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at), "r"(p[kk][i]) : "memory");
-        }
-      // wgmma reads shared memory through the async proxy. Each warp's 16 rows of A feed only its
-      // own 16 rows of O, so the warp's own stores are all that must be visible: no barrier over
-      // the warpgroup (one measured no faster).
-      fence_proxy_async_shared();
-      __syncwarp();
+      for (int kk = 0; kk < kBlockN / 32; ++kk) stmatrix_x4(base ^ uint32_t(32 * kk), p[kk]);
+      // (The fence that makes these stores visible to wgmma is in pv.)
       //! [p_to_smem]
     }
   }
-  __device__ void fence_out() { fence_operands(out); }
+  __device__ void fence_out() {
+    fence_operands(out);
+    if constexpr (kTensorSums) fence_operands(sums);
+  }
 };
 
 /// The grid, one dimension: the (Q block, plane) pairs, of which those from split_from on each
@@ -461,13 +509,13 @@ constexpr int kRecordFloats = (kD / 2 + 2) * 32;
 /// the records, in piece order so that the bits do not depend on which piece came last:
 ///   LSE = log2(sum_p 2^LSE_p),  O = sum_p 2^(LSE_p - LSE) O_p.
 /// records: this warp's record of piece 0 (piece p's is p * stride floats further).
-template <int kD>
+template <int kD, bool kQuadSum>
 __device__ void merge_pieces(float (&out)[kD / 2], const float (&m)[2], float (&l)[2], int piece, int pieces,
                              float* records, int64_t stride, int* counter, const AttentionShape& shape, int bh, int row0,
                              int t, __nv_bfloat16* o, float* lse) {
   const int lane = threadIdx.x % 32;
   float inv[2], lse_log2[2];
-  row_totals(m, l, inv, lse_log2);
+  row_totals<kQuadSum>(m, l, inv, lse_log2);
   float* mine = records + piece * stride;
 #pragma unroll
   for (int c = 0; c < kD / 8; ++c)  // float4 c of every lane, side by side: 512 coalesced bytes
@@ -543,6 +591,10 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers8<kD>), 1)
   // This piece's share of the tiles: [tile0, tile0 + n_tiles).
   const int tile0 = all_tiles * work.piece / work.pieces, n_tiles = all_tiles * (work.piece + 1) / work.pieces - tile0;
 
+  if (Fp8Ops<kD>::kTensorSums) {  // the all-ones B of the row-sum wgmma (e4m3 1.0 = 0x38)
+    if (tid < 256) reinterpret_cast<uint32_t*>(smem + L::kOnes)[tid] = 0x38383838u;
+    fence_proxy_async_shared();  // seen by wgmma after init_ring's __syncthreads
+  }
   init_ring(q_full, k_full, v_full, kStages, k_empty, v_empty, 128 * kC);
 
   if (wg == 0) {  // the producer, as in variant 3; V^T tiles are (keys, d rows) boxes
@@ -592,10 +644,11 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers8<kD>), 1)
                  kC == 2 ? i0 : c0, tile0, row0, t, scales.kv_blocks - 1,
                  float(shape.softmax_scale()) * 1.4426950408889634f * scale_q, v_ref, __log2f(v_ref), k_scales[first],
                  v_scales[first], smem + L::kP + consumer * L::kPTile,
-                 smem_addr(smem + L::kP + consumer * L::kPTile) + (16 * warp + g) * 128 + 16 * g + 4 * t};
+                 smem_addr(smem + L::kP + consumer * L::kPTile) + p_matrix_row(warp, lane)};
   ops.smem_lo = desc_lo(smem, 16);
   mbarrier_wait(q_full, 0);
-  pingpong_schedule</*kTurns=*/kC == 2, /*kPackEarly=*/kC == 3>(ops, my_tiles, consumer);
+  pingpong_schedule</*kTurns=*/kC == 2, /*kPackEarly=*/kC == 3, /*kLateV=*/kC == 3>(ops, my_tiles, consumer);
+  ops.last_sums();
   for (int j = my_tiles; j < n_tiles; ++j) {
     ops.wait_k(j);
     ops.release_k(j);
@@ -610,12 +663,13 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers8<kD>), 1)
   ops.l[1] /= kPScale;
   rescale_output<kD>(ops.out, factor);
   if (c0 < 0) return;  // an empty group of the short block
+  constexpr bool kQuadSum = !Fp8Ops<kD>::kTensorSums;  // tensor-core row sums are whole rows already
   if (work.pieces == 1) {
-    write_output<kD>(ops.out, ops.m, ops.l, shape, bh, row0, t, o, lse);
+    write_output<kD, kQuadSum>(ops.out, ops.m, ops.l, shape, bh, row0, t, o, lse);
   } else {
     const int warp_slot = consumer * 4 + warp;  // this warp's record and counter within the block's
     constexpr int64_t kRecord = kRecordFloats<kD>, kBlockRecords = kC * 4 * kRecord;
-    merge_pieces<kD>(ops.out, ops.m, ops.l, work.piece, work.pieces,
+    merge_pieces<kD, kQuadSum>(ops.out, ops.m, ops.l, work.piece, work.pieces,
                      grid.records + int64_t(work.tail) * work.pieces * kBlockRecords + warp_slot * kRecord, kBlockRecords,
                      grid.counters + int64_t(work.tail) * kC * 4 + warp_slot, shape, bh, row0, t, o, lse);
   }
