@@ -15,7 +15,8 @@
 //   P * 2^8 (inside the exponent) rounded to e4m3 in registers (2^8 keeps small probabilities
 //   above e4m3's floor);
 //   O += P8 V8 with O kept in units of the largest V block scale: each tile's own V scale goes
-//   into P's exponent too (see fp8_units), and O * v_ref / (2^8 l) at the end.
+//   into P's exponent too (see fp8_units), and O * v_ref / (2^8 l) at the end;
+//   at head_dim 128, l from the tensor cores: P8 times a tile of ones (see fp8_row_sums).
 // The CPU model of all this, and its accuracy experiment, is algorithm.h / tests/cpu/test_fp8.cpp.
 // Run: build/bin/ch06_flash_attention_v3 --variant fp8
 #include <cuda_bf16.h>
@@ -351,7 +352,7 @@ struct Fp8Ops {
     if constexpr (kPInSmem) {
       // wgmma reads shared memory through the async proxy: pack's stores must be made visible to
       // it. The fence waits for those stores to land, so it sits here, after S_{j+1} is issued,
-      // not right after the stores (that cost 2-3%). Each warp's 16 rows of P feed only its own
+      // not right after the stores (there it cost 0.4-1.9%). Each warp's 16 rows of P feed only its own
       // 16 rows of O, so the warp's own stores are all that must be visible: no warpgroup barrier.
       fence_proxy_async_shared();
       __syncwarp();
