@@ -386,21 +386,22 @@ struct Fp8Ops {
     }
     wgmma_commit();
   }
-  __device__ void rescale_out(const float (&rescale)[2]) {
-    if constexpr (kTensorSums) {
-      l[0] = (l[0] + sums[0] * w_pv) * rescale[0];
-      l[1] = (l[1] + sums[2] * w_pv) * rescale[1];
-    }
-    rescale_output<kD>(out, rescale);
-  }
-  //! [fp8_row_sums]
-  /// After the last P V: its row sums into l.
-  __device__ void last_sums() {
+  /// The row sums of the P V just finished into l (after the last tile, the kernel calls it too).
+  __device__ void add_sums() {
     if constexpr (kTensorSums) {
       l[0] += sums[0] * w_pv;
       l[1] += sums[2] * w_pv;
     }
   }
+  __device__ void rescale_out(const float (&rescale)[2]) {
+    if constexpr (kTensorSums) {
+      add_sums();
+      l[0] *= rescale[0];
+      l[1] *= rescale[1];
+    }
+    rescale_output<kD>(out, rescale);
+  }
+  //! [fp8_row_sums]
   //! [fp8_stale_max]
   // A row keeps its running max m until a tile's max passes m + kMaxRise (log2 units). Until
   // then P = 2^(x - m + 8) stays below 2^8.75 = 430, inside e4m3's range (448), and the row's
@@ -649,7 +650,7 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers8<kD>), 1)
   ops.smem_lo = desc_lo(smem, 16);
   mbarrier_wait(q_full, 0);
   pingpong_schedule</*kTurns=*/kC == 2, /*kPackEarly=*/kC == 3, /*kLateV=*/kC == 3>(ops, my_tiles, consumer);
-  ops.last_sums();
+  ops.add_sums();  // the last tile's row sums (no rescale follows it)
   for (int j = my_tiles; j < n_tiles; ++j) {
     ops.wait_k(j);
     ops.release_k(j);
