@@ -1,4 +1,5 @@
-// Small device-side pieces more than one chapter uses: warp and block reductions, and a bare exp2.
+// Small device-side pieces more than one chapter uses: quad, warp and block reductions, and a
+// bare exp2.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,6 +23,19 @@ struct MaxOp {
 struct SumOp {
   __device__ float operator()(float a, float b) const { return a + b; }
 };
+
+/// Every lane of a quad (4 consecutive lanes) gets op over the quad's 4 values. An mma.sync or
+/// wgmma accumulator row is spread over the 4 lanes of a quad (thread t of the quad holds
+/// columns 2t and 2t + 1 of every 8), so two xor-shuffles finish a row's max or sum.
+//! [quad_all_reduce]
+template <class T, class Op>
+__device__ __forceinline__ T quad_all_reduce(T value, Op op) {
+  value = op(value, __shfl_xor_sync(0xFFFFFFFFu, value, 1));
+  return op(value, __shfl_xor_sync(0xFFFFFFFFu, value, 2));
+}
+//! [quad_all_reduce]
+__device__ __forceinline__ float quad_max(float value) { return quad_all_reduce(value, MaxOp()); }
+__device__ __forceinline__ float quad_sum(float value) { return quad_all_reduce(value, SumOp()); }
 
 /// Every lane of the warp gets op over the 32 lanes' values. Butterfly (xor) shuffles: five
 /// steps, no shared memory, and no lane has to broadcast the result afterwards.

@@ -55,6 +55,39 @@ __device__ inline void mbarrier_wait(uint64_t* bar, uint32_t phase) {
       : "memory");
 }
 
+/// The bookkeeping of a ring of kStages buffers that a producer fills and consumers drain in
+/// order. Item j (the j-th tile through the ring) goes into stage j % kStages and is that
+/// stage's use number u = j / kStages. Each stage has a "full" mbarrier (the producer's bytes
+/// have landed) and, when the producer must wait for the consumers, an "empty" one (they are
+/// done reading). An mbarrier's phase number starts at 0 and goes up by one each time the
+/// barrier completes; a wait names the parity (0 or 1) of the phase it waits to see completed.
+/// Use u of a stage completes the full barrier's phase u; before use u (u >= 1) the producer
+/// waits for the empty barrier's phase u - 1, completed by the consumers' release of use u - 1.
+//! [ring]
+template <int kStages>
+struct Ring {
+  __device__ static int stage(int j) { return j % kStages; }
+  /// The parity a consumer waits on, on stage(j)'s full barrier, for item j.
+  __device__ static uint32_t full_parity(int j) { return uint32_t((j / kStages) & 1); }
+  /// The parity the producer waits on, on stage(j)'s empty barrier, before loading item j
+  /// (j >= kStages: the first kStages items go into fresh stages and wait for nothing).
+  __device__ static uint32_t empty_parity(int j) { return full_parity(j) ^ 1u; }
+};
+//! [ring]
+
+// ---- named barriers --------------------------------------------------------------------------
+/// bar.sync on hardware barrier `id` (0 is __syncthreads' own; 16 exist) until kThreads threads
+/// (a multiple of 32) have arrived; bar.arrive counts this thread's warp in without waiting. A
+/// kernel names its ids in an enum.
+template <int kThreads>
+__device__ inline void named_barrier_sync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
+}
+template <int kThreads>
+__device__ inline void named_barrier_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
+}
+
 // ---- TMA -----------------------------------------------------------------------------------
 /// Copies the box at coordinates (c0, c1, c2) of a 3-D tensor map into shared memory (dst must be
 /// 128-byte aligned, 1024 for the 128-byte swizzle) and reports its bytes to `bar`.
@@ -198,8 +231,7 @@ __device__ inline void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4]
 
 // D (64 x 128, fp32) = A (64 x 32, e4m3) * B (32 x 128, e4m3) + D: FP8 takes k = 32 per
 // instruction, and both operands must be K-major (no transpose for 8-bit types), so V has to be
-// stored transposed for P V. A from registers: a[0] = row g, k 4t..4t+3 (one byte each, lowest k
-// in the lowest byte), a[1] = row g + 8, same k; a[2], a[3] = the same rows, k 16 + 4t..19 + 4t.
+// stored transposed for P V.
 __device__ inline void wgmma_m64n128k32_e4m3_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -220,27 +252,9 @@ __device__ inline void wgmma_m64n128k32_e4m3_ss(float (&d)[64], uint64_t desc_a,
       : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
 }
 
-__device__ inline void wgmma_m64n128k32_e4m3_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
-      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-      "}, {%64,%65,%66,%67}, %68, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
-}
-
-/// The same with N = 64 (P V at head_dim 64).
+/// The same with N = 64 and A from registers (P V at head_dim 64): a[0] = row g, k 4t..4t+3 (one
+/// byte each, lowest k in the lowest byte), a[1] = row g + 8, same k; a[2], a[3] = the same rows,
+/// k 16 + 4t..19 + 4t.
 __device__ inline void wgmma_m64n64k32_e4m3_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
