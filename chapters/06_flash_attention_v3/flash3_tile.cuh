@@ -13,6 +13,8 @@
 #include "cuda_check.h"
 #include "device_utils.cuh"
 #include "hopper.cuh"
+#include "log2_units.h"
+#include "online_softmax.cuh"
 #include "problem.h"
 #include "registry.h"
 #include "tma.h"
@@ -54,20 +56,19 @@ __device__ inline void init_ring(uint64_t* q_full, uint64_t* k_full, uint64_t* v
   __syncthreads();
 }
 
-/// The producer's loop (variants 3-5): K/V tile j goes into stage j % stages. Before refilling a
+/// The producer's loop (variants 3-5): K/V tile j goes into stage j % kStages. Before refilling a
 /// stage it waits on that stage's empty barrier for the consumers' arrivals from its previous use
-/// (the first `stages` tiles go into fresh stages and wait for nothing). load_k(j, stage) and
-/// load_v(j, stage) announce the bytes on the full barrier and issue the copies.
-template <class LoadK, class LoadV>
-__device__ inline void produce_kv(int n_tiles, int stages, uint64_t* k_empty, uint64_t* v_empty, LoadK load_k,
-                                  LoadV load_v) {
+/// (the first kStages tiles go into fresh stages and wait for nothing; see hopper::Ring).
+/// load_k(j, stage) and load_v(j, stage) announce the bytes on the full barrier and issue the copies.
+template <int kStages, class LoadK, class LoadV>
+__device__ inline void produce_kv(int n_tiles, uint64_t* k_empty, uint64_t* v_empty, LoadK load_k, LoadV load_v) {
+  using R = hopper::Ring<kStages>;
   //! [produce_kv]
   for (int j = 0; j < n_tiles; ++j) {
-    const int stage = j % stages;
-    const uint32_t previous_use = ((j / stages) & 1) ^ 1;
-    if (j >= stages) hopper::mbarrier_wait(&k_empty[stage], previous_use);
+    const int stage = R::stage(j);
+    if (j >= kStages) hopper::mbarrier_wait(&k_empty[stage], R::empty_parity(j));
     load_k(j, stage);
-    if (j >= stages) hopper::mbarrier_wait(&v_empty[stage], previous_use);
+    if (j >= kStages) hopper::mbarrier_wait(&v_empty[stage], R::empty_parity(j));
     load_v(j, stage);
   }
   //! [produce_kv]
@@ -102,43 +103,15 @@ __device__ inline void mask_scores(float (&s)[kBlockN / 2], const AttentionShape
   }
 }
 
-/// Online softmax on the raw scores (scale folded into the exponent), S replaced by P; returns
-/// the factors the running O must be multiplied by, one per row. p_log2_scale multiplies every
-/// P by 2^p_log2_scale for free, inside the exponent (the FP8 variant uses it to bring P into
-/// e4m3's range); l_weight multiplies the tile's row sums before they go into l (the FP8 variant
-/// uses it to keep part of that factor out of l). max_rise > 0 lets a row keep its running max
-/// until a tile's max passes it by more than max_rise (log2 units): P may then reach
-/// 2^max_rise * 2^p_log2_scale, but the row's factor stays exactly 1 (the FP8 variant uses it;
-/// see fp8_stale_max there). kRowSums off: l is left alone (the FP8 variant at head_dim 128 takes
-/// the row sums from the tensor cores instead, see fp8_row_sums there).
-template <bool kRowSums = true>
+/// Online softmax on the raw scores (the scale folded into the exponent), S replaced by P, for
+/// this thread's two rows (row g: s[4c], s[4c + 1]; row g + 8: s[4c + 2], s[4c + 3]); returns
+/// the factors the running O must be multiplied by, one per row.
 __device__ inline void online_softmax(float (&s)[kBlockN / 2], float (&m)[2], float (&l)[2], float (&rescale)[2],
-                                      float scale_log2, float p_log2_scale = 0.0f, float l_weight = 1.0f,
-                                      float max_rise = 0.0f) {
+                                      float scale_log2) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float tile_max = -INFINITY;
-#pragma unroll
-    for (int c = 0; c < kBlockN / 8; ++c) tile_max = fmaxf(tile_max, fmaxf(s[4 * c + 2 * h], s[4 * c + 2 * h + 1]));
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 1));
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 2));
-    const float tile_m = tile_max * scale_log2;
-    const float m_new = max_rise > 0.0f ? (tile_m > m[h] + max_rise ? tile_m : m[h]) : fmaxf(m[h], tile_m);
-    const bool seen = m_new != -INFINITY;
-    rescale[h] = seen ? fast_exp2(m[h] - m_new) : 1.0f;
-    const float m_use = (seen ? m_new : 0.0f) - p_log2_scale;
-    float row_sum = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kBlockN / 8; ++c) {
-#pragma unroll
-      for (int e = 2 * h; e < 2 * h + 2; ++e) {
-        s[4 * c + e] = fast_exp2(fmaf(s[4 * c + e], scale_log2, -m_use));
-        if (kRowSums) row_sum += s[4 * c + e];
-      }
-    }
-    if (kRowSums) l[h] = l[h] * rescale[h] + row_sum * l_weight;
-    m[h] = m_new;
-  }
+  for (int h = 0; h < 2; ++h)
+    rescale[h] = online_softmax_row<kBlockN / 4>([&](int i) -> float& { return s[4 * (i / 2) + 2 * h + i % 2]; }, m[h],
+                                                 l[h], scale_log2);
 }
 
 /// O times the per-row factors. Once the first tiles have been seen a row's running max seldom
@@ -177,18 +150,12 @@ __device__ inline void issue_pv(float (&out)[kD / 2], const uint32_t (&p)[kBlock
   //! [wgmma_pv]
 }
 
-/// A row's totals from this thread's running max m and partial sum l: l summed over the quad of
-/// threads that share the row (each summed the quarter of every tile's keys it holds; kQuadSum
-/// off: l is already the whole row's), 1 / l (0 for a row that saw no key), and the row's LSE in
-/// log2 units (-inf for such a row).
-template <bool kQuadSum = true>
-__device__ inline void row_totals(const float (&m)[2], float (&l)[2], float (&inv)[2], float (&lse_log2)[2]) {
+/// A row's totals from its running max m and its whole sum l (callers that keep a thread's
+/// partial sum add the quad's first: sum_over_quad): 1 / l (0 for a row that saw no key), and the
+/// row's LSE in log2 units (-inf for such a row).
+__device__ inline void row_totals(const float (&m)[2], const float (&l)[2], float (&inv)[2], float (&lse_log2)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (kQuadSum) {
-      l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 1);
-      l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 2);
-    }
     inv[h] = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
     lse_log2[h] = m[h] == -INFINITY ? -INFINITY : m[h] + log2f(l[h]);
   }
@@ -202,16 +169,24 @@ __device__ inline void store_output(const float (&out)[kD / 2], const float (&in
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + 8 * h;
-    if (t == 0 && row < shape.seq_q) lse[int64_t(bh) * shape.seq_q + row] = lse_log2[h] * 0.6931471805599453f;
+    if (t == 0 && row < shape.seq_q) lse[int64_t(bh) * shape.seq_q + row] = lse_log2[h] * kLn2;
   }
 }
 
-/// O / l rounded to bf16, and LSE, for this thread's two rows (kQuadSum as in row_totals).
-template <int kD, bool kQuadSum = true>
+/// Each thread summed the quarter of every tile's keys it holds: l over the quad that shares the
+/// row is the row's whole sum.
+__device__ inline void sum_over_quad(float (&l)[2]) {
+  l[0] = quad_sum(l[0]);
+  l[1] = quad_sum(l[1]);
+}
+
+/// O / l rounded to bf16, and LSE, for this thread's two rows; l is this thread's partial sum.
+template <int kD>
 __device__ inline void write_output(const float (&out)[kD / 2], const float (&m)[2], float (&l)[2], const AttentionShape& shape,
                                     int bh, int row0, int t, __nv_bfloat16* o, float* lse) {
   float inv[2], lse_log2[2];
-  row_totals<kQuadSum>(m, l, inv, lse_log2);
+  sum_over_quad(l);
+  row_totals(m, l, inv, lse_log2);
   store_output<kD>(out, inv, lse_log2, shape, bh, row0, t, o, lse);
 }
 
@@ -220,25 +195,24 @@ __device__ inline bool tile_needs_mask(const AttentionShape& shape, int i0, int 
   return (shape.causal && j0 + kBlockN > shape.visible_keys(i0)) || j0 + kBlockN > shape.seq_kv || i0 + block_m > shape.seq_q;
 }
 
-/// Named barriers 1 and 2 (0 is __syncthreads): "it is consumer c's turn to issue". Both
-/// consumer warpgroups (256 threads) take part: one waits with bar.sync, the other arrives.
-__device__ inline void turn_wait(int consumer) {
-  asm volatile("bar.sync %0, 256;\n" ::"r"(1 + consumer) : "memory");
-}
-__device__ inline void turn_give(int consumer) {
-  asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + consumer) : "memory");
-}
+/// The named barriers of the ping-pong schedule (hardware barrier 0 is __syncthreads'). Both
+/// consumer warpgroups (256 threads) take part in each: the one whose turn it is waits with
+/// bar.sync, the other arrives with bar.arrive.
+enum NamedBarrier : int {
+  kTurnOfConsumer0 = 1,  // "consumer 0 may issue its GEMMs"
+  kTurnOfConsumer1 = 2,  // "consumer 1 may issue its GEMMs"
+};
+constexpr int kTurnThreads = 256;
+__device__ inline int turn_of(int consumer) { return consumer == 0 ? kTurnOfConsumer0 : kTurnOfConsumer1; }
+__device__ inline void turn_wait(int consumer) { hopper::named_barrier_sync<kTurnThreads>(turn_of(consumer)); }
+__device__ inline void turn_give(int consumer) { hopper::named_barrier_arrive<kTurnThreads>(turn_of(consumer)); }
 
-/// Variant 4's schedule for one consumer warpgroup, written once for any operand type (bf16 in
-/// variant 4, e4m3 in variant 5). `ops` provides wait_k(j), wait_v(j), release_k(j),
-/// release_v(j); scores(j, s) and pv(j), each issuing and committing one wgmma group;
-/// softmax(j, s, rescale) (mask, online softmax, P left in s); rescale_out(rescale); pack(s)
-/// (P into the A fragments pv reads); fence_out(). kTurns: the two consumers take turns issuing
-/// (variants 4 and 5 with two consumers; variant 5's three consumers issue when ready).
-/// kPackEarly: pack P_{j+1} before waiting for P_j V_j, which is only right when pack writes
-/// somewhere P_j V_j does not read (variant 5's second P buffer in shared memory). kLateV: wait
-/// for V_j only after S_{j+1} is issued, which needs K alone (variant 5's three consumers).
-template <bool kTurns = true, bool kPackEarly = false, bool kLateV = false, class Ops>
+/// Variant 4's schedule for one of the two consumer warpgroups, written once for any operand
+/// type (bf16 in variant 4, e4m3 in variant 5 at head_dim 64). `ops` provides wait_k(j),
+/// wait_v(j), release_k(j), release_v(j); scores(j, s) and pv(j), each issuing and committing
+/// one wgmma group; softmax(j, s, rescale) (mask, online softmax, P left in s);
+/// rescale_out(rescale); pack(s) (P into the A fragments pv reads); fence_out().
+template <class Ops>
 __device__ inline void pingpong_schedule(Ops& ops, int n_tiles, int consumer) {
   //! [pingpong]
   // Tile 0's scores and softmax first; then per step: [my turn] issue S_{j+1} and P_j V_j,
@@ -246,14 +220,14 @@ __device__ inline void pingpong_schedule(Ops& ops, int n_tiles, int consumer) {
   // Each consumer takes n_tiles + 1 turns, alternating, consumer 0 first: consumer 1 gives it
   // the first one, and does not give back after its own last turn (nobody would take it).
   if (n_tiles == 0) return;
-  if (kTurns && consumer == 1) turn_give(0);
+  if (consumer == 1) turn_give(0);
   {
     float s[kBlockN / 2];
     float rescale[2];
     ops.wait_k(0);
-    if (kTurns) turn_wait(consumer);
+    turn_wait(consumer);
     ops.scores(0, s);
-    if (kTurns) turn_give(1 - consumer);
+    turn_give(1 - consumer);
     hopper::wgmma_wait<0>();
     hopper::fence_operands(s);
     ops.release_k(0);
@@ -264,27 +238,25 @@ __device__ inline void pingpong_schedule(Ops& ops, int n_tiles, int consumer) {
     float s[kBlockN / 2];
     float rescale[2];
     ops.wait_k(j + 1);
-    if (!kLateV) ops.wait_v(j);
-    if (kTurns) turn_wait(consumer);
+    ops.wait_v(j);
+    turn_wait(consumer);
     ops.scores(j + 1, s);
-    if (kLateV) ops.wait_v(j);
     ops.pv(j);
-    if (kTurns) turn_give(1 - consumer);
+    turn_give(1 - consumer);
     hopper::wgmma_wait<1>();  // S_{j+1} is done; P_j V_j may still run
     hopper::fence_operands(s);
     ops.release_k(j + 1);
     ops.softmax(j + 1, s, rescale);
-    if (kPackEarly) ops.pack(s);  // into the other P buffer, while P_j V_j still reads its own
     hopper::wgmma_wait<0>();
     ops.fence_out();
     ops.release_v(j);
     ops.rescale_out(rescale);  // O now holds P_j V_j too: bring it to the new max
-    if (!kPackEarly) ops.pack(s);
+    ops.pack(s);
   }
   ops.wait_v(n_tiles - 1);  // the last tile's P V, in the last turn
-  if (kTurns) turn_wait(consumer);
+  turn_wait(consumer);
   ops.pv(n_tiles - 1);
-  if (kTurns && consumer == 0) turn_give(1);
+  if (consumer == 0) turn_give(1);
   hopper::wgmma_wait<0>();
   ops.fence_out();
   ops.release_v(n_tiles - 1);

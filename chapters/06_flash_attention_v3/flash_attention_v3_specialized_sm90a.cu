@@ -21,6 +21,7 @@
 #include "flash3_tile.cuh"
 #include "flash_attention_v3.h"
 #include "registry.h"
+#include "static_switch.h"
 #include "tma.h"
 
 namespace fa::flash3 {
@@ -49,15 +50,15 @@ struct Bf16Ops {
   float m[2], l[2];
   uint32_t p[kBlockN / 16][4];
 
-  __device__ static uint32_t phase(int j) { return uint32_t((j / kStages) & 1); }
-  __device__ void wait_k(int j) { mbarrier_wait(&k_full[j % kStages], phase(j)); }
-  __device__ void wait_v(int j) { mbarrier_wait(&v_full[j % kStages], phase(j)); }
-  __device__ void release_k(int j) { mbarrier_arrive(&k_empty[j % kStages]); }
-  __device__ void release_v(int j) { mbarrier_arrive(&v_empty[j % kStages]); }
+  using R = Ring<kStages>;
+  __device__ void wait_k(int j) { mbarrier_wait(&k_full[R::stage(j)], R::full_parity(j)); }
+  __device__ void wait_v(int j) { mbarrier_wait(&v_full[R::stage(j)], R::full_parity(j)); }
+  __device__ void release_k(int j) { mbarrier_arrive(&k_empty[R::stage(j)]); }
+  __device__ void release_v(int j) { mbarrier_arrive(&v_empty[R::stage(j)]); }
   __device__ void scores(int j, float (&s)[kBlockN / 2]) {
-    issue_scores<kD, kBlockM * 128>(s, q_rows, smem + S::kK + (j % kStages) * S::kTileBytes);
+    issue_scores<kD, kBlockM * 128>(s, q_rows, smem + S::kK + R::stage(j) * S::kTileBytes);
   }
-  __device__ void pv(int j) { issue_pv<kD>(out, p, smem + S::kV + (j % kStages) * S::kTileBytes); }
+  __device__ void pv(int j) { issue_pv<kD>(out, p, smem + S::kV + R::stage(j) * S::kTileBytes); }
   __device__ void softmax(int j, float (&s)[kBlockN / 2], float (&rescale)[2]) {
     if (tile_needs_mask(shape, i0, kBlockM, j * kBlockN)) mask_scores(s, shape, row0, j * kBlockN, t);
     online_softmax(s, m, l, rescale, scale_log2);
@@ -99,8 +100,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int kv_plane = (bh / shape.heads_q) * shape.heads_kv + shape.kv_head(bh % shape.heads_q);
       mbarrier_arrive_expect_tx(q_full, S::kQBytes);
       for (int b = 0; b < S::kBoxes; ++b) tma_load_3d(smem + S::kQ + b * kBlockM * 128, &tm_q, 64 * b, i0, bh, q_full);
-      produce_kv(
-          n_tiles, kStages, k_empty, v_empty,
+      produce_kv<kStages>(
+          n_tiles, k_empty, v_empty,
           [&](int j, int stage) {
             mbarrier_arrive_expect_tx(&k_full[stage], S::kTileBytes);
             for (int b = 0; b < S::kBoxes; ++b)
@@ -122,22 +123,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int consumer = wg - 1, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int row0 = i0 + 64 * consumer + 16 * warp + g;
   const unsigned char* q_rows = smem + S::kQ + consumer * 64 * 128;
-  const float scale_log2 = float(shape.softmax_scale()) * 1.4426950408889634f;
+  const float scale_log2 = float(shape.softmax_scale()) * kLog2e;
   mbarrier_wait(q_full, 0);
 
   if constexpr (!kPingPong) {
     float out[kD / 2] = {};
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    auto k_tile = [&](int j) { return smem + S::kK + (j % kStages) * S::kTileBytes; };
-    auto v_tile = [&](int j) { return smem + S::kV + (j % kStages) * S::kTileBytes; };
-    auto phase = [](int j) { return uint32_t((j / kStages) & 1); };
+    using R = Ring<kStages>;
     for (int j = 0; j < n_tiles; ++j) {
-      mbarrier_wait(&k_full[j % kStages], phase(j));
+      mbarrier_wait(&k_full[R::stage(j)], R::full_parity(j));
       float s[kBlockN / 2];
-      issue_scores<kD, kBlockM * 128>(s, q_rows, k_tile(j));
+      issue_scores<kD, kBlockM * 128>(s, q_rows, smem + S::kK + R::stage(j) * S::kTileBytes);
       wgmma_wait<0>();
       fence_operands(s);
-      mbarrier_arrive(&k_empty[j % kStages]);  // this warpgroup is done with K_j
+      mbarrier_arrive(&k_empty[R::stage(j)]);  // this warpgroup is done with K_j
 
       if (tile_needs_mask(shape, i0, kBlockM, j * kBlockN)) mask_scores(s, shape, row0, j * kBlockN, t);
       float rescale[2];
@@ -146,11 +145,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       uint32_t p[kBlockN / 16][4];
       pack_p(s, p);
 
-      mbarrier_wait(&v_full[j % kStages], phase(j));
-      issue_pv<kD>(out, p, v_tile(j));
+      mbarrier_wait(&v_full[R::stage(j)], R::full_parity(j));
+      issue_pv<kD>(out, p, smem + S::kV + R::stage(j) * S::kTileBytes);
       wgmma_wait<0>();
       fence_operands(out);
-      mbarrier_arrive(&v_empty[j % kStages]);
+      mbarrier_arrive(&v_empty[R::stage(j)]);
     }
     write_output<kD>(out, m, l, shape, bh, row0, t, o, lse);
   } else {
@@ -168,11 +167,7 @@ void launch_specialized_dim(const ForwardParams& p) {
 
 template <bool kPingPong>
 void launch_specialized(const ForwardParams& p) {
-  if (p.shape.head_dim == 64) {
-    launch_specialized_dim<64, kPingPong>(p);
-  } else {
-    launch_specialized_dim<128, kPingPong>(p);
-  }
+  with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) { launch_specialized_dim<d.value, kPingPong>(p); });
 }
 
 ForwardKernel specialized_kernel(const char* name, int number, const char* variant, const char* summary,

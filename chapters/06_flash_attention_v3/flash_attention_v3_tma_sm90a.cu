@@ -17,6 +17,7 @@
 #include "flash3_tile.cuh"
 #include "flash_attention_v3.h"
 #include "registry.h"
+#include "static_switch.h"
 #include "tma.h"
 
 namespace fa::flash3 {
@@ -82,7 +83,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int i0 = (gridDim.x - 1 - blockIdx.x) * kRows;
   const int key_end = shape.causal ? shape.visible_keys(min(i0 + kRows, shape.seq_q) - 1) : shape.seq_kv;
   const int n_tiles = key_end > 0 ? (key_end + kKeys - 1) / kKeys : 0;
-  const float scale_log2 = float(shape.softmax_scale()) * 1.4426950408889634f;
+  const float scale_log2 = float(shape.softmax_scale()) * kLog2e;
 
   auto load_kv = [&](int tile, int stage) {
     mbarrier_arrive_expect_tx(&k_full[stage], L::kTileBytes);
@@ -104,8 +105,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const T* q_s = reinterpret_cast<const T*>(smem + L::kQ);
   mbarrier_wait(q_full, 0);
   for (int j = 0; j < n_tiles; ++j) {
-    const int stage = j % kStages;
-    const uint32_t phase = (j / kStages) & 1;
+    const int stage = Ring<kStages>::stage(j);
+    const uint32_t phase = Ring<kStages>::full_parity(j);
     const T* k_s = reinterpret_cast<const T*>(smem + L::kK + stage * L::kTileBytes);
     const T* v_s = reinterpret_cast<const T*>(smem + L::kV + stage * L::kTileBytes);
     mbarrier_wait(&k_full[stage], phase);
@@ -129,8 +130,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const int mt = r / 2, h = r % 2, row = i0 + 32 * warp + 16 * mt + 8 * h + g;
-    l[r] += __shfl_xor_sync(0xFFFFFFFFu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xFFFFFFFFu, l[r], 2);
+    l[r] = quad_sum(l[r]);
     if (row >= shape.seq_q) continue;
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
 #pragma unroll
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       *reinterpret_cast<__nv_bfloat162*>(o_head + int64_t(row) * kD + db * 8 + 2 * t) =
           __floats2bfloat162_rn(out[mt][db][2 * h] * inv, out[mt][db][2 * h + 1] * inv);
     if (t == 0)
-      lse[int64_t(bh) * shape.seq_q + row] = m[r] == -INFINITY ? -INFINITY : (m[r] + log2f(l[r])) * 0.6931471805599453f;
+      lse[int64_t(bh) * shape.seq_q + row] = m[r] == -INFINITY ? -INFINITY : (m[r] + log2f(l[r])) * kLn2;
   }
 }
 
@@ -148,11 +148,7 @@ void launch_tma_dim(const ForwardParams& p) {
 }
 
 void launch_tma(const ForwardParams& p) {
-  if (p.shape.head_dim == 64) {
-    launch_tma_dim<64>(p);
-  } else {
-    launch_tma_dim<128>(p);
-  }
+  with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) { launch_tma_dim<d.value>(p); });
 }
 
 ForwardKernel tma_kernel() {

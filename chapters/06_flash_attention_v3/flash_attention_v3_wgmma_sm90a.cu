@@ -20,6 +20,7 @@
 #include "flash3_tile.cuh"
 #include "flash_attention_v3.h"
 #include "registry.h"
+#include "static_switch.h"
 #include "tma.h"
 
 namespace fa::flash3 {
@@ -49,7 +50,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int i0 = (gridDim.x - 1 - blockIdx.x) * kBlockM;  // last Q tile first (causal: the longest)
   const int key_end = shape.causal ? shape.visible_keys(min(i0 + kBlockM, shape.seq_q) - 1) : shape.seq_kv;
   const int n_tiles = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
-  const float scale_log2 = float(shape.softmax_scale()) * 1.4426950408889634f;
+  const float scale_log2 = float(shape.softmax_scale()) * kLog2e;
 
   //! [tma_ring]
   // One thread drives the copy engine: it tells each tile's barrier how many bytes to expect,
@@ -79,8 +80,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   mbarrier_wait(q_full, 0);
 
   for (int j = 0; j < n_tiles; ++j) {
-    const int stage = j % kStages;
-    const uint32_t phase = (j / kStages) & 1;
+    const int stage = Ring<kStages>::stage(j);
+    const uint32_t phase = Ring<kStages>::full_parity(j);
     mbarrier_wait(&k_full[stage], phase);
     float s[kBlockN / 2];
     issue_scores<kD, kBlockM * 128>(s, q_rows, smem + S::kK + stage * S::kTileBytes);
@@ -111,11 +112,7 @@ void launch_wgmma_dim(const ForwardParams& p) {
 }
 
 void launch_wgmma(const ForwardParams& p) {
-  if (p.shape.head_dim == 64) {
-    launch_wgmma_dim<64>(p);
-  } else {
-    launch_wgmma_dim<128>(p);
-  }
+  with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) { launch_wgmma_dim<d.value>(p); });
 }
 
 ForwardKernel wgmma_kernel() {
