@@ -4,8 +4,10 @@
 // (incoherent processing); S = Q K^T is computed from the dequantized values; P is rounded to
 // e4m3 before P V, as the FP8 tensor cores need both operands in FP8 (scaled by 2^8 first, so
 // that probabilities down to 2^-17 stay representable; the factor is divided out with l); the
-// row sum l uses P before rounding. Two differences from the kernel, which change which small
-// P values underflow, not the scale of the error: P is taken against the row's final max instead
+// row sum l sums the rounded P, the weights P V uses (as the head_dim-128 kernel does, on the
+// tensor cores; the head_dim-64 kernel sums P before rounding). Two more differences from the
+// kernel, which change which small P values underflow, not the scale of the error: P is taken
+// against the row's final max instead
 // of the running max of the tile loop; and the kernel also multiplies a tile's P by its V block's
 // scale over the largest one (keeping O in one unit), so in blocks of smaller V the small P
 // values meet e4m3's floor sooner.
