@@ -21,6 +21,7 @@
 #include "cuda_check.h"
 #include "delta.cuh"
 #include "registry.h"
+#include "static_switch.h"
 
 namespace fa::backward {
 namespace {
@@ -39,15 +40,15 @@ __global__ void __launch_bounds__(kThreads) backward_dq_kernel(AttentionShape s,
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int i0 = blockIdx.x * kRows, bh = blockIdx.y, batch = bh / s.heads_q;
   const int kv_plane = batch * s.heads_kv + s.kv_head(bh % s.heads_q);
-  const float scale = float(s.softmax_scale()), scale_log2 = scale * 1.4426950408889634f;
-  flash2::load_tile<T, kD, kLd, kRows>(q_s, q + int64_t(bh) * s.seq_q * kD, i0, s.seq_q);
-  flash2::load_tile<T, kD, kLd, kRows>(do_s, d_o + int64_t(bh) * s.seq_q * kD, i0, s.seq_q);
+  const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
+  load_tile<T, kD, kLd, kRows>(q_s, q + int64_t(bh) * s.seq_q * kD, i0, s.seq_q);
+  load_tile<T, kD, kLd, kRows>(do_s, d_o + int64_t(bh) * s.seq_q * kD, i0, s.seq_q);
   // This thread's two rows: 16 w + g and 16 w + g + 8 of the tile.
   float row_lse[2], row_delta[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = i0 + 16 * warp + g + 8 * h;
-    row_lse[h] = row < s.seq_q ? lse[int64_t(bh) * s.seq_q + row] * 1.4426950408889634f : 0.0f;  // log2 units
+    row_lse[h] = row < s.seq_q ? lse[int64_t(bh) * s.seq_q + row] * kLog2e : 0.0f;  // log2 units
     row_delta[h] = row < s.seq_q ? delta[int64_t(bh) * s.seq_q + row] : 0.0f;
   }
   const int last_row = min(i0 + kRows, s.seq_q) - 1;
@@ -61,7 +62,7 @@ __global__ void __launch_bounds__(kThreads) backward_dq_kernel(AttentionShape s,
   auto prefetch = [&](int jt) {
     copy_rows_async<T, kD, kLd>(k_buf + (jt % 2) * kKeys * kLd, k_head, jt * kKeys, s.seq_kv);
     copy_rows_async<T, kD, kLd>(v_buf + (jt % 2) * kKeys * kLd, v_head, jt * kKeys, s.seq_kv);
-    flash2::cp_async_commit();
+    cp_async_commit();
   };
   if (n_tiles > 0) prefetch(0);
   for (int jt = 0; jt < n_tiles; ++jt) {
@@ -69,9 +70,9 @@ __global__ void __launch_bounds__(kThreads) backward_dq_kernel(AttentionShape s,
     __syncthreads();  // tile jt - 1 (the stage about to be refilled) is no longer read
     if (jt + 1 < n_tiles) {
       prefetch(jt + 1);
-      flash2::cp_async_wait<1>();
+      cp_async_wait<1>();
     } else {
-      flash2::cp_async_wait<0>();
+      cp_async_wait<0>();
     }
     __syncthreads();
     const T* k_s = k_buf + (jt % 2) * kKeys * kLd;
@@ -141,11 +142,7 @@ void launch_dim(const BackwardParams& p) {
 
 template <class T>
 void launch_deterministic(const BackwardParams& p) {
-  if (p.shape.head_dim == 64) {
-    launch_dim<T, 64>(p);
-  } else {
-    launch_dim<T, 128>(p);
-  }
+  with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) { launch_dim<T, d.value>(p); });
 }
 
 BackwardKernel deterministic_kernel(const char* name, DType dtype, void (*launch)(const BackwardParams&)) {

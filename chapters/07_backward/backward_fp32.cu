@@ -9,7 +9,7 @@
 //        dV_j += P^T dO_i,  dK_j += dS^T Q_i * scale   (this block's own rows: no conflicts)
 //        dQ_i += dS K_j * scale                        (every K/V block adds to dQ_i: atomics)
 //   3. dQ is zeroed before the launch, since it is only ever added to.
-// Run: build/bin/ch07_backward
+// Run: build/bin/ch07_backward --variant fp32
 #include <cuda_runtime.h>
 
 #include <cstdint>

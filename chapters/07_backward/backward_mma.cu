@@ -22,6 +22,7 @@
 #include "cuda_check.h"
 #include "delta.cuh"
 #include "registry.h"
+#include "static_switch.h"
 
 namespace fa::backward {
 namespace {
@@ -54,11 +55,7 @@ void launch_dim(const BackwardParams& p) {
 
 template <class T>
 void launch_mma(const BackwardParams& p) {
-  if (p.shape.head_dim == 64) {
-    launch_dim<T, 64>(p);
-  } else {
-    launch_dim<T, 128>(p);
-  }
+  with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) { launch_dim<T, d.value>(p); });
 }
 
 BackwardKernel mma_kernel(const char* name, DType dtype, void (*launch)(const BackwardParams&)) {

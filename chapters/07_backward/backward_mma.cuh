@@ -6,16 +6,22 @@
 #include <cstdint>
 #include <string>
 
-#include "../05_flash_attention_v2/mma_sync.cuh"
-#include "device_utils.cuh"
+#include "ampere.cuh"
 #include "cuda_check.h"
+#include "device_utils.cuh"
+#include "log2_units.h"
 #include "problem.h"
 
 namespace fa::backward {
 
-using flash2::ldmatrix_x4;
-using flash2::ldmatrix_x4_trans;
-using flash2::Mma;
+using ampere::cp_async_16;
+using ampere::cp_async_4;
+using ampere::cp_async_commit;
+using ampere::cp_async_wait;
+using ampere::ldmatrix_x4;
+using ampere::ldmatrix_x4_trans;
+using ampere::load_tile;
+using ampere::Mma;
 
 constexpr int kKeys = 64, kRows = 64, kWarps = 4, kThreads = 32 * kWarps;
 
@@ -37,12 +43,6 @@ inline std::string backward_mma_support(const AttentionShape& s, bool dq_kernel)
 template <bool kDq>
 constexpr int kStages = kDq ? 1 : 2;
 
-/// 4 bytes global -> shared without the registers (zeros when !valid).
-__device__ inline void cp_async_4(void* smem, const void* gmem, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 4 : 0));
-}
-
 /// Rows [first, first + 64) of a [n_rows, kD] matrix into shared memory (row stride kLd) by
 /// cp.async; rows past the end become zeros. The caller commits and waits.
 template <class T, int kD, int kLd>
@@ -51,7 +51,7 @@ __device__ inline void copy_rows_async(T* tile, const T* src, int first, int n_r
   for (int e = threadIdx.x; e < kRows * kChunks; e += kThreads) {
     const int r = e / kChunks, c = e % kChunks;
     const bool valid = first + r < n_rows;
-    flash2::cp_async_16(tile + r * kLd + c * 8, src + int64_t(valid ? first + r : 0) * kD + c * 8, valid);
+    cp_async_16(tile + r * kLd + c * 8, src + int64_t(valid ? first + r : 0) * kD + c * 8, valid);
   }
 }
 
@@ -120,11 +120,11 @@ __global__ void __launch_bounds__(kThreads) backward_mma_kernel(AttentionShape s
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int j0 = blockIdx.x * kKeys, kv_plane = blockIdx.y;
   const int batch = kv_plane / s.heads_kv, kvh = kv_plane % s.heads_kv, group = s.group_size();
-  const float scale = float(s.softmax_scale()), scale_log2 = scale * 1.4426950408889634f;
+  const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
   const T* k_head = k + int64_t(kv_plane) * s.seq_kv * kD;
   const T* v_head = v + int64_t(kv_plane) * s.seq_kv * kD;
-  flash2::load_tile<T, kD, kD + 8, 64>(k_s, k_head, j0, s.seq_kv);
-  flash2::load_tile<T, kD, kD + 8, 64>(v_s, v_head, j0, s.seq_kv);
+  load_tile<T, kD, kD + 8, 64>(k_s, k_head, j0, s.seq_kv);
+  load_tile<T, kD, kD + 8, 64>(v_s, v_head, j0, s.seq_kv);
 
   float dk_acc[kD / 8][4] = {}, dv_acc[kD / 8][4] = {};  // this warp's 16 keys x kD
   const int key_a = j0 + 16 * warp + g;                  // this thread's keys: key_a, key_a + 8
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kThreads) backward_mma_kernel(AttentionShape s
       const float* src = (r < kRows ? lse : delta) + int64_t(bh) * s.seq_q + min(row, s.seq_q - 1);
       cp_async_4((r < kRows ? lse_buf : delta_buf) + stage * kRows + r % kRows, src, row < s.seq_q);
     }
-    flash2::cp_async_commit();
+    cp_async_commit();
   };
   if (kStages<kDq> == 2 && n_items > 0) prefetch(0, 0);
   //! [backward_prefetch]
@@ -155,12 +155,12 @@ __global__ void __launch_bounds__(kThreads) backward_mma_kernel(AttentionShape s
     __syncthreads();  // the previous item's tiles (and dS) are no longer read
     if (kStages<kDq> == 1) {
       prefetch(it, 0);
-      flash2::cp_async_wait<0>();
+      cp_async_wait<0>();
     } else if (it + 1 < n_items) {
       prefetch(it + 1, 1 - stage);  // lands while this item is computed
-      flash2::cp_async_wait<1>();
+      cp_async_wait<1>();
     } else {
-      flash2::cp_async_wait<0>();
+      cp_async_wait<0>();
     }
     __syncthreads();
     const T* q_s = q_buf + stage * kRows * kLd;
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(kThreads) backward_mma_kernel(AttentionShape s
         for (int e = 0; e < 4; ++e) {
           const int key = key_a + 8 * (e / 2), r = 8 * nb + 2 * t + (e & 1);
           const bool live = i0 + r < s.seq_q && key < s.seq_kv && s.visible(i0 + r, key);
-          const float p = live ? fast_exp2(fmaf(st[nb][e], scale_log2, -lse_s[r] * 1.4426950408889634f)) : 0.0f;
+          const float p = live ? fast_exp2(fmaf(st[nb][e], scale_log2, -lse_s[r] * kLog2e)) : 0.0f;
           st[nb][e] = p;
           dpt[nb][e] = p * (dpt[nb][e] - delta_s[r]);  // now dS^T
         }

@@ -34,8 +34,10 @@
 #include "delta.cuh"
 #include "device_utils.cuh"
 #include "hopper.cuh"
+#include "log2_units.h"
 #include "problem.h"
 #include "registry.h"
+#include "static_switch.h"
 #include "tma.h"
 
 namespace fa::backward {
@@ -45,8 +47,10 @@ using namespace fa::hopper;
 
 constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers), kConsumerThreads = 128 * kConsumers;
 constexpr int kStages = 2;
+/// Both kernels' two-stage ring of Q/dO (dK/dV kernel) or K/V (dQ kernel) tiles: a full barrier
+/// per stage (the producer's copies landed) and an empty one (both consumers are done with it).
+using StageRing = Ring<kStages>;
 constexpr int kBoxRowBytes = 128;  // a TMA box row: 64 bf16 columns, stored with the 128-byte swizzle
-constexpr float kLog2e = 1.4426950408889634f;
 
 /// A tile of `rows` rows of head_dim kD as TMA boxes of rows x 64 columns, side by side.
 template <int kD>
@@ -85,10 +89,6 @@ __device__ inline void issue_a_regs_b(float (&acc)[kD / 2], const uint32_t (&a)[
     }
   }
 }
-
-/// Barriers of a two-stage ring: full (the producer's copies landed) and empty (both consumers
-/// are done with the stage). Phase parity of use n of a stage: n & 1.
-__device__ inline uint32_t use_parity(int item) { return uint32_t((item / kStages) & 1); }
 
 // ---- the dK/dV kernel ----------------------------------------------------------------------
 
@@ -157,8 +157,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     for (int it = 0; it < n_items; ++it) {
-      const int st = it % kStages, bh = item_bh(it), i0 = item_i0(it);
-      if (it >= kStages) mbarrier_wait(&empty[st], use_parity(it) ^ 1);
+      const int st = StageRing::stage(it), bh = item_bh(it), i0 = item_i0(it);
+      if (it >= kStages) mbarrier_wait(&empty[st], StageRing::empty_parity(it));
       for (int r = lane; r < kKvRows; r += 32) {
         const int row = i0 + r;
         const bool in = row < s.seq_q;  // rows past the end: Q = dO = 0 (TMA), LSE = D = 0, so P^T dO = dS^T Q = 0
@@ -191,8 +191,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   mbarrier_wait(kv_full, 0);
 
   for (int it = 0; it < n_items; ++it) {
-    const int st = it % kStages, i0 = item_i0(it);
-    mbarrier_wait(&full[st], use_parity(it));
+    const int st = StageRing::stage(it), i0 = item_i0(it);
+    mbarrier_wait(&full[st], StageRing::full_parity(it));
     // With the causal mask, a Q tile may end before the first row that sees this consumer's keys.
     if (jc < s.visible_keys(min(i0 + kKvRows, s.seq_q) - 1)) {
       const unsigned char* q_s = smem + L::kQ + st * tile_bytes<kD>(kKvRows);
@@ -297,8 +297,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       tma_load_3d(smem + L::kDo + b * kQRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh, q_full);
     }
     for (int jt = 0; jt < n_tiles; ++jt) {
-      const int st = jt % kStages;
-      if (jt >= kStages) mbarrier_wait(&empty[st], use_parity(jt) ^ 1);
+      const int st = StageRing::stage(jt);
+      if (jt >= kStages) mbarrier_wait(&empty[st], StageRing::empty_parity(jt));
       mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kQKeys));
       for (int b = 0; b < kD / 64; ++b) {
         tma_load_3d(smem + L::kK + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_k, 64 * b, jt * kQKeys,
@@ -331,8 +331,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   mbarrier_wait(q_full, 0);
 
   for (int jt = 0; jt < n_tiles; ++jt) {
-    const int st = jt % kStages, j0 = jt * kQKeys;
-    mbarrier_wait(&full[st], use_parity(jt));
+    const int st = StageRing::stage(jt), j0 = jt * kQKeys;
+    mbarrier_wait(&full[st], StageRing::full_parity(jt));
     if (j0 < my_end) {
       const unsigned char* k_s = smem + L::kK + st * tile_bytes<kD>(kQKeys);
       const unsigned char* v_s = smem + L::kV + st * tile_bytes<kD>(kQKeys);
@@ -409,11 +409,7 @@ void launch_dim(const BackwardParams& p) {
 }
 
 void launch_wgmma(const BackwardParams& p) {
-  if (p.shape.head_dim == 64) {
-    launch_dim<64>(p);
-  } else {
-    launch_dim<128>(p);
-  }
+  with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) { launch_dim<d.value>(p); });
 }
 
 BackwardKernel wgmma_kernel() {

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "cuda_check.h"
+#include "device_utils.cuh"
 
 namespace fa::backward {
 
@@ -18,7 +19,7 @@ __global__ void delta_kernel(const T* o, const T* d_o, float* delta, int64_t row
   if (row >= rows) return;
   float sum = 0.0f;
   for (int x = lane; x < d; x += 32) sum += float(o[row * d + x]) * float(d_o[row * d + x]);
-  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, off);
+  sum = warp_all_reduce(sum, SumOp());
   if (lane == 0) delta[row] = sum;
 }
 
@@ -32,8 +33,7 @@ void launch_delta(const void* o, const void* d_o, float* delta, int64_t rows, in
 
 /// A second stream for a kernel that is independent of the one on the caller's stream (the dQ
 /// kernel of variants 3 and 4 needs only D, like the dK/dV kernel), so the two may share the GPU
-/// (measured 1-4% faster than one after the other). Made once, on the device current at the
-/// first launch.
+/// instead of running one after the other. Made once, on the device current at the first launch.
 struct SideStream {
   cudaStream_t stream;
   cudaEvent_t fork, join;
