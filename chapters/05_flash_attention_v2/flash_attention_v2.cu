@@ -9,7 +9,7 @@
 //     for the backward pass (chapter 07).
 // Inputs and outputs are 16-bit (fp16 or bf16); loads convert to fp32, the math and the shared
 // memory are fp32, the output is rounded once.
-// Run: build/bin/ch05_flash_attention_v2
+// Run: build/bin/ch05_flash_attention_v2 --variant reorder
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

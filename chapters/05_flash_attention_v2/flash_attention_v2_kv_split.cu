@@ -18,12 +18,18 @@
 #include <cstdint>
 
 #include "algorithm.h"
+#include "ampere.cuh"
 #include "cuda_check.h"
-#include "mma_sync.cuh"
+#include "log2_units.h"
+#include "mma_variants.h"
+#include "online_softmax.cuh"
 #include "registry.h"
+#include "static_switch.h"
 
 namespace fa::flash2 {
 namespace {
+
+using namespace fa::ampere;
 
 constexpr int kSplitWarps = 4, kSplitThreads = 32 * kSplitWarps, kSplitRows = 64, kSplitKeys = 64;
 constexpr int kWarpKeys = kSplitKeys / kSplitWarps;  // 16: one mma k-step of P V
@@ -44,7 +50,7 @@ __global__ void __launch_bounds__(kSplitThreads) flash2_kv_split_kernel(Attentio
   const int i0 = blockIdx.x * kSplitRows, bh = blockIdx.y;
   const T* k_head = k + shape.kv_head_offset(bh);
   const T* v_head = v + shape.kv_head_offset(bh);
-  const float scale_log2 = float(shape.softmax_scale()) * 1.4426950408889634f;
+  const float scale_log2 = float(shape.softmax_scale()) * kLog2e;
 
   load_tile<T, kD, kLd, kSplitRows>(q_s, q + shape.q_head_offset(bh), i0, n_q);
   for (int e = threadIdx.x; e < kSplitRows * kLdO; e += kSplitThreads) o_s[e] = 0.0f;
@@ -91,9 +97,8 @@ __global__ void __launch_bounds__(kSplitThreads) flash2_kv_split_kernel(Attentio
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
       const int mt = r / 2, h = r % 2;
-      float mx = fmaxf(fmaxf(s[mt][0][2 * h], s[mt][0][2 * h + 1]), fmaxf(s[mt][1][2 * h], s[mt][1][2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+      const float mx =
+          quad_max(fmaxf(fmaxf(s[mt][0][2 * h], s[mt][0][2 * h + 1]), fmaxf(s[mt][1][2 * h], s[mt][1][2 * h + 1])));
       if (t == 0) part[warp * kSplitRows + 16 * mt + 8 * h + g] = mx;
     }
     __syncthreads();
@@ -104,10 +109,8 @@ __global__ void __launch_bounds__(kSplitThreads) flash2_kv_split_kernel(Attentio
       float tile_max = part[row];
 #pragma unroll
       for (int w = 1; w < kSplitWarps; ++w) tile_max = fmaxf(tile_max, part[w * kSplitRows + row]);
-      const float m_new = fmaxf(m[r], tile_max * scale_log2);
-      const bool seen = m_new != -INFINITY;
-      rescale[r] = seen ? exp2f(m[r] - m_new) : 1.0f;
-      const float m_use = seen ? m_new : 0.0f;
+      float m_use;
+      rescale[r] = online_max_update<false>(m[r], tile_max * scale_log2, m_use);
       float row_sum = 0.0f;
 #pragma unroll
       for (int nb = 0; nb < 2; ++nb)
@@ -117,7 +120,6 @@ __global__ void __launch_bounds__(kSplitThreads) flash2_kv_split_kernel(Attentio
           row_sum += s[mt][nb][e];
         }
       l[r] = l[r] * rescale[r] + row_sum;
-      m[r] = m_new;
     }
     // Cost 2a: O is in shared memory, so rescaling it is a read and a write of 64 x d floats.
     // Warp w rescales rows 16w .. 16w + 15 (its lanes hold their factors as rescale[2w], [2w + 1]).
@@ -134,8 +136,8 @@ __global__ void __launch_bounds__(kSplitThreads) flash2_kv_split_kernel(Attentio
     //! [kv_split_pv]
     // Cost 2b: each warp's partial P_w V_w (64 x d) must be added into the shared O. In step r,
     // warp w adds m-tile (w + r) % 4: the four warps touch disjoint rows, and every row receives
-    // the warps' parts in the same order on every run (shared-memory atomics were
-    // nondeterministic, and 3.6x slower). A barrier separates the steps.
+    // the warps' parts in the same order on every run (shared-memory atomics would not, and are
+    // slower). A barrier separates the steps.
     const int b_row_offset = (key0 + (lane / 8 % 2) * 8 + lane % 8) * kLd + (lane / 16) * 8;
 #pragma unroll 1
     for (int step = 0; step < kSplitWarps; ++step) {
@@ -177,8 +179,7 @@ __global__ void __launch_bounds__(kSplitThreads) flash2_kv_split_kernel(Attentio
   __syncthreads();
 #pragma unroll
   for (int r = 0; r < 8; ++r) {
-    l[r] += __shfl_xor_sync(0xFFFFFFFFu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xFFFFFFFFu, l[r], 2);
+    l[r] = quad_sum(l[r]);
     if (t == 0) part[warp * kSplitRows + 16 * (r / 2) + 8 * (r % 2) + g] = l[r];
   }
   __syncthreads();
@@ -195,7 +196,7 @@ __global__ void __launch_bounds__(kSplitThreads) flash2_kv_split_kernel(Attentio
       const int row = 16 * (r / 2) + 8 * (r % 2) + g;
       const float l_row = part[row] + part[kSplitRows + row] + part[2 * kSplitRows + row] + part[3 * kSplitRows + row];
       if (i0 + row < n_q)
-        lse[int64_t(bh) * n_q + i0 + row] = l_row == 0.0f ? -INFINITY : (m[r] + log2f(l_row)) * 0.6931471805599453f;
+        lse[int64_t(bh) * n_q + i0 + row] = l_row == 0.0f ? -INFINITY : (m[r] + log2f(l_row)) * kLn2;
     }
   }
 }
@@ -219,11 +220,7 @@ void launch_kv_split_dim(const ForwardParams& p) {
 
 template <class T>
 void launch_kv_split(const ForwardParams& p) {
-  if (p.shape.head_dim == 64) {
-    launch_kv_split_dim<T, 64>(p);
-  } else {
-    launch_kv_split_dim<T, 128>(p);
-  }
+  with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) { launch_kv_split_dim<T, d.value>(p); });
 }
 
 ForwardKernel kv_split_kernel(const char* name, DType dtype, void (*launch)(const ForwardParams&)) {

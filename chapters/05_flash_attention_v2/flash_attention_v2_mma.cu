@@ -9,7 +9,7 @@
 // feeds them straight back as the A operand of P V_j. exp2 with scale * log2(e) folded in. l is
 // kept per thread and summed over the quad once, at the end.
 //
-// Fragment layouts and the PTX wrappers (mma, cp.async, ldmatrix): mma_sync.cuh.
+// Fragment layouts and the PTX wrappers (mma, cp.async, ldmatrix): common/ampere.cuh.
 // Variant 4, `pipelined`, is the same kernel with kPipelined = true (see flash2_mma_kernel).
 // Run: build/bin/ch05_flash_attention_v2 --variant mma   (or --variant pipelined)
 #include <cuda_bf16.h>
@@ -20,11 +20,17 @@
 #include <cstdio>
 
 #include "algorithm.h"
+#include "ampere.cuh"
 #include "cuda_check.h"
-#include "mma_sync.cuh"
+#include "log2_units.h"
+#include "mma_variants.h"
+#include "online_softmax.cuh"
 #include "registry.h"
+#include "static_switch.h"
 
 namespace fa::flash2 {
+
+using namespace fa::ampere;
 
 constexpr int kWarps = 4, kRows = 16 * kWarps, kKeys = 64, kMmaThreads = 32 * kWarps;
 
@@ -74,7 +80,7 @@ __global__ void __launch_bounds__(kMmaThreads) flash2_mma_kernel(AttentionShape 
 
   float out[kD / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows a and b; m in log2 units
-  const float scale_log2 = float(shape.softmax_scale()) * 1.4426950408889634f;
+  const float scale_log2 = float(shape.softmax_scale()) * kLog2e;
   const int last_row = min(i0 + kRows, n_q) - 1;
   const int key_end = shape.causal ? shape.visible_keys(last_row) : n_k;
 
@@ -143,29 +149,13 @@ __global__ void __launch_bounds__(kMmaThreads) flash2_mma_kernel(AttentionShape 
 
     //! [mma_softmax]
     // Online softmax, deferred normalization. Row a is in s[.][0..1], row b in s[.][2..3]; the
-    // 4 lanes of a quad hold the rest of the row, so two xor-shuffles finish the max.
+    // 4 lanes of a quad hold the rest of the row. The scores are already in log2 units (scaled
+    // above, with the mask), hence the scale 1 here.
     float rescale[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int nb = 0; nb < 8; ++nb) tile_max = fmaxf(tile_max, fmaxf(s[nb][2 * h], s[nb][2 * h + 1]));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 1));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 2));
-      const float m_new = fmaxf(m[h], tile_max);
-      const bool seen = m_new != -INFINITY;
-      rescale[h] = seen ? exp2f(m[h] - m_new) : 1.0f;
-      float row_sum = 0.0f;
-#pragma unroll
-      for (int nb = 0; nb < 8; ++nb) {
-#pragma unroll
-        for (int e = 2 * h; e < 2 * h + 2; ++e) {
-          s[nb][e] = seen ? exp2f(s[nb][e] - m_new) : 0.0f;
-          row_sum += s[nb][e];
-        }
-      }
-      l[h] = l[h] * rescale[h] + row_sum;  // this thread's part of the row; summed over the quad at the end
-      m[h] = m_new;
+      auto row = [&](int i) -> float& { return s[i / 2][2 * h + i % 2]; };  // row h's 16 scores in this thread
+      rescale[h] = online_softmax_row<16, false>(row, m[h], l[h], 1.0f);
     }
 #pragma unroll
     for (int db = 0; db < kD / 8; ++db) {
@@ -210,8 +200,7 @@ __global__ void __launch_bounds__(kMmaThreads) flash2_mma_kernel(AttentionShape 
   float inv_l[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 2);
+    l[h] = quad_sum(l[h]);
     inv_l[h] = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
   }
   T* o_head = o + shape.q_head_offset(bh);
@@ -229,8 +218,8 @@ __global__ void __launch_bounds__(kMmaThreads) flash2_mma_kernel(AttentionShape 
   }
   if (t == 0) {
     // LSE = ln(sum e^s) = (m + log2 l) * ln 2, with m and l in log2 units.
-    if (row_a < n_q) lse[int64_t(bh) * n_q + row_a] = m[0] == -INFINITY ? -INFINITY : (m[0] + log2f(l[0])) * 0.6931471805599453f;
-    if (row_b < n_q) lse[int64_t(bh) * n_q + row_b] = m[1] == -INFINITY ? -INFINITY : (m[1] + log2f(l[1])) * 0.6931471805599453f;
+    if (row_a < n_q) lse[int64_t(bh) * n_q + row_a] = m[0] == -INFINITY ? -INFINITY : (m[0] + log2f(l[0])) * kLn2;
+    if (row_b < n_q) lse[int64_t(bh) * n_q + row_b] = m[1] == -INFINITY ? -INFINITY : (m[1] + log2f(l[1])) * kLn2;
   }
 }
 
@@ -249,11 +238,7 @@ void launch_mma_dim(const ForwardParams& p) {
 
 template <class T, bool kPipelined>
 void launch_mma(const ForwardParams& p) {
-  if (p.shape.head_dim == 64) {
-    launch_mma_dim<T, 64, kPipelined>(p);
-  } else {
-    launch_mma_dim<T, 128, kPipelined>(p);
-  }
+  with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) { launch_mma_dim<T, d.value, kPipelined>(p); });
 }
 
 std::string mma_support(const AttentionShape& s) {

@@ -22,13 +22,18 @@
 #include <cstdint>
 
 #include "algorithm.h"
+#include "ampere.cuh"
 #include "cuda_check.h"
-#include "mma_sync.cuh"
+#include "log2_units.h"
+#include "mma_variants.h"
 #include "registry.h"
+#include "static_switch.h"
 #include "tuned_tile.cuh"
 
 namespace fa::flash2 {
 namespace {
+
+using namespace fa::ampere;
 
 constexpr int kTunedWarps = 4, kTunedThreads = 32 * kTunedWarps;
 constexpr int kWarpRows = 32, kBlockRows = kWarpRows * kTunedWarps;  // two m16 tiles per warp
@@ -55,8 +60,13 @@ __device__ void copy_rows_async(T* tile, const T* src, int first, int n_rows) {
   }
 }
 
-/// kKeys: keys per K/V tile. The S accumulators (2 x kKeys / 8 x 4 floats per thread) and the O
-/// accumulators (2 x kD / 8 x 4) share the 255 registers a thread can have.
+/// Keys per K/V tile. The S accumulators (2 x kKeys / 8 x 4 floats per thread) and the O
+/// accumulators (2 x kD / 8 x 4) share the 255 registers a thread can have: either choice
+/// below gives them 192 together.
+template <int kD>
+constexpr int kTunedKeys = kD == 64 ? 128 : 64;
+
+/// kKeys: keys per K/V tile (kTunedKeys<kD>).
 template <class T, int kD, int kKeys>
 __global__ void __launch_bounds__(kTunedThreads, 2) flash2_tuned_kernel(AttentionShape shape, const T* q, const T* k,
                                                                          const T* v, T* o, float* lse) {
@@ -74,7 +84,7 @@ __global__ void __launch_bounds__(kTunedThreads, 2) flash2_tuned_kernel(Attentio
   const T* v_head = v + shape.kv_head_offset(bh);
   const int last_row = min(i0 + kBlockRows, n_q) - 1;
   const int key_end = shape.causal ? shape.visible_keys(last_row) : n_k;
-  const float scale_log2 = float(shape.softmax_scale()) * 1.4426950408889634f;
+  const float scale_log2 = float(shape.softmax_scale()) * kLog2e;
 
   copy_rows_async<T, kD, kBlockRows>(q_s, q_head, i0, n_q);
   if (key_end > 0) copy_rows_async<T, kD, kKeys>(k_s, k_head, 0, n_k);
@@ -113,8 +123,7 @@ __global__ void __launch_bounds__(kTunedThreads, 2) flash2_tuned_kernel(Attentio
   float inv_l[4];
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
-    l[r] += __shfl_xor_sync(0xFFFFFFFFu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xFFFFFFFFu, l[r], 2);
+    l[r] = quad_sum(l[r]);
     inv_l[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
   }
   // O / l rounded to T into the warp's own 32 rows of q_s, then 16-byte stores to device memory.
@@ -143,13 +152,14 @@ __global__ void __launch_bounds__(kTunedThreads, 2) flash2_tuned_kernel(Attentio
     for (int r = 0; r < 4; ++r) {
       const int row = i0 + kWarpRows * warp + 16 * (r / 2) + 8 * (r % 2) + g;
       // LSE = ln(sum e^(s * scale)) = (m + log2 l) * ln 2, with m and l in log2 units.
-      if (row < n_q) lse[int64_t(bh) * n_q + row] = m[r] == -INFINITY ? -INFINITY : (m[r] + log2f(l[r])) * 0.6931471805599453f;
+      if (row < n_q) lse[int64_t(bh) * n_q + row] = m[r] == -INFINITY ? -INFINITY : (m[r] + log2f(l[r])) * kLn2;
     }
   }
 }
 
-template <class T, int kD, int kKeys>
+template <class T, int kD>
 void launch_tuned_dim(const ForwardParams& p) {
+  constexpr int kKeys = kTunedKeys<kD>;
   const AttentionShape& s = p.shape;
   const int bytes = int((kBlockRows + 2 * kKeys) * (kD + 8) * sizeof(T));
   auto kernel = flash2_tuned_kernel<T, kD, kKeys>;
@@ -162,11 +172,7 @@ void launch_tuned_dim(const ForwardParams& p) {
 
 template <class T>
 void launch_tuned(const ForwardParams& p) {
-  if (p.shape.head_dim == 64) {
-    launch_tuned_dim<T, 64, 128>(p);
-  } else {
-    launch_tuned_dim<T, 128, 64>(p);
-  }
+  with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) { launch_tuned_dim<T, d.value>(p); });
 }
 
 ForwardKernel tuned_kernel(const char* name, DType dtype, void (*launch)(const ForwardParams&)) {

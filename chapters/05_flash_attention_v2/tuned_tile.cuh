@@ -8,10 +8,15 @@
 
 #include <cstdint>
 
-#include "mma_sync.cuh"
+#include "ampere.cuh"
+#include "online_softmax.cuh"
 #include "problem.h"
 
 namespace fa::flash2 {
+
+using ampere::ldmatrix_x4;
+using ampere::ldmatrix_x4_trans;
+using ampere::Mma;
 
 /// Chapter 05's layout: rows of kD elements padded by 8 (16 bytes), so the 8 row addresses of
 /// an ldmatrix land in 8 different 16-byte bank groups.
@@ -72,25 +77,9 @@ __device__ inline void tuned_softmax(float (&s)[2][kKeys / 8][4], float (&out)[2
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const int mt = r / 2, h = r % 2;
-    float tile_max = -INFINITY;
-#pragma unroll
-    for (int nb = 0; nb < kKeys / 8; ++nb) tile_max = fmaxf(tile_max, fmaxf(s[mt][nb][2 * h], s[mt][nb][2 * h + 1]));
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 1));
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 2));
-    const float m_new = fmaxf(m[r], tile_max * scale_log2);
-    const bool seen = m_new != -INFINITY;
-    const float rescale = seen ? exp2f(m[r] - m_new) : 1.0f, m_use = seen ? m_new : 0.0f;
-    float row_sum = 0.0f;
-#pragma unroll
-    for (int nb = 0; nb < kKeys / 8; ++nb) {
-#pragma unroll
-      for (int e = 2 * h; e < 2 * h + 2; ++e) {
-        s[mt][nb][e] = exp2f(fmaf(s[mt][nb][e], scale_log2, -m_use));  // exp2(-inf) = 0 for masked scores
-        row_sum += s[mt][nb][e];
-      }
-    }
-    l[r] = l[r] * rescale + row_sum;
-    m[r] = m_new;
+    // Row r's kKeys / 4 scores in this thread: s[mt][nb][2h] and s[mt][nb][2h + 1] for each nb.
+    auto row = [&](int i) -> float& { return s[mt][i / 2][2 * h + i % 2]; };
+    const float rescale = online_softmax_row<kKeys / 4, false>(row, m[r], l[r], scale_log2);
 #pragma unroll
     for (int db = 0; db < kD / 8; ++db) {
       out[mt][db][2 * h] *= rescale;
