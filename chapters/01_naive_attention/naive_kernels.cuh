@@ -196,7 +196,6 @@ inline std::string materialized_support(const AttentionShape& shape) {
 
 inline std::string tiled_support(const AttentionShape& shape) { return grid_limit_reason(shape, kTile); }
 
-
 /// Bytes of the [batch, heads, Nq, Nk] float score buffer (P is written over S in place).
 inline std::size_t score_buffer_bytes(const AttentionShape& shape) { return std::size_t(shape.score_elems()) * sizeof(float); }
 

@@ -1,16 +1,17 @@
 // Chapter 02 -- safe softmax, fp32.
 //
-// Chapter 01's tiled score and P*V kernels (its variant 2); only the softmax changes. Subtracting the row maximum m
-// before exponentiating, exp(s_j - m) / sum_k exp(s_k - m), gives the same P (the factor
-// exp(-m) cancels) but every exponent is <= 0, so nothing overflows. The price is a third pass
-// over S: one for the max, one for the sum, one to write P.
+// Chapter 01's tiled score and P*V kernels (its variant 2); only the softmax changes. Subtracting
+// the row maximum m before exponentiating, exp(s_j - m) / sum_k exp(s_k - m), gives the same P
+// (the factor exp(-m) cancels) but every exponent is <= 0, so nothing overflows. The price is a
+// third pass over S: one for the max, one for the sum, one to write P.
 //
 // Variants:
 //   1 safe   one thread per row (as chapter 01): fixes overflow, about the same speed.
 //   2 block  one thread block per row: the 256 threads split the row, so a warp reads 32
 //            consecutive scores (coalesced), and the max and the sum are block reductions
 //            (warp shuffles, then shared memory).
-// Run:    build/bin/ch02_safe_softmax --logit-scale 20   (chapter 01 overflows here; this does not)
+// Run:    build/bin/ch02_safe_softmax --variant block --logit-scale 20   (or --variant safe;
+//         chapter 01 overflows at this logit scale, this chapter does not)
 #include "../01_naive_attention/naive_kernels.cuh"
 #include "algorithm.h"
 #include "device_utils.cuh"

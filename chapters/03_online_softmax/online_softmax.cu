@@ -12,7 +12,7 @@
 //   2 fused   no S at all: one warp per query row walks the keys 32 at a time, keeps m, l and
 //             the output row in registers, rescaling the output with the same factor as l and
 //             dividing by l once at the end. This is the loop chapter 04 tiles.
-// Run:    build/bin/ch03_online_softmax
+// Run:    build/bin/ch03_online_softmax --variant fused   (or --variant online)
 #include "../01_naive_attention/naive_kernels.cuh"
 #include "algorithm.h"
 #include "device_utils.cuh"

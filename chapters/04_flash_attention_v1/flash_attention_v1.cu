@@ -14,7 +14,7 @@
 //   2 q_outer   one block per (Q tile, head); O_i, l_i, m_i stay in shared memory while the
 //               block walks the K/V tiles, and are written once.
 // Tiles: B_c = ceil(M / 4d), B_r = min(B_c, d) with M = 48 KB (tiles.h); 256 threads.
-// Run:   build/bin/ch04_flash_attention_v1
+// Run:   build/bin/ch04_flash_attention_v1 --variant q_outer   (or --variant kv_outer)
 #include <algorithm>
 #include <sstream>
 
