@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(kMmaThreads) flash2_mma_kernel(AttentionShape 
     float rescale[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      auto row = [&](int i) -> float& { return s[i / 2][2 * h + i % 2]; };  // row h's 16 scores in this thread
+      auto row = [&](int j) -> float& { return s[j / 2][2 * h + j % 2]; };  // row h's 16 scores in this thread
       rescale[h] = online_softmax_row<16, false>(row, m[h], l[h], 1.0f);
     }
 #pragma unroll

@@ -78,7 +78,7 @@ __device__ inline void tuned_softmax(float (&s)[2][kKeys / 8][4], float (&out)[2
   for (int r = 0; r < 4; ++r) {
     const int mt = r / 2, h = r % 2;
     // Row r's kKeys / 4 scores in this thread: s[mt][nb][2h] and s[mt][nb][2h + 1] for each nb.
-    auto row = [&](int i) -> float& { return s[mt][i / 2][2 * h + i % 2]; };
+    auto row = [&](int j) -> float& { return s[mt][j / 2][2 * h + j % 2]; };
     const float rescale = online_softmax_row<kKeys / 4, false>(row, m[r], l[r], scale_log2);
 #pragma unroll
     for (int db = 0; db < kD / 8; ++db) {

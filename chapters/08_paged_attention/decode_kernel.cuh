@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const DecodeA
     float p_scale[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      auto row = [&](int i) -> float& { return s[i / 2][2 * h + i % 2]; };  // row h's 4 scores in this thread
+      auto row = [&](int j) -> float& { return s[j / 2][2 * h + j % 2]; };  // row h's 4 scores in this thread
       p_scale[h] = online_softmax_row<4, true>(row, m[h], l[h], a.scale_log2);
     }
 #pragma unroll
