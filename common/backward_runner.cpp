@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <stdexcept>
 
 #include "cuda_check.h"
 #include "random.h"
 #include "runner.h"
 #include "tensor.h"
+#include "timing.h"
 
 namespace fa {
 
@@ -55,12 +55,6 @@ void run_forward_for(BackwardProblem& problem, const ForwardKernel& forward) {
   launch_forward_on(forward, problem.shape, problem.q, problem.k, problem.v, problem.o, problem.lse);
   for (float& x : problem.o) x = round_to_dtype(x, problem.dtype);
   problem.needs_forward = false;
-}
-
-const ForwardKernel& forward_for_backward() {
-  for (const ForwardKernel& k : forward_kernels())
-    if (k.name == "ch04_registers") return k;
-  throw std::runtime_error("the forward kernel ch04_registers (for O and LSE) is not registered");
 }
 
 double backward_tolerance(DType dtype) {
@@ -113,7 +107,8 @@ std::string BackwardRunResult::summary() const {
   return line;
 }
 
-BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProblem& problem, int iters, double budget_ms) {
+BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProblem& problem, int iters, double budget_ms,
+                               bool flush_l2) {
   BackwardRunResult r;
   const AttentionShape& s = problem.shape;
   const GpuInfo& gpu = detect_gpu();
@@ -165,12 +160,12 @@ BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProbl
     r.limit = backward_tolerance(t);
     const auto ok = [&](const GradientCheck& c) { return c.unwritten == 0 && c.nonfinite == 0 && c.rel <= r.limit; };
     r.passed = ok(r.dq) && ok(r.dk) && ok(r.dv);
-    if (iters > 0 && budget_ms > 0) {
-      // One timed launch says how many more fit the budget (at least one, at most iters).
-      const double first = median_launch_ms([&] { kernel.launch(p); }, 1, 0);
-      iters = std::clamp(int(budget_ms / std::max(first, 1e-3)), 1, iters);
-    }
-    if (iters > 0) r.time_ms = median_launch_ms([&] { kernel.launch(p); }, iters);
+    // No warm-up: the two launches above already paid for the module load and the clocks.
+    TimingOptions timing;
+    timing.repeats = iters;
+    timing.budget_ms = budget_ms;
+    timing.flush_l2 = flush_l2;
+    r.time_ms = time_launches([&] { kernel.launch(p); }, timing).median_ms;
   } catch (const std::exception& e) {
     r.error = e.what();
   }

@@ -35,12 +35,9 @@ struct BackwardProblem {
 BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed, DType dtype, int check_kv_heads = 0);
 
 /// Fills problem.o and problem.lse with `forward`'s output on the problem's inputs (a GPU run).
+/// Which forward is the caller's choice: chapter 07 runs chapter 04's fp32 kernel
+/// (chapters/07_backward/forward_for_backward.h).
 void run_forward_for(BackwardProblem& problem, const ForwardKernel& forward);
-
-/// The forward kernel chapter 07's program, fa_bench and the tests run for O and LSE when the
-/// oracle does not give them: chapter 04's fp32 `registers`. Throws std::runtime_error if it is
-/// not registered (a program built without chapter 04).
-const ForwardKernel& forward_for_backward();
 
 /// One gradient tensor against the oracle.
 struct GradientCheck {
@@ -68,9 +65,10 @@ struct BackwardRunResult {
 double backward_tolerance(DType dtype);
 
 /// Launches once on poisoned outputs and compares; launches again on poisoned outputs to see
-/// whether the bytes repeat; then, when iters > 0, times iters launches (median, CUDA events).
-/// budget_ms > 0: as many of those iters as fit in about budget_ms, at least one.
+/// whether the bytes repeat; then, when iters > 0, times iters launches (time_launches: median,
+/// CUDA events). budget_ms > 0: as many of those iters as fit in about budget_ms, at least one.
+/// flush_l2: evict the L2 before each timed launch.
 BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProblem& problem, int iters,
-                               double budget_ms = 0);
+                               double budget_ms = 0, bool flush_l2 = false);
 
 }  // namespace fa

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include "cuda_check.h"
@@ -47,33 +48,6 @@ std::string RunResult::status() const {
   return passed() ? "ok" : "FAIL";
 }
 
-double median_ms(std::vector<float> times) {
-  if (times.empty()) return 0;
-  std::sort(times.begin(), times.end());
-  size_t n = times.size();
-  return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
-}
-
-double median_launch_ms(const std::function<void()>& launch, int iters, int warmup) {
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < warmup; ++i) launch();
-  std::vector<float> times;
-  for (int i = 0; i < iters; ++i) {
-    CUDA_CHECK(cudaEventRecord(start));
-    launch();
-    CUDA_CHECK(cudaEventRecord(stop));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
-  return median_ms(times);
-}
-
 namespace {
 
 template <class Entry>
@@ -107,29 +81,19 @@ void launch_forward_on(const ForwardKernel& kernel, const AttentionShape& shape,
                        const std::vector<float>& k, const std::vector<float>& v, std::vector<float>& o,
                        std::vector<float>& lse) {
   const DType t = kernel.dtype;
-  DeviceBuffer dq = upload_as(t, q), dk = upload_as(t, k), dv = upload_as(t, v);
-  DeviceBuffer d_o(std::size_t(shape.o_elems()) * dtype_size(t)), d_lse(std::size_t(shape.lse_elems()) * sizeof(float));
-  DeviceBuffer workspace(kernel.workspace_bytes ? kernel.workspace_bytes(shape) : 0);
-  ForwardParams p;
-  p.shape = shape;
-  p.q = dq.get();
-  p.k = dk.get();
-  p.v = dv.get();
-  p.o = d_o.get();
-  p.lse = static_cast<float*>(d_lse.get());
-  p.workspace = workspace.get();
-  kernel.launch(p);
+  const DeviceBuffer dq = upload_as(t, q), dk = upload_as(t, k), dv = upload_as(t, v);
+  ForwardLaunch launch = prepare_forward(kernel, shape, dq.get(), dk.get(), dv.get());
+  kernel.launch(launch.params);
   CUDA_CHECK(cudaDeviceSynchronize());
   o.resize(shape.o_elems());
-  decode_elements(t, d_o.download().data(), o.data(), o.size());
-  const std::vector<unsigned char> raw = d_lse.download();
+  decode_elements(t, launch.o.download().data(), o.data(), o.size());
+  const std::vector<unsigned char> raw = launch.lse.download();
   lse.resize(shape.lse_elems());
   std::memcpy(lse.data(), raw.data(), raw.size());
 }
 
-ForwardLaunch prepare_forward(const ForwardKernel& kernel, Problem& problem) {
-  const AttentionShape& shape = problem.shape();
-  const DeviceInputs& in = problem.device(kernel.dtype);
+ForwardLaunch prepare_forward(const ForwardKernel& kernel, const AttentionShape& shape, const void* q, const void* k,
+                              const void* v) {
   ForwardLaunch launch{DeviceBuffer(size_t(shape.o_elems()) * dtype_size(kernel.dtype)),
                        DeviceBuffer(size_t(shape.lse_elems()) * sizeof(float)),
                        DeviceBuffer(kernel.workspace_bytes ? kernel.workspace_bytes(shape) : 0), ForwardParams{}};
@@ -137,19 +101,29 @@ ForwardLaunch prepare_forward(const ForwardKernel& kernel, Problem& problem) {
   launch.lse.poison();
   ForwardParams& p = launch.params;
   p.shape = shape;
-  p.q = in.q.get();
-  p.k = in.k.get();
-  p.v = in.v.get();
+  p.q = q;
+  p.k = k;
+  p.v = v;
   p.o = launch.o.get();
   p.lse = launch.lse.as<float>();
   p.workspace = launch.workspace.get();
   return launch;
 }
 
-RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOptions& options) {
-  const AttentionShape& shape = problem.shape();
+ForwardLaunch prepare_forward(const ForwardKernel& kernel, Problem& problem) {
+  const DeviceInputs& in = problem.device(kernel.dtype);
+  return prepare_forward(kernel, problem.shape(), in.q.get(), in.k.get(), in.v.get());
+}
+
+RunResult forward_result(const ForwardKernel& kernel, const AttentionShape& shape) {
   RunResult r = start_result(kernel, shape, "gpu");
   r.dtype = kernel.dtype;
+  return r;
+}
+
+RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOptions& options) {
+  const AttentionShape& shape = problem.shape();
+  RunResult r = forward_result(kernel, shape);
   if (kernel.memory_note) r.note = kernel.memory_note(shape);
   r.skipped = support_reason(kernel, shape);
   if (!r.skipped.empty()) return r;
@@ -188,51 +162,36 @@ RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOp
     }
 
     if (options.iters > 0) {
-      for (int i = 0; i < options.warmup; ++i) kernel.launch(params);
-      CUDA_CHECK_LAUNCH();
-      cudaEvent_t start, stop;
-      CUDA_CHECK(cudaEventCreate(&start));
-      CUDA_CHECK(cudaEventCreate(&stop));
-      auto timed_launch = [&] {
-        CUDA_CHECK(cudaEventRecord(start, params.stream));
-        kernel.launch(params);
-        CUDA_CHECK(cudaEventRecord(stop, params.stream));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        return ms;
-      };
-      int iters = options.iters;
-      std::vector<float> times;
-      if (options.budget_ms > 0) {
-        times.push_back(timed_launch());
-        // A launch longer than the whole budget is timed once; otherwise at least 3 repeats.
-        iters = times[0] >= options.budget_ms
-                    ? 1
-                    : std::clamp(int(options.budget_ms / std::max(times[0], 1e-3f)), 3, std::max(3, options.iters));
-      }
-      while (int(times.size()) < iters) times.push_back(timed_launch());
-      CUDA_CHECK_LAUNCH();
-      cudaEventDestroy(start);
-      cudaEventDestroy(stop);
-      r.iters = int(times.size());
-      r.ms = median_ms(times);
-      r.ms_min = *std::min_element(times.begin(), times.end());
+      TimingOptions timing;
+      timing.warmup = options.warmup;
+      timing.repeats = options.iters;
+      timing.budget_ms = options.budget_ms;
+      timing.min_repeats = 3;
+      timing.flush_l2 = options.flush_l2;
+      timing.stream = params.stream;
+      const LaunchTimes times = time_launches([&] { kernel.launch(params); }, timing);
+      r.iters = int(times.ms.size());
+      r.ms = times.median_ms;
+      r.ms_min = times.min_ms;
       finish_rates(r);
       // Where the time goes, for kernels that mark their phases: more launches with the marks
       // live, up to 7 (as many as were timed), and each phase's median over them (one launch's
-      // phases vary by several percent, like its total).
+      // phases vary as much as its total does). The L2 is flushed before each when the timed
+      // launches had it flushed, so the phases add up to the same total.
+      std::optional<L2Flush> l2;
+      if (options.flush_l2) l2.emplace();
       std::vector<std::vector<std::pair<std::string, float>>> runs;
       for (int i = 0; i < std::min(r.iters, 7); ++i) {
+        if (l2) l2->flush(params.stream);
         PhaseTimer phases(params.stream);
         kernel.launch(params);
         runs.push_back(phases.finish());
       }
       std::vector<std::pair<std::string, float>> medians = runs.front();
       for (std::size_t k = 0; k < medians.size(); ++k) {
-        std::vector<float> times;
-        for (const auto& run : runs) times.push_back(run[k].second);
-        medians[k].second = float(median_ms(times));
+        std::vector<float> phase_times;
+        for (const auto& run : runs) phase_times.push_back(run[k].second);
+        medians[k].second = float(median_ms(phase_times));
       }
       r.phases = describe_phases(medians);
     }

@@ -1,19 +1,20 @@
 // The one check-and-time path. Chapter programs, fa_bench and the GPU tests all run a kernel
 // through run_forward(): fresh random inputs, outputs poisoned before the launch, the launch
-// checked, the result compared with the fp64 oracle, then timed with CUDA events (warm-up
-// first, median of the repeats).
+// checked, the result compared with the fp64 oracle, then timed by time_launches() (timing.h:
+// CUDA events, warm-up first, median of the repeats).
 #pragma once
 
 #include <cstdint>
 #include <map>
-#include <functional>
 #include <string>
+#include <vector>
 
 #include "compare.h"
 #include "problem.h"
 #include "reference.h"
 #include "registry.h"
 #include "tensor.h"
+#include "timing.h"
 
 namespace fa {
 
@@ -54,6 +55,7 @@ struct RunOptions {
   /// to fit this many milliseconds (at least 3, at most `iters`; a launch longer than the whole
   /// budget is timed just once). Keeps slow kernels' sweeps short.
   double budget_ms = 0;
+  bool flush_l2 = false;  // evict the L2 before each timed launch (TimingOptions::flush_l2)
 };
 
 struct RunResult {
@@ -81,14 +83,22 @@ struct RunResult {
 };
 
 /// Everything one launch needs: poisoned output buffers, scratch space, and the parameters
-/// pointing at them and at the problem's device inputs in the kernel's dtype.
+/// pointing at them and at device inputs in the kernel's dtype.
 struct ForwardLaunch {
   DeviceBuffer o, lse, workspace;
   ForwardParams params;
 };
+/// For the problem's device inputs in the kernel's dtype.
 ForwardLaunch prepare_forward(const ForwardKernel& kernel, Problem& problem);
+/// For inputs the caller holds on the device (q, k, v in the kernel's dtype).
+ForwardLaunch prepare_forward(const ForwardKernel& kernel, const AttentionShape& shape, const void* q, const void* k,
+                              const void* v);
 
 RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOptions& options);
+/// The result of a forward run before anything ran: the kernel's name, chapter, variant and
+/// dtype, and the shape. A caller that decides not to run a point (fa_bench's points too slow
+/// for the sweep) sets `skipped` on it, and it prints and writes to CSV like any other.
+RunResult forward_result(const ForwardKernel& kernel, const AttentionShape& shape);
 
 /// One launch of `kernel` on inputs the caller brings (float, uploaded in the kernel's dtype),
 /// for callers outside the Problem flow (chapter 07's forward, the FP8 outlier test): O decoded
@@ -97,11 +107,5 @@ void launch_forward_on(const ForwardKernel& kernel, const AttentionShape& shape,
                        const std::vector<float>& k, const std::vector<float>& v, std::vector<float>& o,
                        std::vector<float>& lse);
 RunResult run_cpu_algorithm(const CpuAlgorithm& algorithm, Problem& problem, const RunOptions& options);
-
-/// Median of a list of timings (ms); 0 for an empty list.
-double median_ms(std::vector<float> times);
-/// Median time of `iters` calls of `launch` on the default stream (CUDA events around each),
-/// after `warmup` untimed calls.
-double median_launch_ms(const std::function<void()>& launch, int iters, int warmup = 0);
 
 }  // namespace fa

@@ -1,5 +1,6 @@
 // fa_bench -- every registered forward kernel over a named sweep, timed with CUDA events
-// (warm-up, then the median of repeats), a sampled check against the fp64 oracle, and CSV out.
+// (common/timing.h: warm-up, then the median of repeats), a sampled check against the fp64
+// oracle, and CSV out.
 //
 // The standard sweep is the FlashAttention papers': 16k tokens in total (batch = 16384 / seq),
 // hidden size 2048 (heads = 2048 / head_dim), head_dim 64 and 128, seq 512 ... 16k, causal off
@@ -13,20 +14,23 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "../chapters/07_backward/forward_for_backward.h"
+#include "../chapters/08_paged_attention/decode_runner.h"
+#include "backward_runner.h"
 #include "cli.h"
 #include "cuda_check.h"
-#include "backward_runner.h"
-#include "decode_runner.h"
 #include "random.h"
 #include "registry.h"
 #include "report.h"
 #include "runner.h"
+#include "timing.h"
 
 namespace fa {
 namespace {
@@ -45,6 +49,9 @@ struct BenchOptions {
   bool list = false;
   bool decode = false;
   bool backward = false;
+  /// Evict the L2 before each timed launch. Off by default: the published figures are taken
+  /// without it, and a flushed run is not comparable with them.
+  bool flush_l2 = false;
   /// Skip a kernel's next point of a (head_dim, causal) series once its last point took over
   /// this much / 2 (the next doubles the sequence, so about doubles the time); 0 = never skip.
   double max_point_ms = 0;
@@ -66,6 +73,8 @@ const char* kUsage =
     "  --max-point-ms X  skip a kernel's longer points of a series once one took over X/2 ms (default 0 = never)\n"
     "  --seed N          input seed (default 1234)\n"
     "  --no-check        skip the sampled oracle check\n"
+    "  --flush-l2        overwrite a buffer twice the L2's size before each timed launch (not timed), so every\n"
+    "                    launch starts with a cold L2 (default off, as the published figures were measured)\n"
     "  --decode          time the paged decode kernels (chapter 08) instead: K/V bandwidth at batch x context\n"
     "                    64 x 16k, 8 x 8k, 1 x 32k and more, heads 32/8, head_dim 128 (d 64 too with --dims)\n"
     "  --backward        time the backward kernels (chapter 07) over the sweep instead: TFLOP/s at 2.5x the\n"
@@ -129,6 +138,8 @@ BenchOptions parse_bench(int argc, char** argv) {
       o.seed = uint64_t(parse_int(arg, value(), 0));
     } else if (arg == "--no-check") {
       o.check = false;
+    } else if (arg == "--flush-l2") {
+      o.flush_l2 = true;
     } else if (arg == "--list") {
       o.list = true;
     } else if (arg == "--decode") {
@@ -201,26 +212,12 @@ __global__ void float_to_bf16_kernel(const float* in, __nv_bfloat16* out, size_t
   }
 }
 
-template <class F>
-double median_time_ms(F&& work, int repeats) {
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  work();  // warm-up
-  CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<float> times;
-  for (int i = 0; i < repeats; ++i) {
-    CUDA_CHECK(cudaEventRecord(start));
-    work();
-    CUDA_CHECK(cudaEventRecord(stop));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return median_ms(times);
+/// Median time of `repeats` calls of `work` after one untimed call (time_launches).
+double median_time_ms(const std::function<void()>& work, int repeats) {
+  TimingOptions timing;
+  timing.warmup = 1;
+  timing.repeats = repeats;
+  return time_launches(work, timing).median_ms;
 }
 
 void measure_ceilings(const std::string& path) {
@@ -306,31 +303,17 @@ class SlowPoints {
   std::map<std::string, std::pair<int, double>> last_;  // series -> (seq, ms) of a point over the limit
 };
 
-/// A forward point not run, with the reason (as run_forward reports an unsupported shape).
-RunResult skipped_result(const ForwardKernel& k, const AttentionShape& shape, const std::string& why) {
-  RunResult r;
-  r.name = k.name;
-  r.variant = k.variant;
-  r.chapter = k.chapter;
-  r.number = k.number;
-  r.device = "gpu";
-  r.shape = shape;
-  r.dtype = k.dtype;
-  r.skipped = why;
-  return r;
-}
-
 // ---- backward (chapter 07) ----------------------------------------------------------------
 
 /// Every registered backward kernel over the sweep. Per point and input dtype, one problem: O
-/// and LSE from the forward ch04_registers, the fp64 oracle on the first K/V head of batch 0 up
-/// to --check-max-seq.
+/// and LSE from chapter 07's forward (forward_for_backward.h), the fp64 oracle on the first K/V
+/// head of batch 0 up to --check-max-seq.
 int run_backward_sweep(const BenchOptions& opt) {
   std::vector<const BackwardKernel*> kernels;
   for (const BackwardKernel& k : backward_kernels()) {
     if (selected(k.name, opt.kernel_filters)) kernels.push_back(&k);
   }
-  const ForwardKernel& forward = forward_for_backward();
+  const ForwardKernel forward = backward::forward_for_backward();
   std::ofstream csv;
   if (!opt.csv.empty()) {
     csv.open(opt.csv);
@@ -363,7 +346,7 @@ int run_backward_sweep(const BenchOptions& opt) {
           run_forward_for(p, forward);
           found = problems.emplace(k->dtype, std::move(p)).first;
         }
-        r = run_backward(*k, found->second, opt.iters, opt.budget_ms);
+        r = run_backward(*k, found->second, opt.iters, opt.budget_ms, opt.flush_l2);
         if (!r.ran) {
           status = r.error.empty() ? "skipped" : "error";
           detail = r.error.empty() ? r.skipped : r.error;
@@ -432,7 +415,7 @@ int run_decode_sweep(const BenchOptions& opt) {
           ++done;
           std::printf("[%3zu/%zu] %-22s b%-3d ctx %-6d h32/8 d%d  ", done, total, k->name.c_str(), batch, context, dim);
           std::fflush(stdout);
-          const DecodeRunResult r = run_decode(*k, problem, inputs, opt.iters);
+          const DecodeRunResult r = run_decode(*k, problem, inputs, opt.iters, opt.flush_l2);
           const std::string status = !r.ran ? (r.error.empty() ? "skipped" : "error") : r.passed ? "ok" : "FAIL";
           if (r.ran)
             std::printf("%9.4f ms %7.0f GB/s  %s  %s\n", r.time_ms, r.gbps, status.c_str(), r.summary().c_str());
@@ -496,6 +479,7 @@ int main(int argc, char** argv) {
     run.iters = opt.iters;
     run.warmup = opt.warmup;
     run.budget_ms = opt.budget_ms;
+    run.flush_l2 = opt.flush_l2;
     SlowPoints slow(opt.max_point_ms);
     for (const AttentionShape& shape : shapes) {
       Problem problem(shape, opt.seed);
@@ -509,7 +493,8 @@ int main(int argc, char** argv) {
           r = run_forward(*k, problem, run);
           if (r.ms > 0) slow.record(k->name, shape, r.ms);
         } else {
-          r = skipped_result(*k, shape, too_slow);
+          r = forward_result(*k, shape);
+          r.skipped = too_slow;
         }
         if (r.ms > 0) {
           std::printf("%10.3f ms %8.2f TFLOP/s %7.0f GB/s  %s", r.ms, r.tflops, r.gbps, r.status().c_str());

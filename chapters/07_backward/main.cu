@@ -14,6 +14,7 @@
 #include "backward_runner.h"
 #include "cli.h"
 #include "cuda_check.h"
+#include "forward_for_backward.h"
 #include "registry.h"
 
 int main(int argc, char** argv) {
@@ -65,7 +66,7 @@ int main(int argc, char** argv) {
                                               .c_str()
                                         : "every head");
       if (problem.needs_forward) {
-        const ForwardKernel& forward = forward_for_backward();
+        const ForwardKernel forward = backward::forward_for_backward();
         const std::string why = support_reason(forward, shape);
         if (!why.empty()) throw std::invalid_argument("the forward (" + forward.name + ") cannot run this shape: " + why);
         run_forward_for(problem, forward);

@@ -21,6 +21,7 @@
 #include <random>
 #include <string>
 
+#include "../../chapters/07_backward/forward_for_backward.h"
 #include "backward_runner.h"
 #include "registry.h"
 #include "runner.h"
@@ -102,7 +103,7 @@ TEST_P(FuzzShapes, EveryKernelMatchesTheOracle) {
   }
   // Backward: the oracle on the first K/V head of batch 0 and its query heads (all rows), with O
   // and LSE from chapter 04's register kernel, as chapter 07's program does for big shapes.
-  const ForwardKernel& forward = forward_for_backward();
+  const ForwardKernel forward = backward::forward_for_backward();
   std::map<std::pair<int, DType>, BackwardProblem> backward_problems;
   for (const BackwardKernel& k : backward_kernels()) {
     std::optional<AttentionShape> s = shape_for(k, drawn);

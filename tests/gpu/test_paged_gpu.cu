@@ -14,9 +14,9 @@
 
 #include "../../chapters/08_paged_attention/algorithm.h"
 #include "../../chapters/08_paged_attention/block_manager.h"
+#include "../../chapters/08_paged_attention/decode_runner.h"
 #include "../../chapters/08_paged_attention/paged_kernels.h"
 #include "cuda_check.h"
-#include "decode_runner.h"
 #include "random.h"
 #include "registry.h"
 #include "runner.h"

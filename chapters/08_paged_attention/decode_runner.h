@@ -1,8 +1,9 @@
-// Running a paged-attention kernel (chapter 08) against the fp64 oracle: a batch of sequences
-// whose block tables come from the chapter's BlockManager (prompts shared by forked samples,
-// copy-on-write), a cache filled on the GPU, one launch on poisoned outputs, the comparison,
-// and the timing with the effective K/V bandwidth. Used by chapter 08's program, its GPU tests
-// and fa_bench --decode.
+// Chapter 08's harness: running a paged-attention kernel against the fp64 oracle. A batch of
+// sequences whose block tables come from the chapter's BlockManager (prompts shared by forked
+// samples, copy-on-write), a cache filled on the GPU, one launch on poisoned outputs, the
+// comparison, and the timing with the effective K/V bandwidth. It lives in the chapter, not in
+// common/, because it builds on the chapter's block manager. Used by chapter 08's program, its
+// GPU tests and fa_bench --decode.
 #pragma once
 
 #include <cstdint>
@@ -80,8 +81,9 @@ struct DecodeRunResult {
 };
 
 /// One launch on poisoned outputs, the comparison, a second launch for repeatability; then,
-/// when iters > 0, timing (warm-up, median of iters launches with CUDA events).
+/// when iters > 0, timing (time_launches: 2 warm-up launches, median of iters launches with CUDA
+/// events; flush_l2: the L2 evicted before each).
 DecodeRunResult run_decode(const DecodeKernel& kernel, const DecodeProblem& problem, const DecodeDeviceInputs& inputs,
-                           int iters);
+                           int iters, bool flush_l2 = false);
 
 }  // namespace fa

@@ -14,10 +14,11 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "../chapters/08_paged_attention/block_manager.h"
+#include "block_manager.h"
 #include "cuda_check.h"
 #include "random.h"
 #include "runner.h"
+#include "timing.h"
 
 namespace fa {
 
@@ -203,7 +204,8 @@ std::string DecodeRunResult::summary() const {
   return s.str();
 }
 
-DecodeRunResult run_decode(const DecodeKernel& kernel, const DecodeProblem& problem, const DecodeDeviceInputs& in, int iters) {
+DecodeRunResult run_decode(const DecodeKernel& kernel, const DecodeProblem& problem, const DecodeDeviceInputs& in, int iters,
+                           bool flush_l2) {
   DecodeRunResult r;
   const GpuInfo& gpu = detect_gpu();
   if (!gpu.available) {
@@ -262,10 +264,12 @@ DecodeRunResult run_decode(const DecodeKernel& kernel, const DecodeProblem& prob
     const auto again = launch_poisoned();
     r.repeat_identical = again.first == o_raw && again.second == lse_raw;
 
-    if (iters > 0) {
-      r.time_ms = median_launch_ms([&] { kernel.launch(params); }, iters, 2);
-      r.gbps = r.time_ms > 0 ? problem.kv_bytes() / (r.time_ms * 1e-3) / 1e9 : 0;
-    }
+    TimingOptions timing;
+    timing.warmup = 2;
+    timing.repeats = iters;
+    timing.flush_l2 = flush_l2;
+    r.time_ms = time_launches([&] { kernel.launch(params); }, timing).median_ms;
+    r.gbps = r.time_ms > 0 ? problem.kv_bytes() / (r.time_ms * 1e-3) / 1e9 : 0;
   } catch (const std::exception& e) {
     r.error = e.what();
     r.passed = false;
