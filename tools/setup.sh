@@ -2,7 +2,9 @@
 # Installs what the build needs, and only what is missing.
 #
 # Checked: a C++17 compiler, CMake >= 3.25, the CUDA toolkit (nvcc), Eigen 3, GoogleTest, python3;
-# with --docs (make docs) also doxygen and libjs-mathjax.
+# with --docs (make docs) also doxygen and libjs-mathjax; with --format (tools/format.sh, CI's
+# format check) also Debian's clang-format (14 on bookworm, the version .clang-format is tuned
+# to). The build itself needs neither; the flags combine.
 # Missing Debian packages are installed with apt-get when we are root; otherwise the exact
 # command is printed and the script exits non-zero. The CUDA toolkit is not a Debian package we
 # install: if nvcc is missing we say where to get it and stop.
@@ -27,9 +29,20 @@ if ! have_header /usr/include/gtest/gtest.h && ! have_header /usr/local/include/
   missing+=(libgtest-dev)
 fi
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
-if [ "${1:-}" = "--docs" ]; then  # make docs: Doxygen and a local MathJax (no CDN)
+docs=0 format=0
+for arg in "$@"; do
+  case "$arg" in
+    --docs) docs=1 ;;
+    --format) format=1 ;;
+    *) echo "setup: unknown option '$arg' (known: --docs, --format)" >&2; exit 2 ;;
+  esac
+done
+if [ "$docs" = 1 ]; then  # make docs: Doxygen and a local MathJax (no CDN)
   command -v doxygen >/dev/null 2>&1 || missing+=(doxygen)
   [ -f /usr/share/javascript/mathjax/MathJax.js ] || missing+=(libjs-mathjax)
+fi
+if [ "$format" = 1 ]; then  # tools/format.sh
+  command -v clang-format >/dev/null 2>&1 || missing+=(clang-format)
 fi
 
 if [ ${#missing[@]} -gt 0 ]; then
