@@ -99,16 +99,16 @@ GradientCheck check(DType dtype, const std::vector<unsigned char>& raw, const st
 
 std::string BackwardRunResult::summary() const {
   char line[320];
-  std::snprintf(line, sizeof line, "dQ rel %.1e max %.1e, dK rel %.1e max %.1e, dV rel %.1e max %.1e (limit %.0e)%s", dq.rel,
-                dq.max_abs, dk.rel, dk.max_abs, dv.rel, dv.max_abs, limit,
+  std::snprintf(line, sizeof line, "dQ rel %.1e max %.1e, dK rel %.1e max %.1e, dV rel %.1e max %.1e (limit %.0e)%s",
+                dq.rel, dq.max_abs, dk.rel, dk.max_abs, dv.rel, dv.max_abs, limit,
                 dq.unwritten + dk.unwritten + dv.unwritten + dq.nonfinite + dk.nonfinite + dv.nonfinite > 0
                     ? ", some outputs never written or not finite"
                     : "");
   return line;
 }
 
-BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProblem& problem, int iters, double budget_ms,
-                               bool flush_l2) {
+BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProblem& problem, int iters,
+                               double budget_ms, bool flush_l2) {
   BackwardRunResult r;
   const AttentionShape& s = problem.shape;
   const GpuInfo& gpu = detect_gpu();

@@ -41,7 +41,7 @@ void run_forward_for(BackwardProblem& problem, const ForwardKernel& forward);
 
 /// One gradient tensor against the oracle.
 struct GradientCheck {
-  double rel = 0;        // relative Frobenius error over finite, written elements
+  double rel = 0;  // relative Frobenius error over finite, written elements
   double max_abs = 0;
   int64_t unwritten = 0;  // still the poison pattern
   int64_t nonfinite = 0;

@@ -20,8 +20,7 @@ namespace {
 /// A variant matches --variant by its number, its short name or its full registry name.
 template <class Entry>
 bool matches(const Entry& entry, const std::string& wanted) {
-  return wanted == "all" || wanted == entry.variant || wanted == entry.name ||
-         wanted == std::to_string(entry.number);
+  return wanted == "all" || wanted == entry.variant || wanted == entry.name || wanted == std::to_string(entry.number);
 }
 
 template <class Entry>

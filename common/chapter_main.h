@@ -6,9 +6,9 @@
 namespace fa {
 
 struct ChapterInfo {
-  int number;            // 1 for chapters/01_naive_attention
-  const char* program;   // "ch01_naive_attention"
-  const char* title;     // "Naive attention"
+  int number;           // 1 for chapters/01_naive_attention
+  const char* program;  // "ch01_naive_attention"
+  const char* title;    // "Naive attention"
 };
 
 /// Returns the process exit code: 0 when everything that ran passed its check, 1 when a check

@@ -38,8 +38,7 @@ long long parse_integer(const std::string& flag, const std::string& text, long l
   errno = 0;
   char* end = nullptr;
   long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno == ERANGE || value < min_value ||
-      value > std::numeric_limits<int>::max()) {
+  if (text.empty() || *end != '\0' || errno == ERANGE || value < min_value || value > std::numeric_limits<int>::max()) {
     bad_value(flag, text, allowed);
   }
   return value;

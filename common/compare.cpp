@@ -29,8 +29,7 @@ std::string format_mismatch(const Mismatch& m, bool is_lse) {
   std::ostringstream s;
   s << (is_lse ? "LSE" : "O") << "(batch=" << m.batch << ", head=" << m.head << ", row=" << m.row;
   if (!is_lse) s << ", col=" << m.col;
-  s << "): expected " << format_number(m.expected) << ", got " << format_number(m.actual) << " ("
-    << m.what << ")";
+  s << "): expected " << format_number(m.expected) << ", got " << format_number(m.actual) << " (" << m.what << ")";
   return s.str();
 }
 
@@ -64,8 +63,8 @@ std::string CompareReport::details() const {
 }
 
 CompareReport compare_forward(const AttentionShape& shape, DType dtype, const std::vector<unsigned char>& o_raw,
-                              const std::vector<float>& lse, const CheckPlan& plan,
-                              const ForwardReference& ref, const Tolerance* tolerance) {
+                              const std::vector<float>& lse, const CheckPlan& plan, const ForwardReference& ref,
+                              const Tolerance* tolerance) {
   CompareReport rep;
   rep.dtype = dtype;
   rep.tolerance = tolerance ? *tolerance : tolerance_for(dtype);

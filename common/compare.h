@@ -38,18 +38,18 @@ struct Mismatch {
 
 struct CompareReport {
   DType dtype = DType::F32;
-  int64_t checked = 0;      // O elements compared
-  int64_t unwritten = 0;    // still the poison pattern
-  int64_t nonfinite = 0;    // NaN/inf where the oracle is finite (excluding unwritten)
+  int64_t checked = 0;    // O elements compared
+  int64_t unwritten = 0;  // still the poison pattern
+  int64_t nonfinite = 0;  // NaN/inf where the oracle is finite (excluding unwritten)
   int64_t over_tolerance = 0;
-  double rel_fro = 0;       // ||O - O_ref||_F / ||O_ref||_F over finite, written elements
+  double rel_fro = 0;  // ||O - O_ref||_F / ||O_ref||_F over finite, written elements
   double max_abs = 0;
-  double lse_max_abs = 0;   // over rows whose oracle LSE is finite
-  int64_t lse_bad = 0;      // LSE rows unwritten, not finite when they should be, or over tolerance
+  double lse_max_abs = 0;  // over rows whose oracle LSE is finite
+  int64_t lse_bad = 0;     // LSE rows unwritten, not finite when they should be, or over tolerance
   bool has_first = false;
-  Mismatch first;           // first bad O element in plan order
+  Mismatch first;  // first bad O element in plan order
   bool has_first_lse = false;
-  Mismatch first_lse;       // first bad LSE row (col = -1)
+  Mismatch first_lse;  // first bad LSE row (col = -1)
   Tolerance tolerance{};
 
   bool passed() const;
@@ -63,7 +63,7 @@ struct CompareReport {
 /// (float, full [B,H,Nq]) with the oracle on the rows of `plan`, against `tolerance` when given
 /// (a kernel's own row, e.g. fp8_tolerance()), else tolerance_for(dtype).
 CompareReport compare_forward(const AttentionShape& shape, DType dtype, const std::vector<unsigned char>& o_raw,
-                              const std::vector<float>& lse, const CheckPlan& plan,
-                              const ForwardReference& ref, const Tolerance* tolerance = nullptr);
+                              const std::vector<float>& lse, const CheckPlan& plan, const ForwardReference& ref,
+                              const Tolerance* tolerance = nullptr);
 
 }  // namespace fa

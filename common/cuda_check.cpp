@@ -6,8 +6,8 @@ namespace fa {
 
 void throw_cuda_error(cudaError_t status, const char* what, const char* file, int line) {
   std::ostringstream msg;
-  msg << "CUDA error " << cudaGetErrorName(status) << " (" << cudaGetErrorString(status)
-      << ") in " << what << " at " << file << ":" << line;
+  msg << "CUDA error " << cudaGetErrorName(status) << " (" << cudaGetErrorString(status) << ") in " << what << " at "
+      << file << ":" << line;
   throw CudaError(msg.str());
 }
 
@@ -57,8 +57,8 @@ const GpuInfo& detect_gpu() {
 std::string describe_gpu(const GpuInfo& gpu) {
   if (!gpu.available) return "no GPU: " + gpu.reason;
   std::ostringstream s;
-  s << gpu.name << " (sm_" << gpu.sm_major << gpu.sm_minor << ", " << gpu.multiprocessors
-    << " SMs, " << (gpu.memory_bytes >> 30) << " GiB, driver " << gpu.driver_version / 1000 << "."
+  s << gpu.name << " (sm_" << gpu.sm_major << gpu.sm_minor << ", " << gpu.multiprocessors << " SMs, "
+    << (gpu.memory_bytes >> 30) << " GiB, driver " << gpu.driver_version / 1000 << "."
     << (gpu.driver_version % 1000) / 10 << ", runtime " << gpu.runtime_version / 1000 << "."
     << (gpu.runtime_version % 1000) / 10 << ")";
   return s.str();

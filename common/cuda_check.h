@@ -17,12 +17,12 @@ struct CudaError : std::runtime_error {
 
 }  // namespace fa
 
-#define CUDA_CHECK(call)                                                          \
-  do {                                                                            \
-    cudaError_t fa_status_ = (call);                                              \
-    if (fa_status_ != cudaSuccess) {                                              \
-      ::fa::throw_cuda_error(fa_status_, #call, __FILE__, __LINE__);              \
-    }                                                                             \
+#define CUDA_CHECK(call)                                             \
+  do {                                                               \
+    cudaError_t fa_status_ = (call);                                 \
+    if (fa_status_ != cudaSuccess) {                                 \
+      ::fa::throw_cuda_error(fa_status_, #call, __FILE__, __LINE__); \
+    }                                                                \
   } while (0)
 
 /// After a <<<...>>> launch: catches bad launch configurations at once. Errors inside the

@@ -19,7 +19,7 @@ uint8_t float_to_e4m3(float value) {
   // is exactly the smallest normal's code, so rounding up into the normals needs no special case.
   if (a < 0.015625) return sign | uint8_t(std::nearbyint(a * 512.0));  // nearbyint: ties to even
   int e = 0;
-  const double f = std::frexp(a, &e);           // a = f * 2^e, f in [0.5, 1)
+  const double f = std::frexp(a, &e);                // a = f * 2^e, f in [0.5, 1)
   double m = std::nearbyint((2.0 * f - 1.0) * 8.0);  // 3 mantissa bits of 1.xxx, ties to even
   int exponent = e - 1;
   if (m == 8.0) {  // rounded up to the next power of two
@@ -34,13 +34,14 @@ float e4m3_to_float(uint8_t code) {
   const bool negative = code & 0x80;
   const int exponent = (code >> 3) & 0xF, mantissa = code & 0x7;
   if (exponent == 0xF && mantissa == 0x7) return std::nanf("");
-  const double magnitude = exponent == 0 ? std::ldexp(double(mantissa), -9)
-                                         : std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
+  const double magnitude =
+      exponent == 0 ? std::ldexp(double(mantissa), -9) : std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
   return float(negative ? -magnitude : magnitude);
 }
 
 Fp8Blocks quantize_e4m3(const float* x, int rows, int cols, int block_rows) {
-  if (block_rows < 1) throw std::invalid_argument("quantize_e4m3: block_rows must be at least 1, got " + std::to_string(block_rows));
+  if (block_rows < 1)
+    throw std::invalid_argument("quantize_e4m3: block_rows must be at least 1, got " + std::to_string(block_rows));
   Fp8Blocks q;
   q.rows = rows;
   q.cols = cols;
@@ -49,10 +50,12 @@ Fp8Blocks quantize_e4m3(const float* x, int rows, int cols, int block_rows) {
   for (int r0 = 0; r0 < rows; r0 += block_rows) {
     const int r1 = std::min(rows, r0 + block_rows);
     float amax = 0.0f;
-    for (std::size_t i = std::size_t(r0) * cols; i < std::size_t(r1) * cols; ++i) amax = std::max(amax, std::fabs(x[i]));
+    for (std::size_t i = std::size_t(r0) * cols; i < std::size_t(r1) * cols; ++i)
+      amax = std::max(amax, std::fabs(x[i]));
     const float scale = amax > 0.0f ? amax / kE4m3Max : 1.0f;
     q.scales.push_back(scale);
-    for (std::size_t i = std::size_t(r0) * cols; i < std::size_t(r1) * cols; ++i) q.codes[i] = float_to_e4m3(x[i] / scale);
+    for (std::size_t i = std::size_t(r0) * cols; i < std::size_t(r1) * cols; ++i)
+      q.codes[i] = float_to_e4m3(x[i] / scale);
   }
   return q;
 }
@@ -72,10 +75,14 @@ void hadamard_row(float* row, int n) {
 }
 
 void rotate_rows(float* x, int rows, int n, const std::vector<float>& signs) {
-  if (n < 1 || (n & (n - 1)) != 0) throw std::invalid_argument("rotate_rows: n must be a power of two, got " + std::to_string(n));
-  if (int(signs.size()) != n) throw std::invalid_argument("rotate_rows: expected " + std::to_string(n) + " signs, got " + std::to_string(signs.size()));
+  if (n < 1 || (n & (n - 1)) != 0)
+    throw std::invalid_argument("rotate_rows: n must be a power of two, got " + std::to_string(n));
+  if (int(signs.size()) != n)
+    throw std::invalid_argument("rotate_rows: expected " + std::to_string(n) + " signs, got " +
+                                std::to_string(signs.size()));
   for (float s : signs)
-    if (s != 1.0f && s != -1.0f) throw std::invalid_argument("rotate_rows: signs must be +1 or -1, got " + std::to_string(s));
+    if (s != 1.0f && s != -1.0f)
+      throw std::invalid_argument("rotate_rows: signs must be +1 or -1, got " + std::to_string(s));
   for (int r = 0; r < rows; ++r) {
     float* row = x + std::size_t(r) * n;
     for (int i = 0; i < n; ++i) row[i] *= signs[i];

@@ -62,16 +62,16 @@ double AttentionShape::forward_min_bytes(int element_bytes) const {
 
 std::string AttentionShape::to_string() const {
   std::ostringstream s;
-  s << "b" << batch << " h" << heads_q << "/" << heads_kv << " q" << seq_q << " k" << seq_kv
-    << " d" << head_dim << (causal ? " causal" : "");
+  s << "b" << batch << " h" << heads_q << "/" << heads_kv << " q" << seq_q << " k" << seq_kv << " d" << head_dim
+    << (causal ? " causal" : "");
   if (scale > 0.0) s << " scale" << scale;
   return s.str();
 }
 
 std::string AttentionShape::to_identifier() const {
   std::ostringstream s;
-  s << "b" << batch << "_h" << heads_q << "_kv" << heads_kv << "_q" << seq_q << "_k" << seq_kv
-    << "_d" << head_dim << (causal ? "_causal" : "_full");
+  s << "b" << batch << "_h" << heads_q << "_kv" << heads_kv << "_q" << seq_q << "_k" << seq_kv << "_d" << head_dim
+    << (causal ? "_causal" : "_full");
   return s.str();
 }
 
@@ -91,8 +91,8 @@ void DecodeShape::validate() const {
   }
   if (max_context < 0 || int64_t(max_context) > int64_t(max_blocks_per_seq) * block_size || max_context > kMaxSeq) {
     std::ostringstream msg;
-    msg << "max_context must be between 0 and max_blocks_per_seq * block_size (" << int64_t(max_blocks_per_seq) * block_size
-        << ", at most " << kMaxSeq << "), got " << max_context;
+    msg << "max_context must be between 0 and max_blocks_per_seq * block_size ("
+        << int64_t(max_blocks_per_seq) * block_size << ", at most " << kMaxSeq << "), got " << max_context;
     throw std::invalid_argument(msg.str());
   }
 }
@@ -118,8 +118,8 @@ std::string DecodeShape::to_string() const {
 
 std::string DecodeShape::to_identifier() const {
   std::ostringstream s;
-  s << "s" << num_seqs << "_h" << heads_q << "_kv" << heads_kv << "_q" << query_len << "_ctx" << max_context << "_d" << head_dim
-    << "_bs" << block_size;
+  s << "s" << num_seqs << "_h" << heads_q << "_kv" << heads_kv << "_q" << query_len << "_ctx" << max_context << "_d"
+    << head_dim << "_bs" << block_size;
   return s.str();
 }
 

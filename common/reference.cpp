@@ -32,13 +32,11 @@ MatrixD kv_matrix(const AttentionShape& s, const float* base, int batch, int hea
 
 /// Turns scaled scores into probabilities in place, row by row, masking keys the query does not
 /// see. Returns per-row LSE (-inf for a row that sees nothing; its probabilities are all 0).
-std::vector<double> masked_softmax_rows(const AttentionShape& s, const std::vector<int>& rows,
-                                        MatrixD& scores) {
+std::vector<double> masked_softmax_rows(const AttentionShape& s, const std::vector<int>& rows, MatrixD& scores) {
   std::vector<double> lse(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
     // Keys 0..visible-1 are visible: the causal boundary, clamped to [0, seq_kv].
-    int64_t visible = s.causal ? std::clamp<int64_t>(int64_t(rows[r]) + s.causal_offset() + 1, 0, s.seq_kv)
-                               : s.seq_kv;
+    int64_t visible = s.causal ? std::clamp<int64_t>(int64_t(rows[r]) + s.causal_offset() + 1, 0, s.seq_kv) : s.seq_kv;
     auto row = scores.row(Eigen::Index(r));
     if (visible == 0) {
       row.setZero();
@@ -55,8 +53,7 @@ std::vector<double> masked_softmax_rows(const AttentionShape& s, const std::vect
   return lse;
 }
 
-MatrixD gather_rows(const AttentionShape& s, const float* q, int batch, int head,
-                    const std::vector<int>& rows) {
+MatrixD gather_rows(const AttentionShape& s, const float* q, int batch, int head, const std::vector<int>& rows) {
   const float* base = q + head_offset(s, batch, head, s.heads_q, s.seq_q);
   MatrixD out(rows.size(), s.head_dim);
   for (size_t r = 0; r < rows.size(); ++r) {
@@ -80,8 +77,7 @@ std::string CheckPlan::describe(const AttentionShape& shape) const {
     s << "all " << all_heads << " heads x " << shape.seq_q << " rows";
   } else {
     size_t rows = heads.empty() ? 0 : heads.front().rows.size();
-    s << heads.size() << " of " << all_heads << " heads x " << rows << " of " << shape.seq_q
-      << " rows (sampled)";
+    s << heads.size() << " of " << all_heads << " heads x " << rows << " of " << shape.seq_q << " rows (sampled)";
   }
   return s.str();
 }
@@ -130,8 +126,8 @@ CheckPlan choose_check_plan(const AttentionShape& shape, uint64_t seed) {
   return sampled_check_plan(shape, seed);
 }
 
-ForwardReference reference_forward(const AttentionShape& s, const float* q, const float* k,
-                                   const float* v, const CheckPlan& plan) {
+ForwardReference reference_forward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                                   const CheckPlan& plan) {
   s.validate();
   ForwardReference ref;
   ref.o.reserve(plan.heads.size());
@@ -148,8 +144,8 @@ ForwardReference reference_forward(const AttentionShape& s, const float* q, cons
   return ref;
 }
 
-BackwardReference reference_backward(const AttentionShape& s, const float* q, const float* k,
-                                     const float* v, const float* d_out) {
+BackwardReference reference_backward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                                     const float* d_out) {
   s.validate();
   BackwardReference ref;
   ref.o.assign(s.q_elems(), 0.0);
@@ -194,10 +190,11 @@ BackwardReference reference_backward(const AttentionShape& s, const float* q, co
 DecodeReference reference_paged_decode(const PagedKvView& cache, int heads_q, const float* q,
                                        const std::vector<std::vector<int>>& block_tables,
                                        const std::vector<int>& context_lens, int query_len) {
-  if (query_len < 1) throw std::invalid_argument("reference_paged_decode: query_len must be >= 1, got " + std::to_string(query_len));
+  if (query_len < 1)
+    throw std::invalid_argument("reference_paged_decode: query_len must be >= 1, got " + std::to_string(query_len));
   if (block_tables.size() != context_lens.size())
-    throw std::invalid_argument("reference_paged_decode: " + std::to_string(block_tables.size()) + " block tables for " +
-                                std::to_string(context_lens.size()) + " context lengths");
+    throw std::invalid_argument("reference_paged_decode: " + std::to_string(block_tables.size()) +
+                                " block tables for " + std::to_string(context_lens.size()) + " context lengths");
   const int d = cache.head_dim, seqs = int(context_lens.size());
   DecodeReference ref;
   const std::size_t rows = std::size_t(heads_q) * query_len;  // per sequence
@@ -207,8 +204,9 @@ DecodeReference reference_paged_decode(const PagedKvView& cache, int heads_q, co
     const int len = context_lens[s];
     if (len == 0) continue;
     if (int64_t(block_tables[s].size()) * cache.block_size < len)
-      throw std::invalid_argument("reference_paged_decode: sequence " + std::to_string(s) + " has " + std::to_string(len) +
-                                  " tokens but " + std::to_string(block_tables[s].size()) + " blocks");
+      throw std::invalid_argument("reference_paged_decode: sequence " + std::to_string(s) + " has " +
+                                  std::to_string(len) + " tokens but " + std::to_string(block_tables[s].size()) +
+                                  " blocks");
     AttentionShape shape;
     shape.heads_q = heads_q;
     shape.heads_kv = cache.heads_kv;

@@ -33,8 +33,7 @@ struct CheckPlan {
 /// Every row of every head, ordered by batch, then head, then row.
 CheckPlan full_check_plan(const AttentionShape& shape);
 /// The first and last head plus random ones, each with its first and last row plus random ones.
-CheckPlan sampled_check_plan(const AttentionShape& shape, uint64_t seed, int max_heads = 4,
-                             int max_rows = 64);
+CheckPlan sampled_check_plan(const AttentionShape& shape, uint64_t seed, int max_heads = 4, int max_rows = 64);
 /// Full when the oracle's work is small (under ~2^29 multiply-adds), sampled otherwise.
 CheckPlan choose_check_plan(const AttentionShape& shape, uint64_t seed);
 
@@ -47,16 +46,16 @@ struct ForwardReference {
 
 /// Forward oracle on the rows of `plan`. q/k/v are the exact inputs the kernel saw (already
 /// rounded to its dtype), laid out [batch, heads, seq, head_dim].
-ForwardReference reference_forward(const AttentionShape& shape, const float* q, const float* k,
-                                   const float* v, const CheckPlan& plan);
+ForwardReference reference_forward(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                                   const CheckPlan& plan);
 
 /// Backward oracle for the loss L = sum(O * dO): returns dQ, dK, dV (and O and LSE on the way).
 /// dK and dV of a shared K/V head are summed over the query heads that read it (GQA/MQA).
 struct BackwardReference {
   std::vector<double> o, lse, dq, dk, dv;
 };
-BackwardReference reference_backward(const AttentionShape& shape, const float* q, const float* k,
-                                     const float* v, const float* d_out);
+BackwardReference reference_backward(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                                     const float* d_out);
 
 /// A paged KV cache (chapter 08): K and V each [num_blocks][heads_kv][block_size][head_dim], so
 /// one (block, K/V head) is block_size contiguous rows. Token t of a sequence with block table

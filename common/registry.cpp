@@ -83,7 +83,9 @@ bool register_decode_kernel(DecodeKernel kernel) {
 const std::vector<DecodeKernel>& decode_kernels() { return decode_list(); }
 const std::vector<ForwardKernel>& forward_kernels() { return kernel_list(); }
 const std::vector<BackwardKernel>& backward_kernels() { return backward_list(); }
-std::vector<const BackwardKernel*> backward_kernels_of_chapter(int chapter) { return of_chapter(backward_list(), chapter); }
+std::vector<const BackwardKernel*> backward_kernels_of_chapter(int chapter) {
+  return of_chapter(backward_list(), chapter);
+}
 const std::vector<CpuAlgorithm>& cpu_algorithms() { return cpu_list(); }
 
 std::vector<const ForwardKernel*> forward_kernels_of_chapter(int chapter) { return of_chapter(kernel_list(), chapter); }

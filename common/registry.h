@@ -74,9 +74,7 @@ struct CpuAlgorithm {
   int number = 0;
   std::string variant;
   std::string summary;
-  std::function<void(const AttentionShape&, const float* q, const float* k, const float* v, float* o,
-                     float* lse)>
-      run;
+  std::function<void(const AttentionShape&, const float* q, const float* k, const float* v, float* o, float* lse)> run;
   ShapeCheck supports;
 };
 

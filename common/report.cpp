@@ -90,8 +90,8 @@ std::string csv_row(const RunResult& r) {
   std::ostringstream s;
   const AttentionShape& sh = r.shape;
   s << r.chapter << "," << r.name << "," << r.variant << "," << r.device << "," << dtype_name(r.dtype) << ","
-    << sh.batch << "," << sh.heads_q << "," << sh.heads_kv << "," << sh.seq_q << "," << sh.seq_kv << ","
-    << sh.head_dim << "," << (sh.causal ? 1 : 0) << "," << r.status() << ",";
+    << sh.batch << "," << sh.heads_q << "," << sh.heads_kv << "," << sh.seq_q << "," << sh.seq_kv << "," << sh.head_dim
+    << "," << (sh.causal ? 1 : 0) << "," << r.status() << ",";
   if (r.checked) {
     s << r.report.rel_fro << "," << r.report.max_abs << "," << r.report.lse_max_abs << ",";
   } else {

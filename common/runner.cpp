@@ -28,7 +28,8 @@ const DeviceInputs& Problem::device(DType dtype) {
   auto it = device_.find(dtype);
   if (it == device_.end()) {
     const HostInputs& h = host(dtype);
-    it = device_.emplace(dtype, DeviceInputs{upload_as(dtype, h.q), upload_as(dtype, h.k), upload_as(dtype, h.v)}).first;
+    it =
+        device_.emplace(dtype, DeviceInputs{upload_as(dtype, h.q), upload_as(dtype, h.k), upload_as(dtype, h.v)}).first;
   }
   return it->second;
 }
@@ -155,8 +156,8 @@ RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOp
       std::vector<unsigned char> lse_raw = launch.lse.download();
       std::vector<float> lse_values(shape.lse_elems());
       std::memcpy(lse_values.data(), lse_raw.data(), lse_raw.size());
-      r.report = compare_forward(shape, kernel.dtype, o_raw, lse_values, problem.plan(), problem.reference(kernel.dtype),
-                                 kernel.tolerance ? &*kernel.tolerance : nullptr);
+      r.report = compare_forward(shape, kernel.dtype, o_raw, lse_values, problem.plan(),
+                                 problem.reference(kernel.dtype), kernel.tolerance ? &*kernel.tolerance : nullptr);
       r.checked = true;
       r.plan = problem.plan().describe(shape);
     }

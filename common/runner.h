@@ -68,14 +68,14 @@ struct RunResult {
   std::string error;    // what failed while running (a CUDA error, an exception)
   bool checked = false;
   CompareReport report;
-  std::string plan;     // which rows were checked
+  std::string plan;  // which rows were checked
   int iters = 0;
-  double ms = 0;        // median time per launch
+  double ms = 0;  // median time per launch
   double ms_min = 0;
   double tflops = 0;
-  double gbps = 0;      // forward_min_bytes / time: the rate the kernel *had* to move data at
-  std::string note;     // the kernel's memory_note
-  std::string phases;   // time per phase for multi-launch kernels ("scores 1.2 ms, softmax ...")
+  double gbps = 0;     // forward_min_bytes / time: the rate the kernel *had* to move data at
+  std::string note;    // the kernel's memory_note
+  std::string phases;  // time per phase for multi-launch kernels ("scores 1.2 ms, softmax ...")
 
   bool passed() const { return ran && error.empty() && (!checked || report.passed()); }
   /// "ok", "FAIL", "skipped", "error".

@@ -21,8 +21,8 @@ void with_head_dim(int head_dim, F&& f) {
   if (!found) {
     std::ostringstream allowed;
     ((allowed << (allowed.tellp() > 0 ? ", " : "") << kDims), ...);
-    throw std::invalid_argument("head_dim " + std::to_string(head_dim) + " has no kernel instantiation; allowed: " +
-                                allowed.str());
+    throw std::invalid_argument("head_dim " + std::to_string(head_dim) +
+                                " has no kernel instantiation; allowed: " + allowed.str());
   }
 }
 

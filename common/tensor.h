@@ -49,16 +49,16 @@ class DeviceBuffer {
 
   void* get() const { return ptr_; }
   template <class T>
-  T* as() const { return static_cast<T*>(ptr_); }
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
   std::size_t bytes() const { return bytes_; }
 
   /// Sets every byte to kPoisonByte, so unwritten outputs can be counted afterwards.
   void poison() {
     if (bytes_ > 0) CUDA_CHECK(cudaMemset(ptr_, kPoisonByte, bytes_));
   }
-  void upload(const void* src, std::size_t bytes) {
-    CUDA_CHECK(cudaMemcpy(ptr_, src, bytes, cudaMemcpyHostToDevice));
-  }
+  void upload(const void* src, std::size_t bytes) { CUDA_CHECK(cudaMemcpy(ptr_, src, bytes, cudaMemcpyHostToDevice)); }
   std::vector<unsigned char> download() const {
     std::vector<unsigned char> out(bytes_);
     if (bytes_ > 0) CUDA_CHECK(cudaMemcpy(out.data(), ptr_, bytes_, cudaMemcpyDeviceToHost));

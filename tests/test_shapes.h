@@ -7,8 +7,8 @@
 
 #include "cuda_check.h"
 #include "problem.h"
-#include "registry.h"
 #include "random.h"
+#include "registry.h"
 #include "runner.h"
 
 namespace fa {
@@ -26,10 +26,10 @@ inline AttentionShape shape_of(int batch, int heads_q, int heads_kv, int seq_q, 
 }
 
 /// In a GPU test: without a GPU, report the test as skipped with the reason.
-#define SKIP_WITHOUT_GPU()                                                                   \
-  do {                                                                                       \
-    const ::fa::GpuInfo& gpu = ::fa::detect_gpu();                                           \
-    if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason;                            \
+#define SKIP_WITHOUT_GPU()                                        \
+  do {                                                            \
+    const ::fa::GpuInfo& gpu = ::fa::detect_gpu();                \
+    if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason; \
   } while (0)
 
 /// Every registered forward kernel, as the parameter list of a per-kernel test.
@@ -60,7 +60,8 @@ inline std::vector<float> with_outliers(int64_t n, uint64_t seed, int stream) {
   std::vector<float> x(n);
   for (int64_t i = 0; i < n; ++i) {
     const bool outlier = (splitmix64(seed * 31 + uint64_t(stream) * 1000003 + uint64_t(i)) % 1000) == 0;
-    x[i] = random_normal(seed, stream, uint64_t(i)) + (outlier ? 10.0f * random_normal(seed, stream + 10, uint64_t(i)) : 0.0f);
+    x[i] = random_normal(seed, stream, uint64_t(i)) +
+           (outlier ? 10.0f * random_normal(seed, stream + 10, uint64_t(i)) : 0.0f);
   }
   return x;
 }

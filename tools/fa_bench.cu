@@ -193,9 +193,9 @@ bool selected(const std::string& name, const std::vector<std::string>& filters) 
 
 // ---- ceilings ------------------------------------------------------------------------------
 
-#define CUBLAS_CHECK(call)                                                                          \
-  do {                                                                                              \
-    cublasStatus_t st_ = (call);                                                                    \
+#define CUBLAS_CHECK(call)                                                                               \
+  do {                                                                                                   \
+    cublasStatus_t st_ = (call);                                                                         \
     if (st_ != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string("cuBLAS error in ") + #call); \
   } while (0)
 
@@ -230,7 +230,8 @@ void measure_ceilings(const std::string& path) {
     DeviceBuffer a(copy_bytes), b(copy_bytes);
     fill_random_kernel<<<1024, 256>>>(a.as<float>(), copy_bytes / 4, 1);
     CUDA_CHECK_LAUNCH();
-    double ms = median_time_ms([&] { CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), copy_bytes, cudaMemcpyDeviceToDevice)); }, 10);
+    double ms = median_time_ms(
+        [&] { CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), copy_bytes, cudaMemcpyDeviceToDevice)); }, 10);
     double gbps = 2.0 * copy_bytes / (ms * 1e-3) / 1e9;
     std::printf("ceiling: device copy          %8.0f GB/s (2 GiB, read + write)\n", gbps);
     out << "copy," << gbps << ",GB/s,\"cudaMemcpy device to device, 2 GiB, bytes read + written\"\n";
@@ -248,10 +249,12 @@ void measure_ceilings(const std::string& path) {
   const double flops = 2.0 * n * double(n) * n;
   {
     CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_PEDANTIC_MATH));  // true fp32 FMA, no TF32
-    double ms = median_time_ms([&] {
-      CUBLAS_CHECK(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.as<float>(), n, b.as<float>(), n, &zero,
-                               c.as<float>(), n));
-    }, 5);
+    double ms = median_time_ms(
+        [&] {
+          CUBLAS_CHECK(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.as<float>(), n, b.as<float>(), n,
+                                   &zero, c.as<float>(), n));
+        },
+        5);
     double tflops = flops / (ms * 1e-3) / 1e12;
     std::printf("ceiling: fp32 GEMM (FMA)      %8.1f TFLOP/s (cuBLAS sgemm 8192^3, pedantic math)\n", tflops);
     out << "gemm_fp32," << tflops << ",TFLOP/s,\"cuBLAS sgemm 8192^3, no TF32\"\n";
@@ -262,10 +265,13 @@ void measure_ceilings(const std::string& path) {
     float_to_bf16_kernel<<<1024, 256>>>(a.as<float>(), ah.as<__nv_bfloat16>(), elems);
     float_to_bf16_kernel<<<1024, 256>>>(b.as<float>(), bh.as<__nv_bfloat16>(), elems);
     CUDA_CHECK_LAUNCH();
-    double ms = median_time_ms([&] {
-      CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, ah.get(), CUDA_R_16BF, n, bh.get(),
-                                CUDA_R_16BF, n, &zero, c.get(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    }, 5);
+    double ms = median_time_ms(
+        [&] {
+          CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, ah.get(), CUDA_R_16BF, n, bh.get(),
+                                    CUDA_R_16BF, n, &zero, c.get(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
+        },
+        5);
     double tflops = flops / (ms * 1e-3) / 1e12;
     std::printf("ceiling: bf16 GEMM (tensor)   %8.1f TFLOP/s (cuBLAS 8192^3, fp32 accumulate)\n", tflops);
     out << "gemm_bf16," << tflops << ",TFLOP/s,\"cuBLAS GemmEx bf16 in, fp32 accumulate, 8192^3\"\n";
@@ -359,14 +365,14 @@ int run_backward_sweep(const BenchOptions& opt) {
       const double tflops = r.time_ms > 0 ? 2.5 * shape.forward_flops() / (r.time_ms * 1e9) : 0.0;
       if (r.time_ms > 0)
         std::printf("%10.3f ms %8.2f TFLOP/s  %s  %s\n", r.time_ms, tflops, status.c_str(), detail.c_str());
-      else
-        std::printf("%s (%s)\n", status.c_str(), detail.c_str());
+      else std::printf("%s (%s)\n", status.c_str(), detail.c_str());
       std::fflush(stdout);
       failures += status == "FAIL" || status == "error";
       if (!opt.csv.empty()) {
-        csv << k->chapter << "," << k->name << "," << k->variant << "," << dtype_name(k->dtype) << "," << shape.batch << ","
-            << shape.heads_q << "," << shape.heads_kv << "," << shape.seq_q << "," << shape.seq_kv << "," << shape.head_dim
-            << "," << int(shape.causal) << "," << status << "," << (oracle ? "oracle" : "written+finite") << ",";
+        csv << k->chapter << "," << k->name << "," << k->variant << "," << dtype_name(k->dtype) << "," << shape.batch
+            << "," << shape.heads_q << "," << shape.heads_kv << "," << shape.seq_q << "," << shape.seq_kv << ","
+            << shape.head_dim << "," << int(shape.causal) << "," << status << ","
+            << (oracle ? "oracle" : "written+finite") << ",";
         if (r.time_ms > 0) csv << r.time_ms << "," << tflops;
         else csv << ",";
         if (r.ran && oracle) csv << "," << r.dq.rel << "," << r.dk.rel << "," << r.dv.rel;
@@ -385,7 +391,8 @@ int run_backward_sweep(const BenchOptions& opt) {
 /// Every registered decode kernel at each (batch, context) point, heads 32/8: one decode step,
 /// all contexts equal, blocks of 16 in shuffled physical order. The oracle checks sequence 0.
 int run_decode_sweep(const BenchOptions& opt) {
-  const std::vector<std::pair<int, int>> points = {{64, 16384}, {8, 8192}, {1, 32768}, {32, 4096}, {128, 2048}, {1, 8192}};
+  const std::vector<std::pair<int, int>> points = {{64, 16384}, {8, 8192},   {1, 32768},
+                                                   {32, 4096},  {128, 2048}, {1, 8192}};
   std::vector<const DecodeKernel*> kernels;
   for (const DecodeKernel& k : decode_kernels()) {
     if (selected(k.name, opt.kernel_filters)) kernels.push_back(&k);
@@ -419,13 +426,13 @@ int run_decode_sweep(const BenchOptions& opt) {
           const std::string status = !r.ran ? (r.error.empty() ? "skipped" : "error") : r.passed ? "ok" : "FAIL";
           if (r.ran)
             std::printf("%9.4f ms %7.0f GB/s  %s  %s\n", r.time_ms, r.gbps, status.c_str(), r.summary().c_str());
-          else
-            std::printf("%s (%s)\n", status.c_str(), (r.error.empty() ? r.skipped : r.error).c_str());
+          else std::printf("%s (%s)\n", status.c_str(), (r.error.empty() ? r.skipped : r.error).c_str());
           std::fflush(stdout);
           failures += status == "FAIL" || status == "error";
           if (!opt.csv.empty())
-            csv << k->name << "," << dtype_name(dtype) << "," << batch << "," << context << ",32,8," << dim << "," << status << ","
-                << r.time_ms << "," << r.gbps << ",\"" << (r.ran ? r.summary() : r.skipped + r.error) << "\"\n";
+            csv << k->name << "," << dtype_name(dtype) << "," << batch << "," << context << ",32,8," << dim << ","
+                << status << "," << r.time_ms << "," << r.gbps << ",\"" << (r.ran ? r.summary() : r.skipped + r.error)
+                << "\"\n";
         }
       }
   std::printf("%zu points, %zu failed%s%s\n", total, failures, opt.csv.empty() ? "" : "; CSV: ", opt.csv.c_str());
@@ -449,10 +456,12 @@ int main(int argc, char** argv) {
       std::printf("ch%02d  %-22s %-5s %s\n", k.chapter, k.name.c_str(), dtype_name(k.dtype), k.summary.c_str());
     }
     for (const BackwardKernel& k : backward_kernels()) {
-      std::printf("ch%02d  %-22s %-5s %s (--backward)\n", k.chapter, k.name.c_str(), dtype_name(k.dtype), k.summary.c_str());
+      std::printf("ch%02d  %-22s %-5s %s (--backward)\n", k.chapter, k.name.c_str(), dtype_name(k.dtype),
+                  k.summary.c_str());
     }
     for (const DecodeKernel& k : decode_kernels()) {
-      std::printf("ch%02d  %-22s %-5s %s (--decode)\n", k.chapter, k.name.c_str(), dtype_name(k.dtype), k.summary.c_str());
+      std::printf("ch%02d  %-22s %-5s %s (--decode)\n", k.chapter, k.name.c_str(), dtype_name(k.dtype),
+                  k.summary.c_str());
     }
     return 0;
   }

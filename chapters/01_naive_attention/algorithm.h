@@ -37,13 +37,14 @@ inline void scores_cpu(const AttentionShape& s, const float* q_head, const float
       }
     }
   } else {
-    for (int i0 = 0; i0 < s.seq_q; i0 += kTileCpu) {          // one block's tile of S
+    for (int i0 = 0; i0 < s.seq_q; i0 += kTileCpu) {  // one block's tile of S
       for (int j0 = 0; j0 < s.seq_kv; j0 += kTileCpu) {
-        for (int c0 = 0; c0 < d; c0 += kTileDepthCpu) {       // one shared-memory step
+        for (int c0 = 0; c0 < d; c0 += kTileDepthCpu) {  // one shared-memory step
           for (int i = i0; i < std::min(i0 + kTileCpu, s.seq_q); ++i) {
             for (int j = j0; j < std::min(j0 + kTileCpu, s.seq_kv); ++j) {
               float& acc = scores[std::size_t(i) * s.seq_kv + j];
-              for (int c = c0; c < std::min(c0 + kTileDepthCpu, d); ++c) acc += q_head[int64_t(i) * d + c] * k_head[int64_t(j) * d + c];
+              for (int c = c0; c < std::min(c0 + kTileDepthCpu, d); ++c)
+                acc += q_head[int64_t(i) * d + c] * k_head[int64_t(j) * d + c];
             }
           }
         }
@@ -59,8 +60,8 @@ inline void scores_cpu(const AttentionShape& s, const float* q_head, const float
 }
 
 /// Step 3 for one head: O[i][c] = sum_j P[i][j] V[j][c], plain or in 64 x 64 x 16 blocks.
-inline void apply_values_cpu(const AttentionShape& s, const std::vector<float>& probs, const float* v_head, float* o_head,
-                             Products products) {
+inline void apply_values_cpu(const AttentionShape& s, const std::vector<float>& probs, const float* v_head,
+                             float* o_head, Products products) {
   const int d = s.head_dim;
   const int step = products == Products::Tiled ? kTileDepthCpu : s.seq_kv;
   std::fill(o_head, o_head + int64_t(s.seq_q) * d, 0.0f);
@@ -68,7 +69,8 @@ inline void apply_values_cpu(const AttentionShape& s, const std::vector<float>& 
     for (int i = 0; i < s.seq_q; ++i) {
       for (int c = 0; c < d; ++c) {
         float acc = o_head[int64_t(i) * d + c];
-        for (int j = j0; j < std::min(j0 + step, s.seq_kv); ++j) acc += probs[std::size_t(i) * s.seq_kv + j] * v_head[int64_t(j) * d + c];
+        for (int j = j0; j < std::min(j0 + step, s.seq_kv); ++j)
+          acc += probs[std::size_t(i) * s.seq_kv + j] * v_head[int64_t(j) * d + c];
         o_head[int64_t(i) * d + c] = acc;
       }
     }

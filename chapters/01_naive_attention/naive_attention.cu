@@ -52,8 +52,7 @@ void launch_naive_tiled_attention(const ForwardParams& p) {
 
 ForwardKernel naive_kernel(int number, const char* variant, const char* summary, void (*launch)(const ForwardParams&),
                            ShapeCheck supports) {
-  ForwardKernel k{std::string("ch01_") + variant, 1, number, variant, DType::F32,
-                  summary, launch};
+  ForwardKernel k{std::string("ch01_") + variant, 1, number, variant, DType::F32, summary, launch};
   k.supports = std::move(supports);
   k.workspace_bytes = score_buffer_bytes;
   k.memory_note = [](const AttentionShape& s) {
@@ -61,16 +60,22 @@ ForwardKernel naive_kernel(int number, const char* variant, const char* summary,
   };
   return k;
 }
-FA_REGISTER_FORWARD_KERNEL(naive_kernel(1, "naive", "S = QK^T in device memory, softmax without max subtraction, then P*V",
+FA_REGISTER_FORWARD_KERNEL(naive_kernel(1, "naive",
+                                        "S = QK^T in device memory, softmax without max subtraction, then P*V",
                                         launch_naive_attention, materialized_support));
-FA_REGISTER_FORWARD_KERNEL(naive_kernel(2, "tiled", "same steps; QK^T and P*V tiled through shared memory (64x64 per block)",
+FA_REGISTER_FORWARD_KERNEL(naive_kernel(2, "tiled",
+                                        "same steps; QK^T and P*V tiled through shared memory (64x64 per block)",
                                         launch_naive_tiled_attention, tiled_support));
 
-FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{"ch01_naive_cpu", 1, 1, "naive", "algorithm.h: the same three steps in plain C++ (float)",
-                                       [](const AttentionShape& s, const float* q, const float* k, const float* v,
-                                          float* o, float* lse) { naive_attention_cpu(s, q, k, v, o, lse, Products::PerThread); }});
-FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{"ch01_tiled_cpu", 1, 2, "tiled", "algorithm.h: the products as 64 x 64 x 16 blocked loops (float)",
-                                       [](const AttentionShape& s, const float* q, const float* k, const float* v,
-                                          float* o, float* lse) { naive_attention_cpu(s, q, k, v, o, lse, Products::Tiled); }});
+FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{
+    "ch01_naive_cpu", 1, 1, "naive", "algorithm.h: the same three steps in plain C++ (float)",
+    [](const AttentionShape& s, const float* q, const float* k, const float* v, float* o, float* lse) {
+      naive_attention_cpu(s, q, k, v, o, lse, Products::PerThread);
+    }});
+FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{
+    "ch01_tiled_cpu", 1, 2, "tiled", "algorithm.h: the products as 64 x 64 x 16 blocked loops (float)",
+    [](const AttentionShape& s, const float* q, const float* k, const float* v, float* o, float* lse) {
+      naive_attention_cpu(s, q, k, v, o, lse, Products::Tiled);
+    }});
 
 }  // namespace fa::naive

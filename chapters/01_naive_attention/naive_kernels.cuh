@@ -81,8 +81,9 @@ constexpr int kPerThread = kTile / 16;  // 4 x 4 outputs per thread
 /// One inner step of a tiled product: acc[r][n] += sum over the 16-deep slice of a[., ty + 16r] *
 /// b[., tx + 16n]. Both slices sit in shared memory with the inner dimension first.
 //! [accumulate_tile_step]
-__device__ inline void accumulate_tile_step(const float (&a_tile)[kTileDepth][kTile], const float (&b_tile)[kTileDepth][kTile],
-                                            int tx, int ty, float (&acc)[kPerThread][kPerThread]) {
+__device__ inline void accumulate_tile_step(const float (&a_tile)[kTileDepth][kTile],
+                                            const float (&b_tile)[kTileDepth][kTile], int tx, int ty,
+                                            float (&acc)[kPerThread][kPerThread]) {
 #pragma unroll
   for (int c = 0; c < kTileDepth; ++c) {
     float a[kPerThread], b[kPerThread];
@@ -103,8 +104,8 @@ __device__ inline void accumulate_tile_step(const float (&a_tile)[kTileDepth][kT
 /// S tile = scale * Q_tile K_tile^T: both operands are row-major [rows, head_dim], so both
 /// slices are 64 rows x 16 dims, stored transposed in shared memory ([dim][row]).
 template <class T>
-__global__ void __launch_bounds__(kTileThreads) attention_scores_tiled_kernel(AttentionShape shape, const T* q, const T* k,
-                                                                               float* scores) {
+__global__ void __launch_bounds__(kTileThreads)
+    attention_scores_tiled_kernel(AttentionShape shape, const T* q, const T* k, float* scores) {
   __shared__ float q_tile[kTileDepth][kTile];
   __shared__ float k_tile[kTileDepth][kTile];
   const int bh = blockIdx.z, row0 = blockIdx.y * kTile, key0 = blockIdx.x * kTile;
@@ -136,7 +137,8 @@ __global__ void __launch_bounds__(kTileThreads) attention_scores_tiled_kernel(At
     for (int n = 0; n < kPerThread; ++n) {
       const int j = key0 + tx + 16 * n;
       if (j < shape.seq_kv) {
-        scores[(int64_t(bh) * shape.seq_q + i) * shape.seq_kv + j] = shape.visible(i, j) ? acc[r][n] * scale : -INFINITY;
+        scores[(int64_t(bh) * shape.seq_q + i) * shape.seq_kv + j] =
+            shape.visible(i, j) ? acc[r][n] * scale : -INFINITY;
       }
     }
   }
@@ -145,8 +147,8 @@ __global__ void __launch_bounds__(kTileThreads) attention_scores_tiled_kernel(At
 /// O tile = P_tile V: P is [seq_q, seq_kv] (a 64 x 16 slice, stored transposed), V is
 /// [seq_kv, head_dim] (a 16 x 64 slice, stored as is). One block column covers 64 dims.
 template <class T>
-__global__ void __launch_bounds__(kTileThreads) apply_values_tiled_kernel(AttentionShape shape, const float* probs,
-                                                                           const T* v, T* o) {
+__global__ void __launch_bounds__(kTileThreads)
+    apply_values_tiled_kernel(AttentionShape shape, const float* probs, const T* v, T* o) {
   __shared__ float p_tile[kTileDepth][kTile];
   __shared__ float v_tile[kTileDepth][kTile];
   const int bh = blockIdx.z, row0 = blockIdx.y * kTile, col0 = blockIdx.x * kTile;
@@ -197,7 +199,9 @@ inline std::string materialized_support(const AttentionShape& shape) {
 inline std::string tiled_support(const AttentionShape& shape) { return grid_limit_reason(shape, kTile); }
 
 /// Bytes of the [batch, heads, Nq, Nk] float score buffer (P is written over S in place).
-inline std::size_t score_buffer_bytes(const AttentionShape& shape) { return std::size_t(shape.score_elems()) * sizeof(float); }
+inline std::size_t score_buffer_bytes(const AttentionShape& shape) {
+  return std::size_t(shape.score_elems()) * sizeof(float);
+}
 
 /// "S/P buffer 2.00 GiB; 5 passes over it = 10.0 GiB, vs 0.13 GiB for Q, K, V, O"
 inline std::string score_traffic_note(const AttentionShape& shape, int passes, const char* passes_what) {

@@ -14,23 +14,25 @@ namespace fa::safe {
 //! [safe_softmax_row_cpu]
 inline float safe_softmax_row(float* row, int n) {
   float row_max = -INFINITY;
-  for (int j = 0; j < n; ++j) row_max = std::fmax(row_max, row[j]);   // pass 1: the max
-  if (row_max == -INFINITY) {                                         // the row sees no key
+  for (int j = 0; j < n; ++j) row_max = std::fmax(row_max, row[j]);  // pass 1: the max
+  if (row_max == -INFINITY) {                                        // the row sees no key
     for (int j = 0; j < n; ++j) row[j] = 0.0f;
     return -INFINITY;
   }
   float sum = 0.0f;
-  for (int j = 0; j < n; ++j) sum += std::exp(row[j] - row_max);     // pass 2: the sum
+  for (int j = 0; j < n; ++j) sum += std::exp(row[j] - row_max);          // pass 2: the sum
   for (int j = 0; j < n; ++j) row[j] = std::exp(row[j] - row_max) / sum;  // pass 3: normalize
   return row_max + std::log(sum);
 }
 //! [safe_softmax_row_cpu]
 
-inline void safe_softmax_attention_cpu(const AttentionShape& s, const float* q, const float* k, const float* v, float* o,
-                                       float* lse) {
-  naive::materialized_attention_cpu(s, q, k, v, o, lse, naive::Products::Tiled, [&](std::vector<float>& scores, float* lse_head) {
-    for (int i = 0; i < s.seq_q; ++i) lse_head[i] = safe_softmax_row(scores.data() + std::size_t(i) * s.seq_kv, s.seq_kv);
-  });
+inline void safe_softmax_attention_cpu(const AttentionShape& s, const float* q, const float* k, const float* v,
+                                       float* o, float* lse) {
+  naive::materialized_attention_cpu(
+      s, q, k, v, o, lse, naive::Products::Tiled, [&](std::vector<float>& scores, float* lse_head) {
+        for (int i = 0; i < s.seq_q; ++i)
+          lse_head[i] = safe_softmax_row(scores.data() + std::size_t(i) * s.seq_kv, s.seq_kv);
+      });
 }
 
 }  // namespace fa::safe

@@ -20,9 +20,9 @@
 namespace fa::safe {
 
 using naive::launch_materialized_attention;
-using naive::tiled_support;
 using naive::score_buffer_bytes;
 using naive::score_traffic_note;
+using naive::tiled_support;
 
 constexpr const char* kThreePasses = "S written; read 3 times (max, sum, normalize) and P written; P read by P*V";
 
@@ -52,7 +52,8 @@ __global__ void safe_softmax_kernel(AttentionShape shape, float* scores, float* 
 constexpr int kBlockThreads = 256;
 
 //! [safe_softmax_block]
-__global__ void __launch_bounds__(kBlockThreads) safe_softmax_block_kernel(AttentionShape shape, float* scores, float* lse) {
+__global__ void __launch_bounds__(kBlockThreads)
+    safe_softmax_block_kernel(AttentionShape shape, float* scores, float* lse) {
   // BEGIN SOLUTION ch02_block_softmax (device): block blockIdx.x owns row blockIdx.x of scores (seq_kv floats); its threads stride the row for the max, then the sum of exp(s - max) (block_all_reduce), then write P = exp(s - max) / sum and lse[row] = max + log(sum); a row with max -inf gets P = 0 and LSE -inf
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
@@ -94,8 +95,7 @@ void launch_safe_softmax_block(const ForwardParams& p) {
 }
 
 ForwardKernel safe_kernel(int number, const char* variant, const char* summary, void (*launch)(const ForwardParams&)) {
-  ForwardKernel k{std::string("ch02_") + variant, 2, number, variant, DType::F32,
-                  summary, launch};
+  ForwardKernel k{std::string("ch02_") + variant, 2, number, variant, DType::F32, summary, launch};
   k.supports = tiled_support;
   k.workspace_bytes = score_buffer_bytes;
   k.memory_note = [](const AttentionShape& s) { return score_traffic_note(s, 6, kThreePasses); };
@@ -103,7 +103,8 @@ ForwardKernel safe_kernel(int number, const char* variant, const char* summary, 
 }
 FA_REGISTER_FORWARD_KERNEL(safe_kernel(1, "safe", "subtract the row max: no overflow; one thread per row, 3 passes",
                                        launch_safe_softmax));
-FA_REGISTER_FORWARD_KERNEL(safe_kernel(2, "block", "one block per row, coalesced reads, shuffle + shared-memory reductions",
+FA_REGISTER_FORWARD_KERNEL(safe_kernel(2, "block",
+                                       "one block per row, coalesced reads, shuffle + shared-memory reductions",
                                        launch_safe_softmax_block));
 
 FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{"ch02_safe_cpu", 2, 1, "safe",

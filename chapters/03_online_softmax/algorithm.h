@@ -36,9 +36,11 @@ inline float online_softmax_row(float* row, int n) {
 
 inline void online_softmax_attention_cpu(const AttentionShape& s, const float* q, const float* k, const float* v,
                                          float* o, float* lse) {
-  naive::materialized_attention_cpu(s, q, k, v, o, lse, naive::Products::Tiled, [&](std::vector<float>& scores, float* lse_head) {
-    for (int i = 0; i < s.seq_q; ++i) lse_head[i] = online_softmax_row(scores.data() + std::size_t(i) * s.seq_kv, s.seq_kv);
-  });
+  naive::materialized_attention_cpu(
+      s, q, k, v, o, lse, naive::Products::Tiled, [&](std::vector<float>& scores, float* lse_head) {
+        for (int i = 0; i < s.seq_q; ++i)
+          lse_head[i] = online_softmax_row(scores.data() + std::size_t(i) * s.seq_kv, s.seq_kv);
+      });
 }
 
 /// Keys per step of the fused loop: one per lane of a warp in the kernel.
@@ -47,8 +49,8 @@ constexpr int kKeysPerStep = 32;
 /// Variant 2: for each query row, walk the visible keys kKeysPerStep at a time. Each step finds
 /// the new max, rescales the running sum and the running output by exp(m_old - m_new), and adds
 /// the step's exp(s - m_new) and exp(s - m_new) * v. O is divided by l once, at the end.
-inline void fused_online_attention_cpu(const AttentionShape& s, const float* q, const float* k, const float* v, float* o,
-                                       float* lse) {
+inline void fused_online_attention_cpu(const AttentionShape& s, const float* q, const float* k, const float* v,
+                                       float* o, float* lse) {
   const int d = s.head_dim;
   const float scale = float(s.softmax_scale());
   std::vector<float> q_scaled(d), acc(d), p(kKeysPerStep);

@@ -63,7 +63,8 @@ FA_REGISTER_FORWARD_KERNEL([] {
   ForwardKernel k{"ch03_example", 3, 9, "example", DType::F32, "bring-your-own-kernel example: one thread per row",
                   launch_example};
   k.supports = [](const AttentionShape& s) {
-    return s.head_dim <= kMaxHeadDim ? std::string() : "head_dim must be at most 128, got " + std::to_string(s.head_dim);
+    return s.head_dim <= kMaxHeadDim ? std::string()
+                                     : "head_dim must be at most 128, got " + std::to_string(s.head_dim);
   };
   return k;
 }());

@@ -33,7 +33,7 @@ struct MaxSum {
 __device__ MaxSum online_update(MaxSum state, float score) {
   float m_new = fmaxf(state.m, score);  // fmaxf skips a NaN score; l still picks it up:
   if (m_new == -INFINITY) return {m_new, isnan(score) ? score : state.l};  // nothing visible yet
-  return {m_new, state.l * expf(state.m - m_new) + expf(score - m_new)};    // exp(NaN - m) is NaN
+  return {m_new, state.l * expf(state.m - m_new) + expf(score - m_new)};   // exp(NaN - m) is NaN
 }
 
 /// Combines two partial states of disjoint parts of a row (associative, so any tree works).
@@ -55,7 +55,8 @@ __device__ MaxSum warp_merge(MaxSum state) {
 
 constexpr int kBlockThreads = 256;
 
-__global__ void __launch_bounds__(kBlockThreads) online_softmax_block_kernel(AttentionShape shape, float* scores, float* lse) {
+__global__ void __launch_bounds__(kBlockThreads)
+    online_softmax_block_kernel(AttentionShape shape, float* scores, float* lse) {
   __shared__ MaxSum partial[32];
   const int64_t row = blockIdx.x;
   float* s = scores + row * shape.seq_kv;
@@ -91,8 +92,8 @@ void launch_online_softmax(const ForwardParams& p) {
 // ---------------------------------------------------------------------------------------------
 // Variant 2: fused -- scores, online softmax and P*V in one kernel, nothing N x N in memory.
 
-constexpr int kFusedWarps = 4;          // query rows per block, one per warp
-constexpr int kMaxColsPerLane = 8;      // the output row lives in registers: head_dim <= 256
+constexpr int kFusedWarps = 4;      // query rows per block, one per warp
+constexpr int kMaxColsPerLane = 8;  // the output row lives in registers: head_dim <= 256
 constexpr int kMaxHeadDim = 32 * kMaxColsPerLane;
 
 __global__ void __launch_bounds__(32 * kFusedWarps)
@@ -176,7 +177,8 @@ std::string fused_support(const AttentionShape& s) {
     return "head_dim must be at most " + std::to_string(kMaxHeadDim) + " (the output row lives in registers), got " +
            std::to_string(s.head_dim);
   }
-  if (int64_t(s.batch) * s.heads_q > 65535) return "batch*heads_q must be at most 65535, got " + std::to_string(int64_t(s.batch) * s.heads_q);
+  if (int64_t(s.batch) * s.heads_q > 65535)
+    return "batch*heads_q must be at most 65535, got " + std::to_string(int64_t(s.batch) * s.heads_q);
   return "";
 }
 
@@ -195,7 +197,11 @@ std::string fused_traffic_note(const AttentionShape& s) {
 // ---------------------------------------------------------------------------------------------
 
 ForwardKernel online_kernel() {
-  ForwardKernel k{"ch03_online", 3, 1, "online", DType::F32,
+  ForwardKernel k{"ch03_online",
+                  3,
+                  1,
+                  "online",
+                  DType::F32,
                   "running max and sum in one pass (Milakov & Gimelshein): 2 passes over S instead of 3",
                   launch_online_softmax};
   k.supports = naive::tiled_support;
@@ -208,7 +214,11 @@ ForwardKernel online_kernel() {
 FA_REGISTER_FORWARD_KERNEL(online_kernel());
 
 ForwardKernel fused_kernel() {
-  ForwardKernel k{"ch03_fused", 3, 2, "fused", DType::F32,
+  ForwardKernel k{"ch03_fused",
+                  3,
+                  2,
+                  "fused",
+                  DType::F32,
                   "one kernel, one warp per query row: scores, online softmax and P*V fused, no N x N buffer",
                   launch_fused_online_attention};
   k.supports = fused_support;
@@ -220,8 +230,9 @@ FA_REGISTER_FORWARD_KERNEL(fused_kernel());
 FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{"ch03_online_cpu", 3, 1, "online",
                                        "algorithm.h: (m, l) in one pass, then normalize (float)",
                                        online_softmax_attention_cpu});
-FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{"ch03_fused_cpu", 3, 2, "fused",
-                                       "algorithm.h: one pass per query row, 32 keys a step, output rescaled as it goes (float)",
-                                       fused_online_attention_cpu});
+FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{
+    "ch03_fused_cpu", 3, 2, "fused",
+    "algorithm.h: one pass per query row, 32 keys a step, output rescaled as it goes (float)",
+    fused_online_attention_cpu});
 
 }  // namespace fa::online

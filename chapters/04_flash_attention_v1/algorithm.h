@@ -13,8 +13,8 @@ namespace fa::flash1 {
 
 /// Scores of query row i against keys j0 .. j0 + count - 1, scaled; -inf where the key is masked
 /// or past the end. Returns their maximum (-inf when none is visible).
-inline float row_tile_scores(const AttentionShape& s, const float* q_head, const float* k_head, int i, int j0, int count,
-                             float scale, float* out) {
+inline float row_tile_scores(const AttentionShape& s, const float* q_head, const float* k_head, int i, int j0,
+                             int count, float scale, float* out) {
   const int d = s.head_dim;
   float tile_max = -INFINITY;
   for (int c = 0; c < count; ++c) {
@@ -80,7 +80,8 @@ inline void flash_attention_v1_cpu(const AttentionShape& s, const float* q, cons
       for (int i0 = 0; i0 < s.seq_q; i0 += t.rows)
         for (int j0 = 0; j0 < s.seq_kv; j0 += t.cols) visit(i0, j0);
     }
-    for (int i = 0; i < s.seq_q; ++i) lse[int64_t(bh) * s.seq_q + i] = m[i] == -INFINITY ? -INFINITY : m[i] + std::log(l[i]);
+    for (int i = 0; i < s.seq_q; ++i)
+      lse[int64_t(bh) * s.seq_q + i] = m[i] == -INFINITY ? -INFINITY : m[i] + std::log(l[i]);
   }
 }
 

@@ -91,10 +91,10 @@ __device__ void tile_row_update(const SharedTiles& sm, Tiles t, int valid_rows, 
     sm.alpha[r] = sm.beta[r] = 0.0f;
     if (r >= valid_rows) continue;
     const float m_old = m[r], l_old = l[r], m_new = fmaxf(m_old, tile_max);
-    if (m_new == -INFINITY) continue;  // nothing visible yet: O stays 0, (m, l) stay (-inf, 0)
-    const float a = l_old * expf(m_old - m_new);    // 0 while m_old = -inf (l_old = 0)
-    const float b = expf(tile_max - m_new);         // 0 when this tile is fully masked
-    const float l_new = a + b * tile_sum;           // >= 1: the largest score so far counts e^0
+    if (m_new == -INFINITY) continue;             // nothing visible yet: O stays 0, (m, l) stay (-inf, 0)
+    const float a = l_old * expf(m_old - m_new);  // 0 while m_old = -inf (l_old = 0)
+    const float b = expf(tile_max - m_new);       // 0 when this tile is fully masked
+    const float l_new = a + b * tile_sum;         // >= 1: the largest score so far counts e^0
     sm.alpha[r] = a / l_new;
     sm.beta[r] = b / l_new;
     m[r] = m_new;
@@ -117,9 +117,9 @@ __device__ void tile_output_update(const SharedTiles& sm, Tiles t, int d, int va
 __device__ float lse_of(float m, float l) { return m == -INFINITY ? -INFINITY : m + logf(l); }
 
 //! [flash1_kv_outer]
-__global__ void __launch_bounds__(kThreads) flash1_kv_outer_kernel(AttentionShape shape, Tiles t, const float* q,
-                                                                    const float* k, const float* v, float* o,
-                                                                    float* lse, float* m_all, float* l_all) {
+__global__ void __launch_bounds__(kThreads)
+    flash1_kv_outer_kernel(AttentionShape shape, Tiles t, const float* q, const float* k, const float* v, float* o,
+                           float* lse, float* m_all, float* l_all) {
   extern __shared__ float shared[];
   const int d = shape.head_dim, n_q = shape.seq_q, n_k = shape.seq_kv, bh = blockIdx.x;
   const SharedTiles sm = carve(shared, t, d);
@@ -137,11 +137,11 @@ __global__ void __launch_bounds__(kThreads) flash1_kv_outer_kernel(AttentionShap
     m_head[r] = -INFINITY;
     l_head[r] = 0.0f;
   }
-  for (int j0 = 0; j0 < n_k; j0 += t.cols) {              // outer loop: K_j, V_j into shared memory
+  for (int j0 = 0; j0 < n_k; j0 += t.cols) {  // outer loop: K_j, V_j into shared memory
     __syncthreads();
     load_rows(sm.k, d + 1, k_head, j0, t.cols, n_k, d);
     load_rows(sm.v, d, v_head, j0, t.cols, n_k, d);
-    for (int i0 = 0; i0 < n_q; i0 += t.rows) {            // inner loop: every Q tile
+    for (int i0 = 0; i0 < n_q; i0 += t.rows) {  // inner loop: every Q tile
       const int rows = min(t.rows, n_q - i0);
       if (shape.causal && j0 >= shape.visible_keys(i0 + rows - 1)) continue;  // tile fully masked
       __syncthreads();
@@ -160,9 +160,9 @@ __global__ void __launch_bounds__(kThreads) flash1_kv_outer_kernel(AttentionShap
 //! [flash1_kv_outer]
 
 //! [flash1_q_outer]
-__global__ void __launch_bounds__(kThreads) flash1_q_outer_kernel(AttentionShape shape, Tiles t, const float* q,
-                                                                   const float* k, const float* v, float* o,
-                                                                   float* lse) {
+__global__ void __launch_bounds__(kThreads)
+    flash1_q_outer_kernel(AttentionShape shape, Tiles t, const float* q, const float* k, const float* v, float* o,
+                          float* lse) {
   extern __shared__ float shared[];
   const int d = shape.head_dim, n_q = shape.seq_q, n_k = shape.seq_kv;
   const int i0 = blockIdx.x * t.rows, bh = blockIdx.y, rows = min(t.rows, n_q - i0);
@@ -197,7 +197,9 @@ __global__ void __launch_bounds__(kThreads) flash1_q_outer_kernel(AttentionShape
 }
 //! [flash1_q_outer]
 
-std::size_t shared_bytes(const AttentionShape& s) { return shared_floats(choose_tiles(s.head_dim), s.head_dim) * sizeof(float); }
+std::size_t shared_bytes(const AttentionShape& s) {
+  return shared_floats(choose_tiles(s.head_dim), s.head_dim) * sizeof(float);
+}
 
 std::string flash1_support(const AttentionShape& s, bool per_q_tile) {
   const GpuInfo& gpu = detect_gpu();
@@ -258,25 +260,37 @@ std::string traffic_note(const AttentionShape& s, LoopOrder order, Tiles t, std:
 
 ForwardKernel flash1_kernel(int number, const char* variant, const char* summary, LoopOrder order) {
   const bool kv_outer = order == LoopOrder::KvOuter;
-  ForwardKernel k{std::string("ch04_") + variant, 4, number, variant, DType::F32,
-                  summary, kv_outer ? launch_kv_outer : launch_q_outer};
+  ForwardKernel k{std::string("ch04_") + variant,
+                  4,
+                  number,
+                  variant,
+                  DType::F32,
+                  summary,
+                  kv_outer ? launch_kv_outer : launch_q_outer};
   k.supports = [kv_outer](const AttentionShape& s) { return flash1_support(s, !kv_outer); };
-  if (kv_outer) k.workspace_bytes = [](const AttentionShape& s) { return 2 * std::size_t(s.lse_elems()) * sizeof(float); };
+  if (kv_outer)
+    k.workspace_bytes = [](const AttentionShape& s) { return 2 * std::size_t(s.lse_elems()) * sizeof(float); };
   k.memory_note = [order](const AttentionShape& s) {
     return traffic_note(s, order, choose_tiles(s.head_dim), shared_bytes(s));
   };
   return k;
 }
-FA_REGISTER_FORWARD_KERNEL(flash1_kernel(1, "kv_outer", "the paper's Algorithm 1: K/V tiles outer, Q tiles inner, O/l/m in device memory",
-                                         LoopOrder::KvOuter));
-FA_REGISTER_FORWARD_KERNEL(flash1_kernel(2, "q_outer", "one block per Q tile looping over K/V tiles: O/l/m stay on chip",
+FA_REGISTER_FORWARD_KERNEL(
+    flash1_kernel(1, "kv_outer", "the paper's Algorithm 1: K/V tiles outer, Q tiles inner, O/l/m in device memory",
+                  LoopOrder::KvOuter));
+FA_REGISTER_FORWARD_KERNEL(flash1_kernel(2, "q_outer",
+                                         "one block per Q tile looping over K/V tiles: O/l/m stay on chip",
                                          LoopOrder::QOuter));
 
-FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{"ch04_kv_outer_cpu", 4, 1, "kv_outer", "algorithm.h: Algorithm 1 tile by tile (float)",
-                                       [](const AttentionShape& s, const float* q, const float* k, const float* v,
-                                          float* o, float* lse) { flash_attention_v1_cpu(s, q, k, v, o, lse, LoopOrder::KvOuter, choose_tiles(s.head_dim)); }});
-FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{"ch04_q_outer_cpu", 4, 2, "q_outer", "algorithm.h: the same tiles, Q tiles outer (float)",
-                                       [](const AttentionShape& s, const float* q, const float* k, const float* v,
-                                          float* o, float* lse) { flash_attention_v1_cpu(s, q, k, v, o, lse, LoopOrder::QOuter, choose_tiles(s.head_dim)); }});
+FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{
+    "ch04_kv_outer_cpu", 4, 1, "kv_outer", "algorithm.h: Algorithm 1 tile by tile (float)",
+    [](const AttentionShape& s, const float* q, const float* k, const float* v, float* o, float* lse) {
+      flash_attention_v1_cpu(s, q, k, v, o, lse, LoopOrder::KvOuter, choose_tiles(s.head_dim));
+    }});
+FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{
+    "ch04_q_outer_cpu", 4, 2, "q_outer", "algorithm.h: the same tiles, Q tiles outer (float)",
+    [](const AttentionShape& s, const float* q, const float* k, const float* v, float* o, float* lse) {
+      flash_attention_v1_cpu(s, q, k, v, o, lse, LoopOrder::QOuter, choose_tiles(s.head_dim));
+    }});
 
 }  // namespace fa::flash1

@@ -19,7 +19,11 @@
 namespace fa::flash1 {
 
 ForwardKernel registers_kernel() {
-  ForwardKernel k{"ch04_registers", 4, 3, "registers", DType::F32,
+  ForwardKernel k{"ch04_registers",
+                  4,
+                  3,
+                  "registers",
+                  DType::F32,
                   "q_outer with 64 x 64 tiles, 4 x 4 register patches per thread and O in registers",
                   launch_register_tiles<float, Normalize::PerStep>};
   k.supports = register_tiles_support;
@@ -30,8 +34,10 @@ ForwardKernel registers_kernel() {
 }
 FA_REGISTER_FORWARD_KERNEL(registers_kernel());
 
-FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{"ch04_registers_cpu", 4, 3, "registers", "algorithm.h: q_outer with 64 x 64 tiles (float)",
-                                       [](const AttentionShape& s, const float* q, const float* k, const float* v,
-                                          float* o, float* lse) { flash_attention_v1_cpu(s, q, k, v, o, lse, LoopOrder::QOuter, kRegisterTiles); }});
+FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{
+    "ch04_registers_cpu", 4, 3, "registers", "algorithm.h: q_outer with 64 x 64 tiles (float)",
+    [](const AttentionShape& s, const float* q, const float* k, const float* v, float* o, float* lse) {
+      flash_attention_v1_cpu(s, q, k, v, o, lse, LoopOrder::QOuter, kRegisterTiles);
+    }});
 
 }  // namespace fa::flash1

@@ -17,7 +17,9 @@ namespace fa::flash1 {
 
 constexpr int kTile = 64, kLd = kTile + 1, kPatch = 4, kRegThreads = 256;
 
-inline std::size_t register_shared_floats(int d) { return std::size_t(2 * d * kLd + kTile * d + kTile * kLd + 4 * kTile); }
+inline std::size_t register_shared_floats(int d) {
+  return std::size_t(2 * d * kLd + kTile * d + kTile * kLd + 4 * kTile);
+}
 
 /// How the running output is kept between K/V tiles.
 ///   PerStep:  normalized after every tile, O <- alpha O + beta P~ V_j (FlashAttention-1, chapter 04);
@@ -28,14 +30,14 @@ enum class Normalize { PerStep, Deferred };
 /// T: the element type of Q, K, V and O (math and shared memory are fp32).
 /// kChunks = ceil(head_dim / 64): the output patch of a thread is kChunks x 4 x 4 registers.
 template <class T, int kChunks, Normalize kNormalize>
-__global__ void __launch_bounds__(kRegThreads) register_tiles_kernel(AttentionShape shape, const T* q, const T* k,
-                                                                      const T* v, T* o, float* lse) {
+__global__ void __launch_bounds__(kRegThreads)
+    register_tiles_kernel(AttentionShape shape, const T* q, const T* k, const T* v, T* o, float* lse) {
   extern __shared__ float shared[];
   const int d = shape.head_dim, n_q = shape.seq_q, n_k = shape.seq_kv;
-  float* q_t = shared;             // [d][65]: q_t[x * 65 + r] = Q[i0 + r][x]
-  float* k_t = q_t + d * kLd;      // [d][65]: k_t[x * 65 + c] = K[j0 + c][x]
-  float* v_s = k_t + d * kLd;      // [64][d]
-  float* p_t = v_s + kTile * d;    // [64][65]: p_t[c * 65 + r] = S, then P~, of (row r, key c)
+  float* q_t = shared;           // [d][65]: q_t[x * 65 + r] = Q[i0 + r][x]
+  float* k_t = q_t + d * kLd;    // [d][65]: k_t[x * 65 + c] = K[j0 + c][x]
+  float* v_s = k_t + d * kLd;    // [64][d]
+  float* p_t = v_s + kTile * d;  // [64][65]: p_t[c * 65 + r] = S, then P~, of (row r, key c)
   float* m = p_t + kTile * kLd;
   float* l = m + kTile;
   float* alpha = l + kTile;
@@ -219,7 +221,8 @@ inline std::string register_tiles_support(const AttentionShape& s) {
   const std::size_t limit = gpu.available ? gpu.shared_memory_per_block_optin : 48 * 1024;
   const std::size_t bytes = register_shared_floats(s.head_dim) * sizeof(float);
   if (bytes > limit) {
-    return "needs " + std::to_string(bytes) + " bytes of shared memory per block, the GPU allows " + std::to_string(limit);
+    return "needs " + std::to_string(bytes) + " bytes of shared memory per block, the GPU allows " +
+           std::to_string(limit);
   }
   const int64_t heads = int64_t(s.batch) * s.heads_q;
   if (heads > 65535) return "batch*heads_q must be at most 65535, got " + std::to_string(heads);

@@ -27,8 +27,8 @@ inline Tiles choose_tiles(int head_dim) {
 /// one column of 32 different rows hits 32 different banks), V_j, O_i, the score tile S_ij
 /// padded to B_c + 1, and four per-row values (m, l and the two rescale factors).
 inline std::size_t shared_floats(const Tiles& t, int d) {
-  return std::size_t(t.rows + t.cols) * (d + 1) + std::size_t(t.cols + t.rows) * d + std::size_t(t.rows) * (t.cols + 1) +
-         4 * std::size_t(t.rows);
+  return std::size_t(t.rows + t.cols) * (d + 1) + std::size_t(t.cols + t.rows) * d +
+         std::size_t(t.rows) * (t.cols + 1) + 4 * std::size_t(t.rows);
 }
 
 }  // namespace fa::flash1

@@ -53,7 +53,8 @@ inline void flash_attention_v2_cpu(const AttentionShape& s, const float* q, cons
       }
       for (int r = 0; r < rows; ++r) {
         const int i = i0 + r;
-        for (int x = 0; x < d; ++x) o[s.q_head_offset(bh) + int64_t(i) * d + x] = l[r] > 0 ? acc[std::size_t(r) * d + x] / l[r] : 0.0f;
+        for (int x = 0; x < d; ++x)
+          o[s.q_head_offset(bh) + int64_t(i) * d + x] = l[r] > 0 ? acc[std::size_t(r) * d + x] / l[r] : 0.0f;
         lse[int64_t(bh) * s.seq_q + i] = m[r] == -INFINITY ? -INFINITY : m[r] + std::log(l[r]);
       }
     }

@@ -21,8 +21,10 @@ namespace fa::flash2 {
 using flash1::Normalize;
 
 ForwardKernel reorder_kernel(const char* name, DType dtype, void (*launch)(const ForwardParams&)) {
-  ForwardKernel k{name, 5, 1, "reorder", dtype,
-                  "Q tiles outer, deferred normalization (one division by l at the end), 16-bit in and out", launch};
+  ForwardKernel k{name,  5,
+                  1,     "reorder",
+                  dtype, "Q tiles outer, deferred normalization (one division by l at the end), 16-bit in and out",
+                  launch};
   k.supports = flash1::register_tiles_support;
   return k;
 }

@@ -35,15 +35,15 @@ constexpr int kSplitWarps = 4, kSplitThreads = 32 * kSplitWarps, kSplitRows = 64
 constexpr int kWarpKeys = kSplitKeys / kSplitWarps;  // 16: one mma k-step of P V
 
 template <class T, int kD>
-__global__ void __launch_bounds__(kSplitThreads) flash2_kv_split_kernel(AttentionShape shape, const T* q, const T* k,
-                                                                         const T* v, T* o, float* lse) {
+__global__ void __launch_bounds__(kSplitThreads)
+    flash2_kv_split_kernel(AttentionShape shape, const T* q, const T* k, const T* v, T* o, float* lse) {
   constexpr int kLd = kD + 8, kLdO = kD + 8;  // 16-bit tiles and the fp32 O tile, both padded
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* q_s = reinterpret_cast<T*>(shared_bytes);
   T* k_s = q_s + kSplitRows * kLd;
   T* v_s = k_s + kSplitKeys * kLd;
   float* o_s = reinterpret_cast<float*>(v_s + kSplitKeys * kLd);  // [64][kLdO]: the running O, fp32
-  float* part = o_s + kSplitRows * kLdO;                           // [4 warps][64 rows]: partial max, then l
+  float* part = o_s + kSplitRows * kLdO;                          // [4 warps][64 rows]: partial max, then l
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int n_q = shape.seq_q, n_k = shape.seq_kv;
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kSplitThreads) flash2_kv_split_kernel(Attentio
       }
     }
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
+    for (int mt = 0; mt < 4; ++mt) {
 #pragma unroll
       for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
@@ -92,6 +92,7 @@ __global__ void __launch_bounds__(kSplitThreads) flash2_kv_split_kernel(Attentio
           const int row = i0 + 16 * mt + 8 * (e / 2) + g, key = j0 + key0 + 8 * nb + 2 * t + (e & 1);
           if (!(row < n_q && key < n_k && shape.visible(row, key))) s[mt][nb][e] = -INFINITY;
         }
+    }
 
     // Cost 1: the row max is split over four warps. Each posts its part; a barrier; each reads all four.
 #pragma unroll
@@ -195,8 +196,7 @@ __global__ void __launch_bounds__(kSplitThreads) flash2_kv_split_kernel(Attentio
     for (int r = 0; r < 8; ++r) {
       const int row = 16 * (r / 2) + 8 * (r % 2) + g;
       const float l_row = part[row] + part[kSplitRows + row] + part[2 * kSplitRows + row] + part[3 * kSplitRows + row];
-      if (i0 + row < n_q)
-        lse[int64_t(bh) * n_q + i0 + row] = l_row == 0.0f ? -INFINITY : (m[r] + log2f(l_row)) * kLn2;
+      if (i0 + row < n_q) lse[int64_t(bh) * n_q + i0 + row] = l_row == 0.0f ? -INFINITY : (m[r] + log2f(l_row)) * kLn2;
     }
   }
 }
@@ -224,8 +224,10 @@ void launch_kv_split(const ForwardParams& p) {
 }
 
 ForwardKernel kv_split_kernel(const char* name, DType dtype, void (*launch)(const ForwardParams&)) {
-  ForwardKernel k{name, 5, 2, "kv_split", dtype,
-                  "control for variant 3: K/V split across 4 warps (FlashAttention-1), O in shared memory", launch};
+  ForwardKernel k{name,  5,
+                  2,     "kv_split",
+                  dtype, "control for variant 3: K/V split across 4 warps (FlashAttention-1), O in shared memory",
+                  launch};
   k.supports = mma_support;
   k.memory_note = [](const AttentionShape& s) { return warp_split_traffic_note(s, WarpSplit::Keys); };
   return k;

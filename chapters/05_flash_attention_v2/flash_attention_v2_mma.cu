@@ -49,8 +49,8 @@ __device__ void load_tile_async(T* tile, const T* src, int first, int n_rows) {
 /// loads while tile j computes), K and V fragments via ldmatrix, the mask applied only to tiles
 /// that cross the causal diagonal or the ends.
 template <class T, int kD, bool kPipelined>
-__global__ void __launch_bounds__(kMmaThreads) flash2_mma_kernel(AttentionShape shape, const T* q, const T* k, const T* v,
-                                                                  T* o, float* lse) {
+__global__ void __launch_bounds__(kMmaThreads)
+    flash2_mma_kernel(AttentionShape shape, const T* q, const T* k, const T* v, T* o, float* lse) {
   constexpr int kLd = kD + 8;  // pad rows by 16 bytes: the fragment loads of a warp hit 32 different banks
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* q_s = reinterpret_cast<T*>(shared_bytes);
@@ -128,7 +128,8 @@ __global__ void __launch_bounds__(kMmaThreads) flash2_mma_kernel(AttentionShape 
       } else {
         const T* k_row = k_s + (nb * 8 + g) * kLd + 2 * t;  // B(k, n) = K[key n][dim k]
 #pragma unroll
-        for (int ks = 0; ks < kD / 16; ++ks) Mma<T>::run(s[nb], q_frag[ks], load32(k_row + ks * 16), load32(k_row + ks * 16 + 8));
+        for (int ks = 0; ks < kD / 16; ++ks)
+          Mma<T>::run(s[nb], q_frag[ks], load32(k_row + ks * 16), load32(k_row + ks * 16 + 8));
       }
     }
     //! [mma_scores]
@@ -244,7 +245,9 @@ void launch_mma(const ForwardParams& p) {
 std::string mma_support(const AttentionShape& s) {
   if (s.head_dim != 64 && s.head_dim != 128) return "head_dim must be 64 or 128, got " + std::to_string(s.head_dim);
   const GpuInfo& gpu = detect_gpu();
-  if (gpu.available && gpu.sm_major < 8) return "needs an sm_80 or newer GPU (mma.sync with bf16), this one is sm_" + std::to_string(gpu.sm_major * 10 + gpu.sm_minor);
+  if (gpu.available && gpu.sm_major < 8)
+    return "needs an sm_80 or newer GPU (mma.sync with bf16), this one is sm_" +
+           std::to_string(gpu.sm_major * 10 + gpu.sm_minor);
   const int64_t heads = int64_t(s.batch) * s.heads_q;
   if (heads > 65535) return "batch*heads_q must be at most 65535, got " + std::to_string(heads);
   return "";
@@ -253,11 +256,12 @@ std::string mma_support(const AttentionShape& s) {
 std::string warp_split_traffic_note(const AttentionShape& s, WarpSplit split) {
   const double tile = 64.0 * s.head_dim;  // elements of a 64-row Q, K or V tile
   const double stores = 2 * tile * 2;     // K_j and V_j written to shared memory, 16-bit
-  double kv_reads = 4 * 2 * tile * 2, q_reads = 0, o_bytes = 0, exchange = 0;  // Queries: all 4 warps read all of K_j, V_j
+  double kv_reads = 4 * 2 * tile * 2, q_reads = 0, o_bytes = 0,
+         exchange = 0;  // Queries: all 4 warps read all of K_j, V_j
   if (split == WarpSplit::Keys) {
-    kv_reads = 2 * tile * 2;                         // each K/V element read by one warp
-    q_reads = 4 * tile * 2;                          // every warp reads every Q row, every tile
-    o_bytes = tile * 4 * 2 + 4 * tile * 4 * 2;       // rescale (read + write), 4 warps' adds (read + write)
+    kv_reads = 2 * tile * 2;                       // each K/V element read by one warp
+    q_reads = 4 * tile * 2;                        // every warp reads every Q row, every tile
+    o_bytes = tile * 4 * 2 + 4 * tile * 4 * 2;     // rescale (read + write), 4 warps' adds (read + write)
     exchange = 4 * 64 * 4 + kMmaThreads * 32 * 4;  // maxima posted; each thread reads 8 rows x 4 warps
   }
   const double per_tile = stores + kv_reads + q_reads + o_bytes + exchange;
@@ -280,13 +284,17 @@ ForwardKernel mma_kernel(const char* name, int number, const char* variant, DTyp
                          void (*launch)(const ForwardParams&)) {
   ForwardKernel k{name, 5, number, variant, dtype, summary, launch};
   k.supports = mma_support;
-  if (number == 3) k.memory_note = [](const AttentionShape& s) { return warp_split_traffic_note(s, WarpSplit::Queries); };
+  if (number == 3)
+    k.memory_note = [](const AttentionShape& s) { return warp_split_traffic_note(s, WarpSplit::Queries); };
   return k;
 }
-constexpr const char* kMmaSummary = "Q tile split across 4 warps; S and P*V on tensor cores (mma.sync m16n8k16), P in registers";
-constexpr const char* kPipelinedSummary = "variant 3 + cp.async double-buffered K/V, ldmatrix fragments, diagonal-only masking";
+constexpr const char* kMmaSummary =
+    "Q tile split across 4 warps; S and P*V on tensor cores (mma.sync m16n8k16), P in registers";
+constexpr const char* kPipelinedSummary =
+    "variant 3 + cp.async double-buffered K/V, ldmatrix fragments, diagonal-only masking";
 FA_REGISTER_FORWARD_KERNEL(mma_kernel("ch05_mma_fp16", 3, "mma", DType::F16, kMmaSummary, launch_mma<__half, false>));
-FA_REGISTER_FORWARD_KERNEL(mma_kernel("ch05_mma_bf16", 3, "mma", DType::BF16, kMmaSummary, launch_mma<__nv_bfloat16, false>));
+FA_REGISTER_FORWARD_KERNEL(mma_kernel("ch05_mma_bf16", 3, "mma", DType::BF16, kMmaSummary,
+                                      launch_mma<__nv_bfloat16, false>));
 FA_REGISTER_FORWARD_KERNEL(mma_kernel("ch05_pipelined_fp16", 4, "pipelined", DType::F16, kPipelinedSummary,
                                       launch_mma<__half, true>));
 FA_REGISTER_FORWARD_KERNEL(mma_kernel("ch05_pipelined_bf16", 4, "pipelined", DType::BF16, kPipelinedSummary,

@@ -68,8 +68,8 @@ constexpr int kTunedKeys = kD == 64 ? 128 : 64;
 
 /// kKeys: keys per K/V tile (kTunedKeys<kD>).
 template <class T, int kD, int kKeys>
-__global__ void __launch_bounds__(kTunedThreads, 2) flash2_tuned_kernel(AttentionShape shape, const T* q, const T* k,
-                                                                         const T* v, T* o, float* lse) {
+__global__ void __launch_bounds__(kTunedThreads, 2)
+    flash2_tuned_kernel(AttentionShape shape, const T* q, const T* k, const T* v, T* o, float* lse) {
   constexpr int kLd = kD + 8, kKeyBlocks = kKeys / 8;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* q_s = reinterpret_cast<T*>(shared_bytes);  // [128][kLd]; O is staged here at the end
@@ -103,8 +103,8 @@ __global__ void __launch_bounds__(kTunedThreads, 2) flash2_tuned_kernel(Attentio
     float s[2][kKeyBlocks][4] = {};
     tuned_scores<T, kD, kKeys, PaddedRows<kD>, PaddedRows<kD>>(s, q_s, k_s, warp, lane);
     // Only tiles that cross the causal diagonal for some row of the block, or the ends, are masked.
-    const bool needs_mask = (shape.causal && j0 + kKeys > shape.visible_keys(i0)) || j0 + kKeys > n_k ||
-                            i0 + kBlockRows > n_q;
+    const bool needs_mask =
+        (shape.causal && j0 + kKeys > shape.visible_keys(i0)) || j0 + kKeys > n_k || i0 + kBlockRows > n_q;
     if (needs_mask) tuned_mask<kKeys>(s, shape, i0 + kWarpRows * warp, j0, g, t);
 
     cp_async_wait<0>();
@@ -145,7 +145,8 @@ __global__ void __launch_bounds__(kTunedThreads, 2) flash2_tuned_kernel(Attentio
   for (int i = 0; i < kWarpRows * kChunks / 32; ++i) {
     const int e = i * 32 + lane, r = e / kChunks, c = e % kChunks, row = i0 + kWarpRows * warp + r;
     if (row < n_q)
-      *reinterpret_cast<uint4*>(o_head + int64_t(row) * kD + c * 8) = *reinterpret_cast<const uint4*>(o_warp + r * kLd + c * 8);
+      *reinterpret_cast<uint4*>(o_head + int64_t(row) * kD + c * 8) =
+          *reinterpret_cast<const uint4*>(o_warp + r * kLd + c * 8);
   }
   if (t == 0) {
 #pragma unroll
@@ -176,9 +177,11 @@ void launch_tuned(const ForwardParams& p) {
 }
 
 ForwardKernel tuned_kernel(const char* name, DType dtype, void (*launch)(const ForwardParams&)) {
-  ForwardKernel k{name, 5, 5, "tuned", dtype,
-                  "variant 4 with 32 rows per warp (128 per block), Q via ldmatrix, split K/V waits, scale in the exponent",
-                  launch};
+  ForwardKernel k{
+      name,  5,
+      5,     "tuned",
+      dtype, "variant 4 with 32 rows per warp (128 per block), Q via ldmatrix, split K/V waits, scale in the exponent",
+      launch};
   k.supports = mma_support;
   return k;
 }

@@ -72,8 +72,8 @@ __device__ inline void tuned_mask(float (&s)[2][kKeys / 8][4], AttentionShape sh
 /// (positive) scale, so the scale goes into the exponent, p = exp2(s * scale_log2 - m): one FFMA
 /// and one EX2 per score.
 template <int kD, int kKeys>
-__device__ inline void tuned_softmax(float (&s)[2][kKeys / 8][4], float (&out)[2][kD / 8][4], float (&m)[4], float (&l)[4],
-                                     float scale_log2) {
+__device__ inline void tuned_softmax(float (&s)[2][kKeys / 8][4], float (&out)[2][kD / 8][4], float (&m)[4],
+                                     float (&l)[4], float scale_log2) {
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const int mt = r / 2, h = r % 2;

@@ -120,7 +120,9 @@ __device__ inline void online_softmax(float (&s)[kBlockN / 2], float (&m)[2], fl
 template <int kD>
 __device__ inline void rescale_output(float (&out)[kD / 2], const float (&rescale)[2]) {
   //! [skip_rescale]
-  if (__all_sync(0xFFFFFFFFu, rescale[0] == 1.0f && rescale[1] == 1.0f)) return;
+  if (__all_sync(0xFFFFFFFFu, rescale[0] == 1.0f && rescale[1] == 1.0f)) {
+    return;
+  }
   //! [skip_rescale]
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) out[i] *= rescale[(i % 4) / 2];
@@ -128,11 +130,14 @@ __device__ inline void rescale_output(float (&out)[kD / 2], const float (&rescal
 
 /// P as wgmma A fragments, straight from the S accumulators: 16 keys (two 8-column blocks) are
 /// one k-step, and the accumulator layout of two blocks is the A layout of one step.
-__device__ inline void pack_p(const float (&s)[kBlockN / 2], uint32_t (&p)[kBlockN / 16][4]) { hopper::pack_a_bf16(s, p); }
+__device__ inline void pack_p(const float (&s)[kBlockN / 2], uint32_t (&p)[kBlockN / 16][4]) {
+  hopper::pack_a_bf16(s, p);
+}
 
 /// Issues O += P V_j and commits; the caller waits.
 template <int kD>
-__device__ inline void issue_pv(float (&out)[kD / 2], const uint32_t (&p)[kBlockN / 16][4], const unsigned char* v_tile) {
+__device__ inline void issue_pv(float (&out)[kD / 2], const uint32_t (&p)[kBlockN / 16][4],
+                                const unsigned char* v_tile) {
   //! [wgmma_pv]
   // V is [keys][d] with d contiguous: "MN-major" for B, hence kTransB = 1. 8 keys are 8 rows of
   // 128 bytes (1024 bytes per group of 8); the next 64 columns of d are the next box.
@@ -164,7 +169,8 @@ __device__ inline void row_totals(const float (&m)[2], const float (&l)[2], floa
 /// O times inv rounded to bf16, and the LSE (given in log2 units), for this thread's two rows.
 template <int kD>
 __device__ inline void store_output(const float (&out)[kD / 2], const float (&inv)[2], const float (&lse_log2)[2],
-                                    const AttentionShape& shape, int bh, int row0, int t, __nv_bfloat16* o, float* lse) {
+                                    const AttentionShape& shape, int bh, int row0, int t, __nv_bfloat16* o,
+                                    float* lse) {
   hopper::store_rows_bf16(out, o + shape.q_head_offset(bh), row0, shape.seq_q, t, inv);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -182,8 +188,9 @@ __device__ inline void sum_over_quad(float (&l)[2]) {
 
 /// O / l rounded to bf16, and LSE, for this thread's two rows; l is this thread's partial sum.
 template <int kD>
-__device__ inline void write_output(const float (&out)[kD / 2], const float (&m)[2], float (&l)[2], const AttentionShape& shape,
-                                    int bh, int row0, int t, __nv_bfloat16* o, float* lse) {
+__device__ inline void write_output(const float (&out)[kD / 2], const float (&m)[2], float (&l)[2],
+                                    const AttentionShape& shape, int bh, int row0, int t, __nv_bfloat16* o,
+                                    float* lse) {
   float inv[2], lse_log2[2];
   sum_over_quad(l);
   row_totals(m, l, inv, lse_log2);
@@ -192,7 +199,8 @@ __device__ inline void write_output(const float (&out)[kD / 2], const float (&m)
 
 /// Does K/V tile j0 need the mask for some row of the block [i0, i0 + block_m)?
 __device__ inline bool tile_needs_mask(const AttentionShape& shape, int i0, int block_m, int j0) {
-  return (shape.causal && j0 + kBlockN > shape.visible_keys(i0)) || j0 + kBlockN > shape.seq_kv || i0 + block_m > shape.seq_q;
+  return (shape.causal && j0 + kBlockN > shape.visible_keys(i0)) || j0 + kBlockN > shape.seq_kv ||
+         i0 + block_m > shape.seq_q;
 }
 
 /// The named barriers of the ping-pong schedule (hardware barrier 0 is __syncthreads'). Both

@@ -52,7 +52,8 @@ int fp8_q_blocks(const AttentionShape& s) {
 template <int kD>
 int fp8_block_slots() {
   int device = 0, sms = 0, per_sm = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
@@ -117,13 +118,14 @@ void launch_fp8_dim(const ForwardParams& p) {
   const auto* q = static_cast<const __nv_bfloat16*>(p.q);
   const auto* k = static_cast<const __nv_bfloat16*>(p.k);
   const auto* v = static_cast<const __nv_bfloat16*>(p.v);
-  quantize_rotated_kernel<kD, kRotate>
-      <<<dim3(w.q_blocks, planes_q), kPrepThreads, 0, p.stream>>>(q, s.seq_q, w.q8, w.q_scales, w.counters, w.counter_count);
+  quantize_rotated_kernel<kD, kRotate><<<dim3(w.q_blocks, planes_q), kPrepThreads, 0, p.stream>>>(
+      q, s.seq_q, w.q8, w.q_scales, w.counters, w.counter_count);
   CUDA_CHECK_LAUNCH();
   quantize_rotated_kernel<kD, kRotate>
       <<<dim3(w.kv_blocks, planes_kv), kPrepThreads, 0, p.stream>>>(k, s.seq_kv, w.k8, w.k_scales, nullptr, 0);
   CUDA_CHECK_LAUNCH();
-  quantize_v_kernel<kD><<<dim3(w.kv_blocks, planes_kv), kPrepThreads, 0, p.stream>>>(v, s.seq_kv, w.kv_padded, w.vt8, w.v_scales);
+  quantize_v_kernel<kD>
+      <<<dim3(w.kv_blocks, planes_kv), kPrepThreads, 0, p.stream>>>(v, s.seq_kv, w.kv_padded, w.vt8, w.v_scales);
   CUDA_CHECK_LAUNCH();
   mark_phase(p.stream, "quantize");
 
@@ -142,8 +144,8 @@ void launch_fp8_dim(const ForwardParams& p) {
   const int split_from = split.blocks - (split.pieces > 1 ? split.tail : 0);
   const Fp8Grid grid{q_blocks, planes_q, split_from, split.pieces, w.records, w.counters};
   const unsigned blocks = unsigned(split_from + (split.blocks - split_from) * split.pieces);
-  kernel<<<blocks, 128 * (1 + kC), kBytes, p.stream>>>(tm_q, tm_k, tm_vt, s, scales, grid, static_cast<__nv_bfloat16*>(p.o),
-                                                      p.lse);
+  kernel<<<blocks, 128 * (1 + kC), kBytes, p.stream>>>(tm_q, tm_k, tm_vt, s, scales, grid,
+                                                       static_cast<__nv_bfloat16*>(p.o), p.lse);
   CUDA_CHECK_LAUNCH();
   mark_phase(p.stream, "attention");
 }
@@ -185,10 +187,11 @@ Fp8TailSplit fp8_tail_split(const AttentionShape& s) {
   return split;
 }
 
-FA_REGISTER_FORWARD_KERNEL(fp8_kernel("ch06_fp8", 5, "fp8",
-                                      "variant 4 on e4m3: Hadamard-rotated, block-scaled Q/K/V (quantized on the GPU), P in e4m3, bf16 out",
-                                      launch_fp8<true>));
-FA_REGISTER_FORWARD_KERNEL(fp8_kernel("ch06_fp8_plain", 6, "fp8_plain",
-                                      "control for variant 5: the same kernel without the Hadamard rotation (block scales only)",
-                                      launch_fp8<false>));
+FA_REGISTER_FORWARD_KERNEL(
+    fp8_kernel("ch06_fp8", 5, "fp8",
+               "variant 4 on e4m3: Hadamard-rotated, block-scaled Q/K/V (quantized on the GPU), P in e4m3, bf16 out",
+               launch_fp8<true>));
+FA_REGISTER_FORWARD_KERNEL(fp8_kernel(
+    "ch06_fp8_plain", 6, "fp8_plain",
+    "control for variant 5: the same kernel without the Hadamard rotation (block scales only)", launch_fp8<false>));
 }  // namespace fa::flash3

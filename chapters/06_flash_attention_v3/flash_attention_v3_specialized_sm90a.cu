@@ -153,8 +153,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     write_output<kD>(out, m, l, shape, bh, row0, t, o, lse);
   } else {
-    Bf16Ops<kD> ops{smem, q_rows, k_full, v_full, k_empty, v_empty, shape, i0, row0, t, scale_log2,
-                    {}, {-INFINITY, -INFINITY}, {0.0f, 0.0f}, {}};
+    Bf16Ops<kD> ops{smem,
+                    q_rows,
+                    k_full,
+                    v_full,
+                    k_empty,
+                    v_empty,
+                    shape,
+                    i0,
+                    row0,
+                    t,
+                    scale_log2,
+                    {},
+                    {-INFINITY, -INFINITY},
+                    {0.0f, 0.0f},
+                    {}};
     pingpong_schedule(ops, n_tiles, consumer);
     write_output<kD>(ops.out, ops.m, ops.l, shape, bh, row0, t, o, lse);
   }
@@ -179,11 +192,12 @@ ForwardKernel specialized_kernel(const char* name, int number, const char* varia
 
 }  // namespace
 
-FA_REGISTER_FORWARD_KERNEL(specialized_kernel("ch06_specialized_bf16", 3, "specialized",
-                                              "producer warpgroup (TMA, setmaxnreg.dec) + 2 consumer warpgroups, full/empty mbarriers",
-                                              launch_specialized<false>));
-FA_REGISTER_FORWARD_KERNEL(specialized_kernel("ch06_pingpong_bf16", 4, "pingpong",
-                                              "variant 3 + consumers take turns issuing GEMMs; softmax of j+1 overlaps P_j V_j",
-                                              launch_specialized<true>));
+FA_REGISTER_FORWARD_KERNEL(
+    specialized_kernel("ch06_specialized_bf16", 3, "specialized",
+                       "producer warpgroup (TMA, setmaxnreg.dec) + 2 consumer warpgroups, full/empty mbarriers",
+                       launch_specialized<false>));
+FA_REGISTER_FORWARD_KERNEL(specialized_kernel(
+    "ch06_pingpong_bf16", 4, "pingpong",
+    "variant 3 + consumers take turns issuing GEMMs; softmax of j+1 overlaps P_j V_j", launch_specialized<true>));
 
 }  // namespace fa::flash3

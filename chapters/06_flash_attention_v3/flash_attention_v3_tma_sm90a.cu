@@ -88,10 +88,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   auto load_kv = [&](int tile, int stage) {
     mbarrier_arrive_expect_tx(&k_full[stage], L::kTileBytes);
     for (int b = 0; b < L::kBoxes; ++b)
-      tma_load_3d(smem + L::kK + stage * L::kTileBytes + b * kKeys * 128, &tm_k, 64 * b, tile * kKeys, kv_plane, &k_full[stage]);
+      tma_load_3d(smem + L::kK + stage * L::kTileBytes + b * kKeys * 128, &tm_k, 64 * b, tile * kKeys, kv_plane,
+                  &k_full[stage]);
     mbarrier_arrive_expect_tx(&v_full[stage], L::kTileBytes);
     for (int b = 0; b < L::kBoxes; ++b)
-      tma_load_3d(smem + L::kV + stage * L::kTileBytes + b * kKeys * 128, &tm_v, 64 * b, tile * kKeys, kv_plane, &v_full[stage]);
+      tma_load_3d(smem + L::kV + stage * L::kTileBytes + b * kKeys * 128, &tm_v, 64 * b, tile * kKeys, kv_plane,
+                  &v_full[stage]);
   };
   init_ring(q_full, k_full, v_full, kStages);
   if (tid == 0) {
@@ -137,8 +139,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int db = 0; db < kD / 8; ++db)
       *reinterpret_cast<__nv_bfloat162*>(o_head + int64_t(row) * kD + db * 8 + 2 * t) =
           __floats2bfloat162_rn(out[mt][db][2 * h] * inv, out[mt][db][2 * h + 1] * inv);
-    if (t == 0)
-      lse[int64_t(bh) * shape.seq_q + row] = m[r] == -INFINITY ? -INFINITY : (m[r] + log2f(l[r])) * kLn2;
+    if (t == 0) lse[int64_t(bh) * shape.seq_q + row] = m[r] == -INFINITY ? -INFINITY : (m[r] + log2f(l[r])) * kLn2;
   }
 }
 
@@ -152,8 +153,10 @@ void launch_tma(const ForwardParams& p) {
 }
 
 ForwardKernel tma_kernel() {
-  ForwardKernel k{"ch06_tma_bf16", 6, 1, "tma", DType::BF16,
-                  "chapter 05's tuned kernel fed by TMA into a 2-stage mbarrier ring, swizzled tiles", launch_tma};
+  ForwardKernel k{
+      "ch06_tma_bf16", 6,           1,
+      "tma",           DType::BF16, "chapter 05's tuned kernel fed by TMA into a 2-stage mbarrier ring, swizzled tiles",
+      launch_tma};
   k.supports = hopper_support;
   return k;
 }

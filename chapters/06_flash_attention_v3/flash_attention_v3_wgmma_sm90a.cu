@@ -59,10 +59,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto load_kv = [&](int tile, int stage) {
     mbarrier_arrive_expect_tx(&k_full[stage], S::kTileBytes);
     for (int b = 0; b < S::kBoxes; ++b)
-      tma_load_3d(smem + S::kK + stage * S::kTileBytes + b * kBoxBytes, &tm_k, 64 * b, tile * kBlockN, kv_plane, &k_full[stage]);
+      tma_load_3d(smem + S::kK + stage * S::kTileBytes + b * kBoxBytes, &tm_k, 64 * b, tile * kBlockN, kv_plane,
+                  &k_full[stage]);
     mbarrier_arrive_expect_tx(&v_full[stage], S::kTileBytes);
     for (int b = 0; b < S::kBoxes; ++b)
-      tma_load_3d(smem + S::kV + stage * S::kTileBytes + b * kBoxBytes, &tm_v, 64 * b, tile * kBlockN, kv_plane, &v_full[stage]);
+      tma_load_3d(smem + S::kV + stage * S::kTileBytes + b * kBoxBytes, &tm_v, 64 * b, tile * kBlockN, kv_plane,
+                  &v_full[stage]);
   };
   //! [tma_ring]
 
@@ -116,8 +118,13 @@ void launch_wgmma(const ForwardParams& p) {
 }
 
 ForwardKernel wgmma_kernel() {
-  ForwardKernel k{"ch06_wgmma_bf16", 6, 2, "wgmma", DType::BF16,
-                  "TMA into a 2-stage mbarrier ring; S and P*V with wgmma (2 warpgroups, 128 x 128 tiles)", launch_wgmma};
+  ForwardKernel k{"ch06_wgmma_bf16",
+                  6,
+                  2,
+                  "wgmma",
+                  DType::BF16,
+                  "TMA into a 2-stage mbarrier ring; S and P*V with wgmma (2 warpgroups, 128 x 128 tiles)",
+                  launch_wgmma};
   k.supports = hopper_support;
   return k;
 }

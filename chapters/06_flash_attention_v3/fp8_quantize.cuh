@@ -23,9 +23,9 @@
 namespace fa::flash3 {
 namespace {
 
-constexpr int kRows8 = 128;             // rows per Q block, keys per K/V block (and per scale)
-constexpr uint64_t kSignSeed = 0x5EED;  // the incoherent-processing signs (as algorithm.h)
-constexpr int kPrepThreads = 256;                          // preprocessing: 8 warps per 128-row block
+constexpr int kRows8 = 128;                                     // rows per Q block, keys per K/V block (and per scale)
+constexpr uint64_t kSignSeed = 0x5EED;                          // the incoherent-processing signs (as algorithm.h)
+constexpr int kPrepThreads = 256;                               // preprocessing: 8 warps per 128-row block
 constexpr int kPrepRowsPerWarp = kRows8 / (kPrepThreads / 32);  // 16
 
 /// Four floats (already divided by the scale) as four e4m3 bytes, the first in the lowest byte.
@@ -39,12 +39,14 @@ __device__ inline uint32_t e4m3x4(float a, float b, float c, float d) {
 /// (kD / 32) lane ...), zeros past the end. All kN loads are issued before any is used: the
 /// preprocessing is a pure memory pass, and a warp with kN loads in flight hides their latency.
 template <int kD, int kN>
-__device__ inline void load_rows(float (&v)[kN][kD / 32], const __nv_bfloat16* plane_base, int row0, int rows, int lane) {
+__device__ inline void load_rows(float (&v)[kN][kD / 32], const __nv_bfloat16* plane_base, int row0, int rows,
+                                 int lane) {
   using Raw = std::conditional_t<kD == 128, uint2, uint32_t>;  // kD / 32 bf16
   Raw raw[kN];
 #pragma unroll
   for (int r = 0; r < kN; ++r)
-    raw[r] = row0 + r < rows ? *reinterpret_cast<const Raw*>(plane_base + int64_t(row0 + r) * kD + (kD / 32) * lane) : Raw{};
+    raw[r] =
+        row0 + r < rows ? *reinterpret_cast<const Raw*>(plane_base + int64_t(row0 + r) * kD + (kD / 32) * lane) : Raw{};
 #pragma unroll
   for (int r = 0; r < kN; ++r) {
     const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[r]);
@@ -95,8 +97,8 @@ __device__ inline void rotate_row(float (&v)[kD / 32], int lane) {
 /// then e4m3 with that block's scale. Block (0, 0) also sets zero[0 .. zero_count) to 0 (the
 /// attention kernel's split-tail counters, see merge_pieces), saving a launch.
 template <int kD, bool kRotate>
-__global__ void __launch_bounds__(kPrepThreads) quantize_rotated_kernel(const __nv_bfloat16* x, int rows, uint8_t* x8,
-                                                                        float* scales, int* zero, int zero_count) {
+__global__ void __launch_bounds__(kPrepThreads)
+    quantize_rotated_kernel(const __nv_bfloat16* x, int rows, uint8_t* x8, float* scales, int* zero, int zero_count) {
   constexpr int kN = kPrepRowsPerWarp;
   __shared__ float scratch[32];
   const int plane = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -151,8 +153,8 @@ static_assert(p_key_slot(p_slot_key(0)) == 0 && p_key_slot(p_slot_key(13)) == 13
 /// as e4m3 in [key][x] order; then each thread gathers 4 columns x of 16 slots as 16 words and
 /// transposes those bytes with byte permutes into 4 rows of 16 bytes of V^T.
 template <int kD>
-__global__ void __launch_bounds__(kPrepThreads) quantize_v_kernel(const __nv_bfloat16* v, int rows, int rows_padded,
-                                                                  uint8_t* vt8, float* scales) {
+__global__ void __launch_bounds__(kPrepThreads)
+    quantize_v_kernel(const __nv_bfloat16* v, int rows, int rows_padded, uint8_t* vt8, float* scales) {
   constexpr int kN = kPrepRowsPerWarp, kPitch = kD + 4;  // the pad spreads d64's two-chunk warps over the banks
   __shared__ float scratch[32];
   __shared__ __align__(16) uint8_t tile[kRows8 * kPitch];  // e4m3, [key][x]
@@ -196,7 +198,8 @@ __global__ void __launch_bounds__(kPrepThreads) quantize_v_kernel(const __nv_bfl
     for (int j = 0; j < 4; ++j) {
       // A 4x4 byte transpose: t0 = (w0.b0 w1.b0 w0.b1 w1.b1), t1 = (w0.b2 w1.b2 w0.b3 w1.b3), ...
       const uint32_t t0 = __byte_perm(w[4 * j], w[4 * j + 1], 0x5140), t1 = __byte_perm(w[4 * j], w[4 * j + 1], 0x7362);
-      const uint32_t t2 = __byte_perm(w[4 * j + 2], w[4 * j + 3], 0x5140), t3 = __byte_perm(w[4 * j + 2], w[4 * j + 3], 0x7362);
+      const uint32_t t2 = __byte_perm(w[4 * j + 2], w[4 * j + 3], 0x5140),
+                     t3 = __byte_perm(w[4 * j + 2], w[4 * j + 3], 0x7362);
       out[0][j] = __byte_perm(t0, t2, 0x5410);
       out[1][j] = __byte_perm(t0, t2, 0x7632);
       out[2][j] = __byte_perm(t1, t3, 0x5410);

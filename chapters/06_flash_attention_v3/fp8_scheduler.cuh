@@ -75,8 +75,8 @@ constexpr int kRecordFloats = (kD / 2 + 2) * 32;
 /// records: this warp's record of piece 0 (piece p's is p * stride floats further).
 template <int kD>
 __device__ void merge_pieces(float (&out)[kD / 2], const float (&m)[2], const float (&l)[2], int piece, int pieces,
-                             float* records, int64_t stride, int* counter, const AttentionShape& shape, int bh, int row0,
-                             int t, __nv_bfloat16* o, float* lse) {
+                             float* records, int64_t stride, int* counter, const AttentionShape& shape, int bh,
+                             int row0, int t, __nv_bfloat16* o, float* lse) {
   const int lane = threadIdx.x % 32;
   float inv[2], lse_log2[2];
   row_totals(m, l, inv, lse_log2);
@@ -104,7 +104,8 @@ __device__ void merge_pieces(float (&out)[kD / 2], const float (&m)[2], const fl
   for (int p = 0; p < pieces; ++p) {
     const float* rec = records + p * stride;
     const float2 x = __ldcg(reinterpret_cast<const float2*>(rec + kD / 2 * 32) + lane);
-    const float w[2] = {top[0] == -INFINITY ? 0.0f : exp2f(x.x - top[0]), top[1] == -INFINITY ? 0.0f : exp2f(x.y - top[1])};
+    const float w[2] = {top[0] == -INFINITY ? 0.0f : exp2f(x.x - top[0]),
+                        top[1] == -INFINITY ? 0.0f : exp2f(x.y - top[1])};
     sum[0] += w[0];
     sum[1] += w[1];
 #pragma unroll

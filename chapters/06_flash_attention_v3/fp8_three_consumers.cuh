@@ -49,10 +49,10 @@ struct Fp8ThreeConsumerOps : Fp8OpsBase<kD, Fp8ThreeSmem<kD>, 64> {
   using Base::smem;
   using Base::smem_lo;
   static constexpr int kP = L::kExtraAt, kOnes = kP + kPBuffersBytes;
-  unsigned char* p_tile;  // this warpgroup's first P buffer
-  uint32_t p_store;       // this lane's stmatrix row address in it, for k-step 0 (see pack)
-  uint32_t p_cur = 1;     // the buffer pack wrote last, which pv reads
-  float sums[4] = {};     // row sums of the P that pv issued last (see fp8_row_sums)
+  unsigned char* p_tile;             // this warpgroup's first P buffer
+  uint32_t p_store;                  // this lane's stmatrix row address in it, for k-step 0 (see pack)
+  uint32_t p_cur = 1;                // the buffer pack wrote last, which pv reads
+  float sums[4] = {};                // row sums of the P that pv issued last (see fp8_row_sums)
   float w_soft = 0.0f, w_pv = 0.0f;  // l's weight 1 / r for the P that softmax made last / pv issued last
 
   __device__ explicit Fp8ThreeConsumerOps(const Fp8ConsumerSetup& c)
@@ -181,7 +181,8 @@ __device__ inline void three_consumer_schedule(Ops& ops, int n_tiles) {
 
 template <int kD>
 __global__ void __launch_bounds__(128 * (1 + kThreeConsumers), 1)
-    flash3_fp8_three_consumers_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+    flash3_fp8_three_consumers_kernel(const __grid_constant__ CUtensorMap tm_q,
+                                      const __grid_constant__ CUtensorMap tm_k,
                                       const __grid_constant__ CUtensorMap tm_vt, AttentionShape shape, Fp8Scales scales,
                                       Fp8Grid grid, __nv_bfloat16* o, float* lse) {
   using L = Fp8ThreeSmem<kD>;
@@ -223,8 +224,8 @@ __global__ void __launch_bounds__(128 * (1 + kThreeConsumers), 1)
   // up to 128 keys fewer) and only waits for and releases the rest, so the ring's counts stay the
   // same for all three.
   const int my_end = c0 >= shape.seq_q || c0 < 0 ? 0
-                     : shape.causal                ? shape.visible_keys(min(c0 + 64, shape.seq_q) - 1)
-                                                   : shape.seq_kv;
+                     : shape.causal              ? shape.visible_keys(min(c0 + 64, shape.seq_q) - 1)
+                                                 : shape.seq_kv;
   const int my_tiles = my_end > 0 ? max(0, min(tile0 + n_tiles, (my_end + kBlockN - 1) / kBlockN) - tile0) : 0;
   Fp8ConsumerSetup setup(smem, bars, shape, scales);
   setup.bh = bh;
@@ -247,7 +248,7 @@ __global__ void __launch_bounds__(128 * (1 + kThreeConsumers), 1)
     ops.release_v(j);
   }
   ops.to_true_units();
-  if (c0 < 0) return;  // an empty group of the short block
+  if (c0 < 0) return;                                                       // an empty group of the short block
   finish_fp8<kD, kConsumers>(ops, work, grid, bh, consumer, warp, o, lse);  // l: whole rows already
 }
 

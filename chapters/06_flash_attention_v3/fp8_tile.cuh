@@ -25,7 +25,7 @@ using namespace fa::hopper;
 constexpr int kStages = 4;  // e4m3 tiles are small: 4 stages fit
 /// Bytes of one tile: 128 rows of head_dim e4m3 (Q, K), or head_dim rows of 128 keys (V^T).
 template <int kD>
-constexpr int kTileBytes8 = kRows8 * kD;
+constexpr int kTileBytes8 = (kRows8 * kD);
 /// Consumer warpgroups (64 Q rows each) of the kernel that runs at head_dim kD: the two-consumer
 /// ping-pong at 64, the three-consumer kernel at 128.
 template <int kD>
@@ -207,7 +207,8 @@ struct Fp8OpsBase {
     //! [fp8_scores]
     // S = Q8 K8^T: kD / 32 wgmma of k = 32 bytes; the true scores are S * scale_q * scale_k.
     // Descriptors by 32-bit adds (desc_lo): the k-th step starts 32 bytes further in Q and K.
-    const uint32_t q_lo = smem_lo + uint32_t(q_rows - smem) / 16, k_lo = smem_lo + (L::kK + R::stage(j) * L::kTile) / 16;
+    const uint32_t q_lo = smem_lo + uint32_t(q_rows - smem) / 16,
+                   k_lo = smem_lo + (L::kK + R::stage(j) * L::kTile) / 16;
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kD / 32; ++ks)

@@ -28,13 +28,14 @@ namespace {
 
 //! [backward_dq_kernel]
 template <class T, int kD>
-__global__ void __launch_bounds__(kThreads) backward_dq_kernel(AttentionShape s, const T* q, const T* k, const T* v,
-                                                               const T* d_o, const float* lse, const float* delta, T* dq) {
+__global__ void __launch_bounds__(kThreads)
+    backward_dq_kernel(AttentionShape s, const T* q, const T* k, const T* v, const T* d_o, const float* lse,
+                       const float* delta, T* dq) {
   constexpr int kLd = kD + 8;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* q_s = reinterpret_cast<T*>(shared_bytes);
   T* do_s = q_s + kRows * kLd;
-  T* k_buf = do_s + kRows * kLd;    // 2 stages x [64 keys][kLd]
+  T* k_buf = do_s + kRows * kLd;       // 2 stages x [64 keys][kLd]
   T* v_buf = k_buf + 2 * kKeys * kLd;  // 2 stages x [64 keys][kLd]
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -82,7 +83,7 @@ __global__ void __launch_bounds__(kThreads) backward_dq_kernel(AttentionShape s,
     products_abt<T, kD, kLd>(sc, dp, q_s, do_s, 16 * warp, k_s, v_s, lane);
     // dS = P (dP - D), P recomputed from the LSE; masked and out-of-range entries are 0.
 #pragma unroll
-    for (int nb = 0; nb < kKeys / 8; ++nb)
+    for (int nb = 0; nb < kKeys / 8; ++nb) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e / 2, row = i0 + 16 * warp + g + 8 * h, key = j0 + 8 * nb + 2 * t + (e & 1);
@@ -90,6 +91,7 @@ __global__ void __launch_bounds__(kThreads) backward_dq_kernel(AttentionShape s,
         const float p = live ? fast_exp2(sc[nb][e] * scale_log2 - row_lse[h]) : 0.0f;
         dp[nb][e] = p * (dp[nb][e] - row_delta[h]);
       }
+    }
     // dQ_w += dS K_j: the dS accumulators are already A fragments (16 keys per k-step).
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
@@ -125,8 +127,8 @@ void launch_dim(const BackwardParams& p) {
   CUDA_CHECK(cudaFuncSetAttribute(kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kv_bytes));
   const dim3 kv_grid(unsigned((s.seq_kv + kKeys - 1) / kKeys), unsigned(s.batch * s.heads_kv));
   kv_kernel<<<kv_grid, kThreads, kv_bytes, p.stream>>>(s, static_cast<const T*>(p.q), static_cast<const T*>(p.k),
-                                                       static_cast<const T*>(p.v), static_cast<const T*>(p.d_o), p.lse, delta,
-                                                       nullptr, static_cast<T*>(p.dk), static_cast<T*>(p.dv));
+                                                       static_cast<const T*>(p.v), static_cast<const T*>(p.d_o), p.lse,
+                                                       delta, nullptr, static_cast<T*>(p.dk), static_cast<T*>(p.dv));
   CUDA_CHECK_LAUNCH();
   // dQ: one block per Q tile, on the side stream.
   const int q_bytes = int((2 * kRows + 4 * kKeys) * (kD + 8) * sizeof(T));
@@ -134,8 +136,8 @@ void launch_dim(const BackwardParams& p) {
   CUDA_CHECK(cudaFuncSetAttribute(q_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, q_bytes));
   const dim3 q_grid(unsigned((s.seq_q + kRows - 1) / kRows), unsigned(s.batch * s.heads_q));
   q_kernel<<<q_grid, kThreads, q_bytes, side>>>(s, static_cast<const T*>(p.q), static_cast<const T*>(p.k),
-                                                    static_cast<const T*>(p.v), static_cast<const T*>(p.d_o), p.lse, delta,
-                                                    static_cast<T*>(p.dq));
+                                                static_cast<const T*>(p.v), static_cast<const T*>(p.d_o), p.lse, delta,
+                                                static_cast<T*>(p.dq));
   CUDA_CHECK_LAUNCH();
   join_side_stream(p.stream);
 }
@@ -146,9 +148,11 @@ void launch_deterministic(const BackwardParams& p) {
 }
 
 BackwardKernel deterministic_kernel(const char* name, DType dtype, void (*launch)(const BackwardParams&)) {
-  BackwardKernel k{name, 7, 3, "deterministic", dtype,
-                   "variant 2 without atomics: dK/dV as before, dQ by a second kernel per Q tile (S and dP computed twice)",
-                   launch};
+  BackwardKernel k{
+      name,  7,
+      3,     "deterministic",
+      dtype, "variant 2 without atomics: dK/dV as before, dQ by a second kernel per Q tile (S and dP computed twice)",
+      launch};
   k.supports = [](const AttentionShape& s) { return backward_mma_support(s, true); };
   k.workspace_bytes = [](const AttentionShape& s) { return std::size_t(s.lse_elems()) * sizeof(float); };
   k.deterministic = true;
@@ -158,6 +162,7 @@ BackwardKernel deterministic_kernel(const char* name, DType dtype, void (*launch
 }  // namespace
 
 FA_REGISTER_BACKWARD_KERNEL(deterministic_kernel("ch07_deterministic_fp16", DType::F16, launch_deterministic<__half>));
-FA_REGISTER_BACKWARD_KERNEL(deterministic_kernel("ch07_deterministic_bf16", DType::BF16, launch_deterministic<__nv_bfloat16>));
+FA_REGISTER_BACKWARD_KERNEL(deterministic_kernel("ch07_deterministic_bf16", DType::BF16,
+                                                 launch_deterministic<__nv_bfloat16>));
 
 }  // namespace fa::backward

@@ -25,17 +25,17 @@ namespace {
 constexpr int kTile = 64, kThreads = 256, kLdP = kTile + 1;
 
 template <int kD>
-__global__ void __launch_bounds__(kThreads) backward_fp32_kernel(AttentionShape s, const float* q, const float* k,
-                                                                  const float* v, const float* d_o, const float* lse,
-                                                                  const float* delta, float* dq, float* dk, float* dv) {
+__global__ void __launch_bounds__(kThreads)
+    backward_fp32_kernel(AttentionShape s, const float* q, const float* k, const float* v, const float* d_o,
+                         const float* lse, const float* delta, float* dq, float* dk, float* dv) {
   constexpr int kPer = kTile * kD / kThreads;  // dK / dV elements per thread
   extern __shared__ float smem[];
-  float* k_s = smem;                // [64][kD]
-  float* v_s = k_s + kTile * kD;    // [64][kD]
-  float* q_s = v_s + kTile * kD;    // [64][kD]
-  float* do_s = q_s + kTile * kD;   // [64][kD]
-  float* p_s = do_s + kTile * kD;   // [64 rows][65]: P
-  float* ds_s = p_s + kTile * kLdP; // [64 rows][65]: dS
+  float* k_s = smem;                 // [64][kD]
+  float* v_s = k_s + kTile * kD;     // [64][kD]
+  float* q_s = v_s + kTile * kD;     // [64][kD]
+  float* do_s = q_s + kTile * kD;    // [64][kD]
+  float* p_s = do_s + kTile * kD;    // [64 rows][65]: P
+  float* ds_s = p_s + kTile * kLdP;  // [64 rows][65]: dS
   float* row_lse = ds_s + kTile * kLdP;
   float* row_delta = row_lse + kTile;
 
@@ -129,8 +129,9 @@ void launch_dim(const BackwardParams& p) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   dim3 grid(unsigned((s.seq_kv + kTile - 1) / kTile), unsigned(s.batch * s.heads_kv));
   kernel<<<grid, kThreads, bytes, p.stream>>>(s, static_cast<const float*>(p.q), static_cast<const float*>(p.k),
-                                              static_cast<const float*>(p.v), static_cast<const float*>(p.d_o), p.lse, delta,
-                                              static_cast<float*>(p.dq), static_cast<float*>(p.dk), static_cast<float*>(p.dv));
+                                              static_cast<const float*>(p.v), static_cast<const float*>(p.d_o), p.lse,
+                                              delta, static_cast<float*>(p.dq), static_cast<float*>(p.dk),
+                                              static_cast<float*>(p.dv));
   CUDA_CHECK_LAUNCH();
 }
 
@@ -150,8 +151,11 @@ std::string fp32_support(const AttentionShape& s) {
 }
 
 BackwardKernel fp32_kernel() {
-  BackwardKernel k{"ch07_fp32", 7, 1, "fp32", DType::F32,
-                   "D preprocessing; one block per K/V tile looping over Q tiles; P recomputed; dQ with atomics", launch_fp32};
+  BackwardKernel k{
+      "ch07_fp32", 7,
+      1,           "fp32",
+      DType::F32,  "D preprocessing; one block per K/V tile looping over Q tiles; P recomputed; dQ with atomics",
+      launch_fp32};
   k.supports = fp32_support;
   k.workspace_bytes = [](const AttentionShape& s) { return std::size_t(s.lse_elems()) * sizeof(float); };
   return k;

@@ -12,13 +12,14 @@
 //   rows of dS K_j on the tensor cores and adds them to an fp32 dQ with atomics; a last small
 //   kernel rounds dQ to the output type.
 // Run: build/bin/ch07_backward --variant mma
+#include "backward_mma.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
 #include <string>
 
-#include "backward_mma.cuh"
 #include "cuda_check.h"
 #include "delta.cuh"
 #include "registry.h"
@@ -45,8 +46,8 @@ void launch_dim(const BackwardParams& p) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   dim3 grid(unsigned((s.seq_kv + kKeys - 1) / kKeys), unsigned(s.batch * s.heads_kv));
   kernel<<<grid, kThreads, bytes, p.stream>>>(s, static_cast<const T*>(p.q), static_cast<const T*>(p.k),
-                                              static_cast<const T*>(p.v), static_cast<const T*>(p.d_o), p.lse, delta, dq32,
-                                              static_cast<T*>(p.dk), static_cast<T*>(p.dv));
+                                              static_cast<const T*>(p.v), static_cast<const T*>(p.d_o), p.lse, delta,
+                                              dq32, static_cast<T*>(p.dk), static_cast<T*>(p.dv));
   CUDA_CHECK_LAUNCH();
   const int64_t n = s.q_elems();
   round_dq_kernel<T><<<unsigned((n + 255) / 256), 256, 0, p.stream>>>(dq32, static_cast<T*>(p.dq), n);
@@ -59,9 +60,10 @@ void launch_mma(const BackwardParams& p) {
 }
 
 BackwardKernel mma_kernel(const char* name, DType dtype, void (*launch)(const BackwardParams&)) {
-  BackwardKernel k{name, 7, 2, "mma", dtype,
-                   "tensor cores (mma.sync): S^T and dP^T per warp's 16 keys, dK/dV in registers, dQ via fp32 atomics",
-                   launch};
+  BackwardKernel k{
+      name,  7,     2,
+      "mma", dtype, "tensor cores (mma.sync): S^T and dP^T per warp's 16 keys, dK/dV in registers, dQ via fp32 atomics",
+      launch};
   k.supports = [](const AttentionShape& s) { return backward_mma_support(s, false); };
   k.workspace_bytes = [](const AttentionShape& s) {
     return std::size_t(s.lse_elems()) * sizeof(float) + std::size_t(s.q_elems()) * sizeof(float);

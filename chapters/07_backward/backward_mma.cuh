@@ -86,7 +86,8 @@ __device__ inline void products_abt(float (&c1)[8][4], float (&c2)[8][4], const 
 /// acc (16 rows x kD) += A (a 16 x 16 fragment) times rows 16 kk .. 16 kk + 15 of b_s
 /// ([rows][kLd] in shared memory, read transposed by ldmatrix.trans): one k-step of dQ += dS K.
 template <class T, int kD, int kLd>
-__device__ inline void accumulate_a_rows(float (&acc)[kD / 8][4], const uint32_t (&a)[4], const T* b_s, int kk, int lane) {
+__device__ inline void accumulate_a_rows(float (&acc)[kD / 8][4], const uint32_t (&a)[4], const T* b_s, int kk,
+                                         int lane) {
 #pragma unroll
   for (int db = 0; db < kD / 8; db += 2) {
     uint32_t b[4];
@@ -99,23 +100,23 @@ __device__ inline void accumulate_a_rows(float (&acc)[kD / 8][4], const uint32_t
 /// Shared memory of backward_mma_kernel: K, V, Q, dO tiles, the dS tile (only with dQ), LSE and D.
 template <class T, int kD, bool kDq>
 constexpr int backward_mma_smem_bytes() {
-  return int((2 * kKeys + 2 * kStages<kDq> * kRows) * (kD + 8) * sizeof(T) + (kDq ? kRows * (kKeys + 8) * sizeof(T) : 0) +
-             2 * kStages<kDq> * kRows * sizeof(float));
+  return int((2 * kKeys + 2 * kStages<kDq> * kRows) * (kD + 8) * sizeof(T) +
+             (kDq ? kRows * (kKeys + 8) * sizeof(T) : 0) + 2 * kStages<kDq> * kRows * sizeof(float));
 }
 
 template <class T, int kD, bool kDq>
-__global__ void __launch_bounds__(kThreads) backward_mma_kernel(AttentionShape s, const T* q, const T* k, const T* v,
-                                                                const T* d_o, const float* lse, const float* delta,
-                                                                float* dq32, T* dk, T* dv) {
+__global__ void __launch_bounds__(kThreads)
+    backward_mma_kernel(AttentionShape s, const T* q, const T* k, const T* v, const T* d_o, const float* lse,
+                        const float* delta, float* dq32, T* dk, T* dv) {
   constexpr int kLd = kD + 8, kLdS = kKeys + 8;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* k_s = reinterpret_cast<T*>(shared_bytes);
   T* v_s = k_s + kKeys * kLd;
-  T* q_buf = v_s + kKeys * kLd;                 // kStages x [64 rows][kLd]
+  T* q_buf = v_s + kKeys * kLd;                    // kStages x [64 rows][kLd]
   T* do_buf = q_buf + kStages<kDq> * kRows * kLd;  // kStages x [64 rows][kLd]
   T* ds_s = do_buf + kStages<kDq> * kRows * kLd;   // [64 rows][kLdS]: dS, transposed back (with dQ only)
   float* lse_buf = reinterpret_cast<float*>(ds_s + (kDq ? kRows * kLdS : 0));  // kStages x 64, natural log
-  float* delta_buf = lse_buf + kStages<kDq> * kRows;                             // kStages x 64
+  float* delta_buf = lse_buf + kStages<kDq> * kRows;                           // kStages x 64
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int j0 = blockIdx.x * kKeys, kv_plane = blockIdx.y;
@@ -174,7 +175,7 @@ __global__ void __launch_bounds__(kThreads) backward_mma_kernel(AttentionShape s
       products_abt<T, kD, kLd>(st, dpt, k_s, v_s, 16 * warp, q_s, do_s, lane);
       // P^T (recomputed) and dS^T; element e of block nb is key key_a + 8 (e / 2), row 8 nb + 2t + (e & 1).
 #pragma unroll
-      for (int nb = 0; nb < kRows / 8; ++nb)
+      for (int nb = 0; nb < kRows / 8; ++nb) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = key_a + 8 * (e / 2), r = 8 * nb + 2 * t + (e & 1);
@@ -183,6 +184,7 @@ __global__ void __launch_bounds__(kThreads) backward_mma_kernel(AttentionShape s
           st[nb][e] = p;
           dpt[nb][e] = p * (dpt[nb][e] - delta_s[r]);  // now dS^T
         }
+      }
       //! [backward_mma_scores]
 
       //! [backward_mma_dkdv]
@@ -193,9 +195,9 @@ __global__ void __launch_bounds__(kThreads) backward_mma_kernel(AttentionShape s
         const uint32_t a_p[4] = {Mma<T>::pack(st[2 * kk][0], st[2 * kk][1]), Mma<T>::pack(st[2 * kk][2], st[2 * kk][3]),
                                  Mma<T>::pack(st[2 * kk + 1][0], st[2 * kk + 1][1]),
                                  Mma<T>::pack(st[2 * kk + 1][2], st[2 * kk + 1][3])};
-        const uint32_t a_ds[4] = {Mma<T>::pack(dpt[2 * kk][0], dpt[2 * kk][1]), Mma<T>::pack(dpt[2 * kk][2], dpt[2 * kk][3]),
-                                  Mma<T>::pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
-                                  Mma<T>::pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+        const uint32_t a_ds[4] = {
+            Mma<T>::pack(dpt[2 * kk][0], dpt[2 * kk][1]), Mma<T>::pack(dpt[2 * kk][2], dpt[2 * kk][3]),
+            Mma<T>::pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]), Mma<T>::pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
 #pragma unroll
         for (int db = 0; db < kD / 8; db += 2) {
           const int row = kk * 16 + (lane / 8 % 2) * 8 + lane % 8, col = (db + lane / 16) * 8;

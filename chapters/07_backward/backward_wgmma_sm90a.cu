@@ -63,8 +63,8 @@ __host__ __device__ constexpr int tile_bytes(int rows) {
 /// b_box_bytes apart, both K-major (kD contiguous). The k-th 16-column step starts 32 bytes
 /// further in a swizzled row; columns 64 and up are in the next box.
 template <int kD>
-__device__ inline void issue_abt(float (&c)[32], const unsigned char* a_rows, int a_box_bytes, const unsigned char* b_rows,
-                                 int b_box_bytes) {
+__device__ inline void issue_abt(float (&c)[32], const unsigned char* a_rows, int a_box_bytes,
+                                 const unsigned char* b_rows, int b_box_bytes) {
 #pragma unroll
   for (int ks = 0; ks < kD / 16; ++ks) {
     const int box = ks / 4, step = ks % 4;
@@ -98,11 +98,11 @@ constexpr int kKvRows = 64;               // query rows per Q tile
 template <int kD>
 struct KvLayout {
   static constexpr int kK = 0, kV = kK + tile_bytes<kD>(kKvKeys);
-  static constexpr int kQ = kV + tile_bytes<kD>(kKvKeys);              // kStages Q tiles
-  static constexpr int kDo = kQ + kStages * tile_bytes<kD>(kKvRows);   // kStages dO tiles
+  static constexpr int kQ = kV + tile_bytes<kD>(kKvKeys);               // kStages Q tiles
+  static constexpr int kDo = kQ + kStages * tile_bytes<kD>(kKvRows);    // kStages dO tiles
   static constexpr int kLse = kDo + kStages * tile_bytes<kD>(kKvRows);  // kStages x 64 floats, log2 units
-  static constexpr int kDelta = kLse + kStages * kKvRows * 4;         // kStages x 64 floats
-  static constexpr int kBars = kDelta + kStages * kKvRows * 4;        // kv_full, full[2], empty[2]
+  static constexpr int kDelta = kLse + kStages * kKvRows * 4;           // kStages x 64 floats
+  static constexpr int kBars = kDelta + kStages * kKvRows * 4;          // kv_full, full[2], empty[2]
   static constexpr int kBytes = kBars + 8 * (1 + 2 * kStages) + 1024;
 };
 
@@ -168,7 +168,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (lane == 0) {
         mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kKvRows));
         for (int b = 0; b < kD / 64; ++b) {
-          tma_load_3d(smem + L::kQ + st * tile_bytes<kD>(kKvRows) + b * kKvRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh, &full[st]);
+          tma_load_3d(smem + L::kQ + st * tile_bytes<kD>(kKvRows) + b * kKvRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh,
+                      &full[st]);
           tma_load_3d(smem + L::kDo + st * tile_bytes<kD>(kKvRows) + b * kKvRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh,
                       &full[st]);
         }
@@ -182,8 +183,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   setmaxnreg_inc<232>();
   const int c = wg - 1, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int jc = j0 + 64 * c;              // this consumer's first key
-  const int key_a = jc + 16 * warp + g;    // this thread's keys: key_a, key_a + 8
+  const int jc = j0 + 64 * c;            // this consumer's first key
+  const int key_a = jc + 16 * warp + g;  // this thread's keys: key_a, key_a + 8
   const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
   const unsigned char* k_rows = smem + L::kK + 64 * c * kBoxRowBytes;
   const unsigned char* v_rows = smem + L::kV + 64 * c * kBoxRowBytes;
@@ -216,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int r = 8 * (i / 4) + 2 * t + (i & 1), key = key_a + 8 * ((i % 4) / 2);
         float p = fast_exp2(fmaf(st_acc[i], scale_log2, -lse_t[r]));
         if (masked && !s.visible(i0 + r, key)) p = 0.0f;
-        st_acc[i] = p;                         // P^T
+        st_acc[i] = p;                       // P^T
         dpt[i] = p * (dpt[i] - delta_t[r]);  // dS^T
       }
       //! [wgmma_dkdv_scores]
@@ -252,8 +253,8 @@ constexpr int kQKeys = 64;               // keys per K/V tile
 template <int kD>
 struct QLayout {
   static constexpr int kQ = 0, kDo = kQ + tile_bytes<kD>(kQRows);
-  static constexpr int kK = kDo + tile_bytes<kD>(kQRows);             // kStages K tiles
-  static constexpr int kV = kK + kStages * tile_bytes<kD>(kQKeys);    // kStages V tiles
+  static constexpr int kK = kDo + tile_bytes<kD>(kQRows);              // kStages K tiles
+  static constexpr int kV = kK + kStages * tile_bytes<kD>(kQKeys);     // kStages V tiles
   static constexpr int kBars = kV + kStages * tile_bytes<kD>(kQKeys);  // q_full, full[2], empty[2]
   static constexpr int kBytes = kBars + 8 * (1 + 2 * kStages) + 1024;
 };
@@ -387,9 +388,8 @@ void launch_dim(const BackwardParams& p) {
     auto kernel = dkdv_kernel<kD>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, KvLayout<kD>::kBytes));
     const dim3 grid(unsigned((s.seq_kv + kKvKeys - 1) / kKvKeys), unsigned(kv_planes));
-    kernel<<<grid, kThreads, KvLayout<kD>::kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, p.lse, delta,
-                                                              static_cast<__nv_bfloat16*>(p.dk),
-                                                              static_cast<__nv_bfloat16*>(p.dv));
+    kernel<<<grid, kThreads, KvLayout<kD>::kBytes, p.stream>>>(
+        tm_q, tm_k, tm_v, tm_do, s, p.lse, delta, static_cast<__nv_bfloat16*>(p.dk), static_cast<__nv_bfloat16*>(p.dv));
     CUDA_CHECK_LAUNCH();
   }
   {
@@ -413,9 +413,14 @@ void launch_wgmma(const BackwardParams& p) {
 }
 
 BackwardKernel wgmma_kernel() {
-  BackwardKernel k{"ch07_wgmma_bf16", 7, 4, "wgmma", DType::BF16,
-                   "variant 3 on Hopper: TMA ring + producer warpgroup, S^T/dP^T/dV/dK and S/dP/dQ by wgmma; no atomics",
-                   launch_wgmma};
+  BackwardKernel k{
+      "ch07_wgmma_bf16",
+      7,
+      4,
+      "wgmma",
+      DType::BF16,
+      "variant 3 on Hopper: TMA ring + producer warpgroup, S^T/dP^T/dV/dK and S/dP/dQ by wgmma; no atomics",
+      launch_wgmma};
   k.supports = [](const AttentionShape& s) { return hopper_support(s, "variant 4"); };
   k.workspace_bytes = [](const AttentionShape& s) { return std::size_t(s.lse_elems()) * sizeof(float); };
   k.deterministic = true;

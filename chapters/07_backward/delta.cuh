@@ -27,7 +27,7 @@ __global__ void delta_kernel(const T* o, const T* d_o, float* delta, int64_t row
 template <class T>
 void launch_delta(const void* o, const void* d_o, float* delta, int64_t rows, int d, cudaStream_t stream) {
   delta_kernel<T><<<unsigned((rows * 32 + 255) / 256), 256, 0, stream>>>(static_cast<const T*>(o),
-                                                                           static_cast<const T*>(d_o), delta, rows, d);
+                                                                         static_cast<const T*>(d_o), delta, rows, d);
   CUDA_CHECK_LAUNCH();
 }
 

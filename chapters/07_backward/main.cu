@@ -41,14 +41,17 @@ int main(int argc, char** argv) {
         known = known || opt.variant == k->variant || opt.variant == std::to_string(k->number);
         available += std::to_string(k->number) + "/" + k->variant + ", ";
       }
-      if (!known) throw std::invalid_argument("unknown variant '" + opt.variant + "' for chapter 7; available: " + available + "all");
+      if (!known)
+        throw std::invalid_argument("unknown variant '" + opt.variant + "' for chapter 7; available: " + available +
+                                    "all");
     }
     const uint64_t seed = opt.seed_given ? opt.seed : std::random_device{}();
     std::printf("chapter 7: backward pass by recomputation\nproblem: %s, seed %llu  (--seed %llu repeats it)\n",
                 shape.to_string().c_str(), (unsigned long long)seed, (unsigned long long)seed);
     const GpuInfo& gpu = detect_gpu();
     if (!gpu.available) {
-      std::printf("no GPU (%s): chapter 07's kernels need one; algorithm.h is checked by the CPU tests\n", gpu.reason.c_str());
+      std::printf("no GPU (%s): chapter 07's kernels need one; algorithm.h is checked by the CPU tests\n",
+                  gpu.reason.c_str());
       return 0;
     }
     // One problem per input dtype: inputs rounded to it before the oracle sees them.
@@ -60,15 +63,18 @@ int main(int argc, char** argv) {
       if (!opt.check)
         std::printf("%s: no oracle (--no-check): gradients only checked to be written and finite\n", dtype_name(dtype));
       else
-        std::printf("%s: fp64 backward oracle on %s\n", dtype_name(dtype),
-                    problem.needs_forward ? ("the first " + std::to_string(problem.checked.heads_kv) + " K/V heads of batch 0 and their " +
-                                           std::to_string(problem.checked.heads_q) + " query heads, all rows (--full-check: every head)")
-                                              .c_str()
-                                        : "every head");
+        std::printf(
+            "%s: fp64 backward oracle on %s\n", dtype_name(dtype),
+            problem.needs_forward
+                ? ("the first " + std::to_string(problem.checked.heads_kv) + " K/V heads of batch 0 and their " +
+                   std::to_string(problem.checked.heads_q) + " query heads, all rows (--full-check: every head)")
+                      .c_str()
+                : "every head");
       if (problem.needs_forward) {
         const ForwardKernel forward = backward::forward_for_backward();
         const std::string why = support_reason(forward, shape);
-        if (!why.empty()) throw std::invalid_argument("the forward (" + forward.name + ") cannot run this shape: " + why);
+        if (!why.empty())
+          throw std::invalid_argument("the forward (" + forward.name + ") cannot run this shape: " + why);
         run_forward_for(problem, forward);
         std::printf("%s: O and LSE from %s\n", dtype_name(dtype), forward.name.c_str());
       }
@@ -81,19 +87,20 @@ int main(int argc, char** argv) {
     };
     for (const BackwardKernel* k : kernels)
       if (selected(k) && support_reason(*k, shape).empty()) problem_for(k->dtype);  // oracle and forward first
-    std::printf("\n%-12s %-7s %-9s %9s %9s  %s\n", "kernel", "dtype", "status", "time ms", "TFLOP/s", "gradients vs fp64");
+    std::printf("\n%-12s %-7s %-9s %9s %9s  %s\n", "kernel", "dtype", "status", "time ms", "TFLOP/s",
+                "gradients vs fp64");
     for (const BackwardKernel* k : kernels) {
       if (!selected(k)) continue;
       const BackwardRunResult r = run_backward(*k, problem_for(k->dtype), opt.iters);
       if (!r.ran) {
-        std::printf("%-12s %-7s %-9s  %s\n", k->name.c_str(), dtype_name(k->dtype), r.error.empty() ? "skipped" : "error",
-                    (r.error.empty() ? r.skipped : r.error).c_str());
+        std::printf("%-12s %-7s %-9s  %s\n", k->name.c_str(), dtype_name(k->dtype),
+                    r.error.empty() ? "skipped" : "error", (r.error.empty() ? r.skipped : r.error).c_str());
         all_passed = all_passed && r.error.empty();
         continue;
       }
       all_passed = all_passed && r.passed;
-      std::printf("%-12s %-7s %-9s %9.3f %9.2f  %s\n", k->name.c_str(), dtype_name(k->dtype), r.passed ? "ok" : "FAILED",
-                  r.time_ms, r.time_ms > 0 ? flops / (r.time_ms * 1e9) : 0.0,
+      std::printf("%-12s %-7s %-9s %9.3f %9.2f  %s\n", k->name.c_str(), dtype_name(k->dtype),
+                  r.passed ? "ok" : "FAILED", r.time_ms, r.time_ms > 0 ? flops / (r.time_ms * 1e9) : 0.0,
                   opt.check  ? r.summary().c_str()
                   : r.passed ? "not compared (--no-check); all written and finite"
                              : "not compared (--no-check); some never written or not finite");

@@ -65,7 +65,8 @@ inline void split_kv_decode_cpu(const PagedKvView& cache, int heads_q, const flo
         std::vector<float> scores(end - start);
         float m = -INFINITY;
         for (int t = start; t < end; ++t) {
-          const float* kt = cache.k + cache.row_offset(block_tables[s][t / cache.block_size], h / group, t % cache.block_size);
+          const float* kt =
+              cache.k + cache.row_offset(block_tables[s][t / cache.block_size], h / group, t % cache.block_size);
           float dot = 0.0f;
           for (int x = 0; x < d; ++x) dot += qh[x] * kt[x];
           scores[t - start] = dot * scale;
@@ -75,7 +76,8 @@ inline void split_kv_decode_cpu(const PagedKvView& cache, int heads_q, const flo
         std::fill(acc.begin(), acc.end(), 0.0f);
         for (int t = start; t < end; ++t) {
           const float p = std::exp(scores[t - start] - m);
-          const float* vt = cache.v + cache.row_offset(block_tables[s][t / cache.block_size], h / group, t % cache.block_size);
+          const float* vt =
+              cache.v + cache.row_offset(block_tables[s][t / cache.block_size], h / group, t % cache.block_size);
           l += p;
           for (int x = 0; x < d; ++x) acc[x] += p * vt[x];
         }

@@ -38,7 +38,8 @@ class BlockManager {
   BlockManager(int num_blocks, int block_size) : block_size_(block_size) {
     if (num_blocks < 1) throw std::invalid_argument("num_blocks must be at least 1, got " + std::to_string(num_blocks));
     if (block_size < 1 || block_size > 1024 || (block_size & (block_size - 1)) != 0)
-      throw std::invalid_argument("block_size must be a power of two from 1 to 1024, got " + std::to_string(block_size));
+      throw std::invalid_argument("block_size must be a power of two from 1 to 1024, got " +
+                                  std::to_string(block_size));
     refs_.assign(num_blocks, 0);
     free_.reserve(num_blocks);
     for (int b = num_blocks - 1; b >= 0; --b) free_.push_back(b);  // hands out 0, 1, 2, ... first
@@ -73,7 +74,8 @@ class BlockManager {
     if (tokens < 0) throw std::invalid_argument("append: tokens must be >= 0, got " + std::to_string(tokens));
     Sequence& s = find(seq);
     const int64_t new_length = int64_t(s.length) + tokens;
-    if (new_length > (int64_t(1) << 30)) throw std::invalid_argument("append: sequence " + std::to_string(seq) + " would exceed 2^30 tokens");
+    if (new_length > (int64_t(1) << 30))
+      throw std::invalid_argument("append: sequence " + std::to_string(seq) + " would exceed 2^30 tokens");
     //! [append]
     // The next token lands in the last block when that block has room. If another sequence
     // shares that block, this one must get its own copy first.
@@ -82,9 +84,9 @@ class BlockManager {
     const int new_blocks = int((new_length + block_size_ - 1) / block_size_) - int(s.table.size());
     const int needed = new_blocks + (copy_on_write ? 1 : 0);
     if (needed > free_blocks())
-      throw std::runtime_error("out of KV-cache blocks: sequence " + std::to_string(seq) + " needs " + std::to_string(needed) +
-                               " more for " + std::to_string(tokens) + " tokens, " + std::to_string(free_blocks()) + " of " +
-                               std::to_string(total_blocks()) + " are free");
+      throw std::runtime_error("out of KV-cache blocks: sequence " + std::to_string(seq) + " needs " +
+                               std::to_string(needed) + " more for " + std::to_string(tokens) + " tokens, " +
+                               std::to_string(free_blocks()) + " of " + std::to_string(total_blocks()) + " are free");
     if (copy_on_write) {
       const int shared = s.table.back(), own = take_block();
       copies_.push_back({shared, own});

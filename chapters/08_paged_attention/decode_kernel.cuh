@@ -65,9 +65,13 @@ __device__ __forceinline__ uint32_t swizzled(int r, int c) {
 template <class T>
 __device__ T from_float(float x);
 template <>
-__device__ inline __half from_float<__half>(float x) { return __float2half_rn(x); }
+__device__ inline __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
 template <>
-__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 
 /// Programmatic dependent launch (sm_90+): a kernel launched with the programmatic-stream-
 /// serialization attribute may start before the kernel ahead of it in the stream has finished,
@@ -162,7 +166,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const DecodeA
         const int r = e / (kD / 8), c = e % (kD / 8), key = k0 + r;
         const int block = __shfl_sync(0xFFFFFFFFu, my_block, r);
         const bool valid = key < key_end;  // past the end: zeros, and no read of the table or cache
-        const int64_t row = ((int64_t(block) * a.heads_kv + kv_head) * block_size + (key & (block_size - 1))) * kD + c * 8;
+        const int64_t row =
+            ((int64_t(block) * a.heads_kv + kv_head) * block_size + (key & (block_size - 1))) * kD + c * 8;
         cp_async_16(stage + swizzled<kD>(r, c), a.k_cache + (valid ? row : 0), valid);
         cp_async_16(stage + L::kTileBytes + swizzled<kD>(r, c), a.v_cache + (valid ? row : 0), valid);
       }
@@ -212,8 +217,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const DecodeA
       o[n][2] *= p_scale[1], o[n][3] *= p_scale[1];
     }
     // P (C layout of the two 8-key tiles) is the A fragment of P V as it stands.
-    const uint32_t p[4] = {Mma<T>::pack(s[0][0], s[0][1]), Mma<T>::pack(s[0][2], s[0][3]), Mma<T>::pack(s[1][0], s[1][1]),
-                           Mma<T>::pack(s[1][2], s[1][3])};
+    const uint32_t p[4] = {Mma<T>::pack(s[0][0], s[0][1]), Mma<T>::pack(s[0][2], s[0][3]),
+                           Mma<T>::pack(s[1][0], s[1][1]), Mma<T>::pack(s[1][2], s[1][3])};
 #pragma unroll
     for (int n2 = 0; n2 < kD / 16; ++n2) {  // matrices: keys 0-7 / 8-15 x dims 16 n2 + 0-7 / 8-15, transposed
       uint32_t b[4];
@@ -226,7 +231,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const DecodeA
   cp_async_wait<0>();
   // Variant 2's merge kernel may start launching now (programmatic dependent launch, sm_90):
   // it waits in griddepcontrol.wait until this grid has finished and its writes are visible.
-  if constexpr (kSplit) allow_dependent_launch();
+  if constexpr (kSplit) {
+    allow_dependent_launch();
+  }
 
   // Merge the 4 warps: each posts its O, maxima and sums in its own ring...
 #pragma unroll
@@ -269,8 +276,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const DecodeA
     float value = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w)
-      value += weights[r * kWarps + w] *
-               reinterpret_cast<const float*>(smem + L::kTileBytes + w * L::kWarpRing)[r * kD + c];
+      value +=
+          weights[r * kWarps + w] * reinterpret_cast<const float*>(smem + L::kTileBytes + w * L::kWarpRing)[r * kD + c];
     if constexpr (kSplit) {
       a.part_o[(row_index(r) * a.partitions + part) * kD + c] = value;
     } else {

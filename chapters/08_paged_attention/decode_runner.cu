@@ -31,8 +31,8 @@ __host__ __device__ inline float cache_value(uint64_t seed, int which, int64_t e
   return float(int(r >> 57) - 64) * (1.0f / 64.0f);
 }
 
-__global__ void fill_cache_kernel(uint16_t* cache, int64_t n, uint64_t seed, int which, const int* filled, int slots_per_block,
-                                  int head_dim, int heads_kv, bool bf16) {
+__global__ void fill_cache_kernel(uint16_t* cache, int64_t n, uint64_t seed, int which, const int* filled,
+                                  int slots_per_block, int head_dim, int heads_kv, bool bf16) {
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = e / head_dim;  // ((block * heads_kv + h) * block_size + slot)
     const int slot = int(row % slots_per_block);
@@ -108,7 +108,8 @@ DecodeProblem make_decode_problem(const DecodeSpec& spec, uint64_t seed, DType d
     const int len = manager.length(id);
     for (std::size_t j = 0; j < table.size(); ++j) {
       table[j] = relabel[table[j]];
-      p.filled[table[j]] = std::max<int>(p.filled[table[j]], std::min<int64_t>(s.block_size, len - int64_t(j) * s.block_size));
+      p.filled[table[j]] =
+          std::max<int>(p.filled[table[j]], std::min<int64_t>(s.block_size, len - int64_t(j) * s.block_size));
       used[table[j]] = 1;
     }
     s.max_blocks_per_seq = std::max<int>(s.max_blocks_per_seq, int(table.size()));
@@ -163,7 +164,8 @@ DecodeDeviceInputs upload_decode_problem(const DecodeProblem& p) {
   in.q = DeviceBuffer(raw.size());
   in.q.upload(raw.data(), raw.size());
   std::vector<int> tables(std::size_t(s.num_seqs) * s.max_blocks_per_seq, -1);  // -1: never read
-  for (int i = 0; i < s.num_seqs; ++i) std::copy(p.tables[i].begin(), p.tables[i].end(), tables.begin() + std::size_t(i) * s.max_blocks_per_seq);
+  for (int i = 0; i < s.num_seqs; ++i)
+    std::copy(p.tables[i].begin(), p.tables[i].end(), tables.begin() + std::size_t(i) * s.max_blocks_per_seq);
   in.tables = DeviceBuffer(tables.size() * sizeof(int));
   in.tables.upload(tables.data(), tables.size() * sizeof(int));
   in.lens = DeviceBuffer(p.lens.size() * sizeof(int));
@@ -182,7 +184,8 @@ DecodeDeviceInputs upload_decode_problem(const DecodeProblem& p) {
   return in;
 }
 
-DecodeParams decode_params(const DecodeProblem& problem, const DecodeDeviceInputs& in, void* o, float* lse, void* workspace) {
+DecodeParams decode_params(const DecodeProblem& problem, const DecodeDeviceInputs& in, void* o, float* lse,
+                           void* workspace) {
   DecodeParams params;
   params.shape = problem.shape;
   params.q = in.q.get();
@@ -204,8 +207,8 @@ std::string DecodeRunResult::summary() const {
   return s.str();
 }
 
-DecodeRunResult run_decode(const DecodeKernel& kernel, const DecodeProblem& problem, const DecodeDeviceInputs& in, int iters,
-                           bool flush_l2) {
+DecodeRunResult run_decode(const DecodeKernel& kernel, const DecodeProblem& problem, const DecodeDeviceInputs& in,
+                           int iters, bool flush_l2) {
   DecodeRunResult r;
   const GpuInfo& gpu = detect_gpu();
   if (!gpu.available) {
@@ -221,7 +224,8 @@ DecodeRunResult run_decode(const DecodeKernel& kernel, const DecodeProblem& prob
   r.skipped = support_reason(kernel, s);
   if (!r.skipped.empty()) return r;
   try {
-    DeviceBuffer o(std::size_t(s.q_elems()) * dtype_size(problem.dtype)), lse(std::size_t(s.lse_elems()) * sizeof(float));
+    DeviceBuffer o(std::size_t(s.q_elems()) * dtype_size(problem.dtype)),
+        lse(std::size_t(s.lse_elems()) * sizeof(float));
     DeviceBuffer workspace(kernel.workspace_bytes ? kernel.workspace_bytes(s) : 0);
     const DecodeParams params = decode_params(problem, in, o.get(), lse.as<float>(), workspace.get());
     auto launch_poisoned = [&] {
@@ -258,7 +262,8 @@ DecodeRunResult run_decode(const DecodeKernel& kernel, const DecodeProblem& prob
     for (std::size_t i = o_first; i < values.size(); ++i)
       r.unchecked_bad += is_poison(problem.dtype, o_raw.data(), i) || !std::isfinite(values[i]);
     for (std::size_t i = lse_first; i < lse_values.size(); ++i)
-      r.unchecked_bad += is_poison(DType::F32, lse_values.data(), i) || std::isnan(lse_values[i]) || lse_values[i] == INFINITY;
+      r.unchecked_bad +=
+          is_poison(DType::F32, lse_values.data(), i) || std::isnan(lse_values[i]) || lse_values[i] == INFINITY;
     r.passed = (problem.checked_seqs == 0 || r.report.passed()) && r.unchecked_bad == 0;
 
     const auto again = launch_poisoned();

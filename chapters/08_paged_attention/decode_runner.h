@@ -30,7 +30,7 @@ struct DecodeSpec {
   std::vector<int> contexts;  // one per sequence, query tokens included
   int samples = 1;
   int shared_prompt = 0;
-  int spare_blocks = 3;       // never-referenced blocks in the pool (filled with NaN)
+  int spare_blocks = 3;  // never-referenced blocks in the pool (filled with NaN)
   /// The oracle covers sequences [0, check_seqs); -1 = all. The rest are only checked to be
   /// written and finite.
   int check_seqs = -1;
@@ -63,7 +63,8 @@ struct DecodeDeviceInputs {
 };
 DecodeDeviceInputs upload_decode_problem(const DecodeProblem& problem);
 /// The launch parameters for the problem's inputs and the given outputs and workspace.
-DecodeParams decode_params(const DecodeProblem& problem, const DecodeDeviceInputs& inputs, void* o, float* lse, void* workspace);
+DecodeParams decode_params(const DecodeProblem& problem, const DecodeDeviceInputs& inputs, void* o, float* lse,
+                           void* workspace);
 /// The cache values of the problem, as the GPU holds them (host copies, for the tests).
 float decode_cache_value(uint64_t seed, int which, int64_t element);
 
@@ -71,7 +72,7 @@ struct DecodeRunResult {
   bool ran = false;
   std::string skipped;  // unsupported shape, no GPU
   std::string error;
-  CompareReport report;     // the checked sequences
+  CompareReport report;       // the checked sequences
   int64_t unchecked_bad = 0;  // outputs of the other sequences unwritten or not finite
   bool passed = false;
   bool repeat_identical = false;  // a second launch wrote the same bytes

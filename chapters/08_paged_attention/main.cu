@@ -28,7 +28,7 @@
 namespace fa::paged {
 namespace {
 
-constexpr int kSamples = 4;     // parallel samples per prompt
+constexpr int kSamples = 4;      // parallel samples per prompt
 constexpr int kGenerated = 100;  // tokens each sample generates (at most; half the context when shorter)
 
 bool has_flag(int argc, char** argv, const char* flag) {
@@ -64,11 +64,12 @@ int main(int argc, char** argv) {
   try {
     CliOptions opt = parse_cli(argc, argv);
     if (opt.help) {
-      std::cout << "Paged attention (chapter 8): a serving step over a paged KV cache, then decode\n\n"
-                << cli_usage("ch08_paged_attention")
-                << "\nIn this chapter --batch is the number of sequences (groups of up to 4 samples sharing a prompt),\n"
-                   "--seq-kv the context length, --seq-q the query tokens per sequence (1 = decode).\n"
-                   "Defaults: --batch 8 --heads 32 --heads-kv 8 --seq-q 1 --seq-kv 8192 --dim 128.\n";
+      std::cout
+          << "Paged attention (chapter 8): a serving step over a paged KV cache, then decode\n\n"
+          << cli_usage("ch08_paged_attention")
+          << "\nIn this chapter --batch is the number of sequences (groups of up to 4 samples sharing a prompt),\n"
+             "--seq-kv the context length, --seq-q the query tokens per sequence (1 = decode).\n"
+             "Defaults: --batch 8 --heads 32 --heads-kv 8 --seq-q 1 --seq-kv 8192 --dim 128.\n";
       return 0;
     }
     const std::vector<const DecodeKernel*> kernels = [] {
@@ -100,14 +101,17 @@ int main(int argc, char** argv) {
         const std::string entry = std::to_string(k->number) + "/" + k->variant + ", ";
         if (available.find(entry) == std::string::npos) available += entry;
       }
-      if (!known) throw std::invalid_argument("unknown variant '" + opt.variant + "' for chapter 8; available: " + available + "all");
+      if (!known)
+        throw std::invalid_argument("unknown variant '" + opt.variant + "' for chapter 8; available: " + available +
+                                    "all");
     }
     const uint64_t seed = opt.seed_given ? opt.seed : std::random_device{}();
     const int block_size = 16, sequences = shape.batch, context = shape.seq_kv, query_len = shape.seq_q;
-    std::printf("chapter 8: paged attention\nserving step: %d sequences (groups of up to %d samples sharing a prompt), context %d, "
-                "%d query token%s each, heads %d/%d, head_dim %d, block size %d, seed %llu  (--seed %llu repeats it)\n",
-                sequences, kSamples, context, query_len, query_len == 1 ? "" : "s", shape.heads_q, shape.heads_kv,
-                shape.head_dim, block_size, (unsigned long long)seed, (unsigned long long)seed);
+    std::printf(
+        "chapter 8: paged attention\nserving step: %d sequences (groups of up to %d samples sharing a prompt), context %d, "
+        "%d query token%s each, heads %d/%d, head_dim %d, block size %d, seed %llu  (--seed %llu repeats it)\n",
+        sequences, kSamples, context, query_len, query_len == 1 ? "" : "s", shape.heads_q, shape.heads_kv,
+        shape.head_dim, block_size, (unsigned long long)seed, (unsigned long long)seed);
 
     // ---- the block manager's side: the serving step, with and without sharing ----------------
     Serving serving = plan_serving(sequences, context, query_len, block_size);
@@ -125,8 +129,9 @@ int main(int argc, char** argv) {
     const GpuInfo& gpu = detect_gpu();
     const bool on_gpu = gpu.available;
     if (!on_gpu)
-      std::printf("no GPU (%s): the block manager's side only; the kernels need a GPU, algorithm.h is checked by the CPU tests\n",
-                  gpu.reason.c_str());
+      std::printf(
+          "no GPU (%s): the block manager's side only; the kernels need a GPU, algorithm.h is checked by the CPU tests\n",
+          gpu.reason.c_str());
 
     // The cache as the CPU mirror holds it (float, NaN = never written) and as the GPU holds it.
     const int64_t cache_elems = layout.cache_elems();
@@ -188,7 +193,8 @@ int main(int argc, char** argv) {
       d_k.upload(k_raw.data(), k_raw.size() * 2);
       d_v.upload(v_raw.data(), v_raw.size() * 2);
       d_slots.upload(slots.data(), slots.size() * sizeof(int64_t));
-      launch_write_kv_cache(layout, d_k.get(), d_v.get(), d_slots.as<int64_t>(), int(slots.size()), k_cache.get(), v_cache.get());
+      launch_write_kv_cache(layout, d_k.get(), d_v.get(), d_slots.as<int64_t>(), int(slots.size()), k_cache.get(),
+                            v_cache.get());
       CUDA_CHECK(cudaDeviceSynchronize());
     };
     // Prompts (one write each), forks, then the samples' tokens: one per step, the last step
@@ -206,8 +212,9 @@ int main(int argc, char** argv) {
     int unshared = 0;
     for (int id : samples) unshared += serving.manager.blocks_needed(id);
     const int used = serving.manager.used_blocks();
-    std::printf("blocks: %d with prompts shared, %d without (%.0f%% saved); %lld copy-on-write copies, %lld tokens written\n",
-                used, unshared, 100.0 * (unshared - used) / unshared, (long long)copies_done, (long long)tokens_written);
+    std::printf(
+        "blocks: %d with prompts shared, %d without (%.0f%% saved); %lld copy-on-write copies, %lld tokens written\n",
+        used, unshared, 100.0 * (unshared - used) / unshared, (long long)copies_done, (long long)tokens_written);
     if (!on_gpu) return 0;
 
     // ---- the GPU cache against the CPU mirror, bit for bit -------------------------------------
@@ -223,8 +230,8 @@ int main(int argc, char** argv) {
           bad += got[e] != want;
         }
       }
-      std::printf("cache: the GPU's writes and copies %s the CPU's (%lld of %lld elements differ)\n", bad ? "DIFFER from" : "match",
-                  (long long)bad, (long long)(2 * cache_elems));
+      std::printf("cache: the GPU's writes and copies %s the CPU's (%lld of %lld elements differ)\n",
+                  bad ? "DIFFER from" : "match", (long long)bad, (long long)(2 * cache_elems));
       if (bad) return 1;
     }
 
@@ -259,7 +266,8 @@ int main(int argc, char** argv) {
       inputs.q.upload(q_raw.data(), q_raw.size() * 2);
       std::vector<int> tables(std::size_t(sequences) * layout.max_blocks_per_seq, -1);
       for (int i = 0; i < sequences; ++i)
-        std::copy(problem.tables[i].begin(), problem.tables[i].end(), tables.begin() + std::size_t(i) * layout.max_blocks_per_seq);
+        std::copy(problem.tables[i].begin(), problem.tables[i].end(),
+                  tables.begin() + std::size_t(i) * layout.max_blocks_per_seq);
       inputs.tables = DeviceBuffer(tables.size() * sizeof(int));
       inputs.tables.upload(tables.data(), tables.size() * sizeof(int));
       inputs.lens = DeviceBuffer(problem.lens.size() * sizeof(int));
@@ -279,14 +287,14 @@ int main(int argc, char** argv) {
       if (k->dtype != dtype) continue;  // the serving step wrote a bf16 cache
       const DecodeRunResult r = run_decode(*k, problem, inputs, opt.iters);
       if (!r.ran) {
-        std::printf("%-22s %-5s %-8s  %s\n", k->name.c_str(), dtype_name(k->dtype), r.error.empty() ? "skipped" : "error",
-                    (r.error.empty() ? r.skipped : r.error).c_str());
+        std::printf("%-22s %-5s %-8s  %s\n", k->name.c_str(), dtype_name(k->dtype),
+                    r.error.empty() ? "skipped" : "error", (r.error.empty() ? r.skipped : r.error).c_str());
         all_passed = all_passed && r.error.empty();
         continue;
       }
       all_passed = all_passed && r.passed;
-      std::printf("%-22s %-5s %-8s %9.3f %9.0f  %s\n", k->name.c_str(), dtype_name(k->dtype), r.passed ? "ok" : "FAILED",
-                  r.time_ms, r.gbps, r.summary().c_str());
+      std::printf("%-22s %-5s %-8s %9.3f %9.0f  %s\n", k->name.c_str(), dtype_name(k->dtype),
+                  r.passed ? "ok" : "FAILED", r.time_ms, r.gbps, r.summary().c_str());
       if (!r.passed && r.report.checked > 0) std::printf("%s", r.report.details().c_str());
     }
     std::printf("\n(fp16 kernels: fa_bench --decode and the GPU tests run them; this step's cache is bf16.)\n");

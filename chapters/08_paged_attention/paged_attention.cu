@@ -123,8 +123,8 @@ SplitPlan split_plan(const DecodeShape& s, bool split) {
     int seqs, heads_q, heads_kv, dim, query_len, context;
     bool split;
     bool operator==(const Key& o) const {
-      return seqs == o.seqs && heads_q == o.heads_q && heads_kv == o.heads_kv && dim == o.dim && query_len == o.query_len &&
-             context == o.context && split == o.split;
+      return seqs == o.seqs && heads_q == o.heads_q && heads_kv == o.heads_kv && dim == o.dim &&
+             query_len == o.query_len && context == o.context && split == o.split;
     }
   };
   thread_local Key last{-1, 0, 0, 0, 0, 0, false};
@@ -150,10 +150,12 @@ std::string decode_support(const DecodeShape& s, bool split) {
   if (s.head_dim != 64 && s.head_dim != 128) return "head_dim must be 64 or 128, got " + std::to_string(s.head_dim);
   const GpuInfo& gpu = detect_gpu();
   if (gpu.available && gpu.sm_major < 8)
-    return "needs an sm_80 or newer GPU (mma.sync with bf16, cp.async), this one is sm_" + std::to_string(gpu.sm_major * 10 + gpu.sm_minor);
+    return "needs an sm_80 or newer GPU (mma.sync with bf16, cp.async), this one is sm_" +
+           std::to_string(gpu.sm_major * 10 + gpu.sm_minor);
   const SplitPlan plan = split_plan(s, split);
   const int64_t z = int64_t(s.num_seqs) * plan.row_tiles;
-  if (z > 65535) return "num_seqs x ceil(query_len x heads_q / heads_kv / 16) must be at most 65535, got " + std::to_string(z);
+  if (z > 65535)
+    return "num_seqs x ceil(query_len x heads_q / heads_kv / 16) must be at most 65535, got " + std::to_string(z);
   if (s.heads_kv > 65535) return "heads_kv must be at most 65535, got " + std::to_string(s.heads_kv);
   return "";
 }
@@ -186,7 +188,8 @@ void launch_decode(const DecodeParams& p) {
   }
   constexpr int smem = DecodeLayout<kD>::kSmemBytes;
   static const bool opted_in = [] {  // more than the default 48 KB of shared memory, once per kernel
-    CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<T, kD, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CUDA_CHECK(
+        cudaFuncSetAttribute(paged_attention_kernel<T, kD, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     return true;
   }();
   (void)opted_in;

@@ -15,9 +15,9 @@ namespace {
 // Small enough for plain float loops in CI, covering the cases that break index math:
 // seq 1, odd lengths, seq_q != seq_kv both ways (causal rows that see nothing), GQA and MQA.
 std::vector<AttentionShape> cpu_shapes() {
-  return {shape_of(1, 1, 1, 1, 1, 32, false),   shape_of(1, 2, 2, 17, 17, 64, true),
-          shape_of(2, 4, 2, 33, 33, 32, false), shape_of(1, 4, 1, 65, 65, 64, true),
-          shape_of(1, 2, 2, 31, 70, 128, true), shape_of(1, 2, 1, 70, 31, 32, true),
+  return {shape_of(1, 1, 1, 1, 1, 32, false),    shape_of(1, 2, 2, 17, 17, 64, true),
+          shape_of(2, 4, 2, 33, 33, 32, false),  shape_of(1, 4, 1, 65, 65, 64, true),
+          shape_of(1, 2, 2, 31, 70, 128, true),  shape_of(1, 2, 1, 70, 31, 32, true),
           shape_of(1, 2, 2, 100, 100, 48, false)};
 }
 

@@ -26,7 +26,9 @@ class SimulatedCache {
       std::copy(slots_.begin() + int64_t(c.from) * block_size_, slots_.begin() + int64_t(c.from + 1) * block_size_,
                 slots_.begin() + int64_t(c.to) * block_size_);
   }
-  int& at(const std::vector<int>& table, int token) { return slots_[std::size_t(table[token / block_size_]) * block_size_ + token % block_size_]; }
+  int& at(const std::vector<int>& table, int token) {
+    return slots_[std::size_t(table[token / block_size_]) * block_size_ + token % block_size_];
+  }
 
  private:
   int block_size_;
@@ -39,7 +41,9 @@ struct Snapshot {
   std::map<int, int> lengths;
   std::vector<int> refs;
   int free = 0;
-  bool operator==(const Snapshot& o) const { return tables == o.tables && lengths == o.lengths && refs == o.refs && free == o.free; }
+  bool operator==(const Snapshot& o) const {
+    return tables == o.tables && lengths == o.lengths && refs == o.refs && free == o.free;
+  }
 };
 Snapshot snapshot(const BlockManager& m) {
   Snapshot s;
@@ -61,10 +65,12 @@ void check_invariants(const BlockManager& m, SimulatedCache& cache, const std::m
   for (const auto& [id, tokens] : model) {
     const std::vector<int>& table = m.block_table(id);
     ASSERT_EQ(m.length(id), int(tokens.size())) << where << ", sequence " << id;
-    ASSERT_EQ(int(table.size()), (int(tokens.size()) + m.block_size() - 1) / m.block_size()) << where << ", sequence " << id;
+    ASSERT_EQ(int(table.size()), (int(tokens.size()) + m.block_size() - 1) / m.block_size())
+        << where << ", sequence " << id;
     for (int b : table) ++refs[b];
     for (int t = 0; t < int(tokens.size()); ++t)
-      ASSERT_EQ(cache.at(table, t), tokens[t]) << where << ": sequence " << id << " token " << t << " reads another's data";
+      ASSERT_EQ(cache.at(table, t), tokens[t])
+          << where << ": sequence " << id << " token " << t << " reads another's data";
   }
   int unreferenced = 0;
   for (int b = 0; b < m.total_blocks(); ++b) {
@@ -183,8 +189,8 @@ TEST(BlockManager, RandomOperationsAgainstAModel) {
     std::map<int, std::vector<int>> model;
     int next_value = 0, failures = 0;
     for (int step = 0; step < 3000; ++step) {
-      const std::string where = "seed " + std::to_string(seed) + ", block size " + std::to_string(block_size) + ", step " +
-                                std::to_string(step);
+      const std::string where = "seed " + std::to_string(seed) + ", block size " + std::to_string(block_size) +
+                                ", step " + std::to_string(step);
       std::vector<int> ids;
       for (const auto& entry : model) ids.push_back(entry.first);
       const int op = int(rng() % 10);
@@ -221,8 +227,8 @@ TEST(BlockManager, RandomOperationsAgainstAModel) {
     for (const auto& entry : model) m.release(entry.first);
     EXPECT_EQ(m.free_blocks(), blocks) << "seed " << seed << ": blocks leaked after releasing everything";
     EXPECT_GT(failures, 0) << "the pool never ran out: the test did not exercise the error path (seed " << seed << ")";
-    std::printf("block size %d: 3000 random steps, %d appends refused for lack of blocks (seed %llu)\n", block_size, failures,
-                (unsigned long long)seed);
+    std::printf("block size %d: 3000 random steps, %d appends refused for lack of blocks (seed %llu)\n", block_size,
+                failures, (unsigned long long)seed);
   }
 }
 

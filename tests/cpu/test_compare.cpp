@@ -40,7 +40,9 @@ struct Fixture {
     encode_elements(dtype, o.data(), bytes.data(), o.size());
     return bytes;
   }
-  CompareReport compare(DType dtype = DType::F32) const { return compare_forward(shape, dtype, raw(dtype), lse, plan, ref); }
+  CompareReport compare(DType dtype = DType::F32) const {
+    return compare_forward(shape, dtype, raw(dtype), lse, plan, ref);
+  }
 };
 
 TEST(Compare, CorrectOutputPasses) {

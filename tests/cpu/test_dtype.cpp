@@ -23,11 +23,11 @@ TEST(DType, HalfRoundTripsEveryBitPattern) {
 TEST(DType, HalfKnownValues) {
   EXPECT_EQ(float_to_half_bits(1.0f), 0x3C00);
   EXPECT_EQ(float_to_half_bits(-2.0f), 0xC000);
-  EXPECT_EQ(float_to_half_bits(65504.0f), 0x7BFF);                  // largest finite
-  EXPECT_EQ(float_to_half_bits(65520.0f), 0x7C00);                  // rounds up to inf
-  EXPECT_EQ(float_to_half_bits(std::ldexp(1.0f, -24)), 0x0001);     // smallest subnormal
-  EXPECT_EQ(float_to_half_bits(std::ldexp(1.0f, -25)), 0x0000);     // tie -> even (zero)
-  EXPECT_EQ(float_to_half_bits(std::ldexp(3.0f, -25)), 0x0002);     // tie -> even (2)
+  EXPECT_EQ(float_to_half_bits(65504.0f), 0x7BFF);                      // largest finite
+  EXPECT_EQ(float_to_half_bits(65520.0f), 0x7C00);                      // rounds up to inf
+  EXPECT_EQ(float_to_half_bits(std::ldexp(1.0f, -24)), 0x0001);         // smallest subnormal
+  EXPECT_EQ(float_to_half_bits(std::ldexp(1.0f, -25)), 0x0000);         // tie -> even (zero)
+  EXPECT_EQ(float_to_half_bits(std::ldexp(3.0f, -25)), 0x0002);         // tie -> even (2)
   EXPECT_EQ(float_to_half_bits(1.0f + std::ldexp(1.0f, -11)), 0x3C00);  // tie -> even
   EXPECT_EQ(float_to_half_bits(1.0f + std::ldexp(3.0f, -11)), 0x3C02);  // tie -> even (up)
   EXPECT_EQ(float_to_half_bits(std::numeric_limits<float>::infinity()), 0x7C00);

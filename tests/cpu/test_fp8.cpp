@@ -50,7 +50,8 @@ TEST(E4m3, RoundsToNearestTiesToEven) {
     const double lo = e4m3_to_float(uint8_t(c)), hi = e4m3_to_float(uint8_t(c + 1));
     EXPECT_EQ(float_to_e4m3(float(lo + 0.25 * (hi - lo))), c);
     EXPECT_EQ(float_to_e4m3(float(lo + 0.75 * (hi - lo))), c + 1);
-    EXPECT_EQ(float_to_e4m3(float(0.5 * (lo + hi))), c % 2 == 0 ? c : c + 1) << "tie between codes " << c << " and " << c + 1;
+    EXPECT_EQ(float_to_e4m3(float(0.5 * (lo + hi))), c % 2 == 0 ? c : c + 1)
+        << "tie between codes " << c << " and " << c + 1;
     EXPECT_EQ(float_to_e4m3(-float(0.5 * (lo + hi))), 0x80 | (c % 2 == 0 ? c : c + 1));
   }
 }
@@ -167,11 +168,12 @@ TEST(Fp8Attention, IncoherentProcessingCutsTheErrorOnOutliers) {
   const double e_tensor = rmse_vs_oracle(s, q, k, v, per_tensor);
   const double e_blocks = rmse_vs_oracle(s, q, k, v, blocks_only);
   const double e_full = rmse_vs_oracle(s, q, k, v, blocks_incoherent);
-  std::printf("FP8 attention RMSE vs fp64 (%s, 0.1%% outliers, seed %llu):\n"
-              "  per-tensor scale           %.2e\n  block scales               %.2e\n"
-              "  block scales + incoherent  %.2e  (%.2fx lower than per-tensor)\n"
-              "  ... with P kept in fp32    %.2e  (the part of the error that is Q, K, V)\n",
-              s.to_string().c_str(), (unsigned long long)seed, e_tensor, e_blocks, e_full, e_tensor / e_full, e_p32);
+  std::printf(
+      "FP8 attention RMSE vs fp64 (%s, 0.1%% outliers, seed %llu):\n"
+      "  per-tensor scale           %.2e\n  block scales               %.2e\n"
+      "  block scales + incoherent  %.2e  (%.2fx lower than per-tensor)\n"
+      "  ... with P kept in fp32    %.2e  (the part of the error that is Q, K, V)\n",
+      s.to_string().c_str(), (unsigned long long)seed, e_tensor, e_blocks, e_full, e_tensor / e_full, e_p32);
   // The gain varies with where the outliers fall: per-tensor / full recipe measured 1.22-1.67 on
   // h4 (one seed gave 1.22 and failed an earlier 1.25 threshold); 8 heads average more of them.
   EXPECT_LT(e_full, e_blocks) << "seed " << seed;
@@ -196,7 +198,8 @@ TEST(Fp8Attention, ErrorOnPlainInputs) {
     for (std::size_t r = 0; r < plan.heads[e].rows.size(); ++r)
       for (int x = 0; x < s.head_dim; ++x) {
         const int bh = plan.heads[e].batch * s.heads_q + plan.heads[e].head;
-        const double got = o[s.q_head_offset(bh) + int64_t(plan.heads[e].rows[r]) * s.head_dim + x], want = ref.o[e][r * s.head_dim + x];
+        const double got = o[s.q_head_offset(bh) + int64_t(plan.heads[e].rows[r]) * s.head_dim + x],
+                     want = ref.o[e][r * s.head_dim + x];
         err += (got - want) * (got - want);
         norm += want * want;
         max_abs = std::max(max_abs, std::fabs(got - want));
@@ -208,8 +211,9 @@ TEST(Fp8Attention, ErrorOnPlainInputs) {
       const int bh = plan.heads[e].batch * s.heads_q + plan.heads[e].head;
       lse_err = std::max(lse_err, std::fabs(lse[int64_t(bh) * s.seq_q + plan.heads[e].rows[r]] - ref.lse[e][r]));
     }
-  std::printf("FP8 recipe on N(0,1) inputs (%s, seed %llu): relative Frobenius error %.2e, max abs %.2e, LSE max abs %.2e\n",
-              s.to_string().c_str(), (unsigned long long)seed, rel, max_abs, lse_err);
+  std::printf(
+      "FP8 recipe on N(0,1) inputs (%s, seed %llu): relative Frobenius error %.2e, max abs %.2e, LSE max abs %.2e\n",
+      s.to_string().c_str(), (unsigned long long)seed, rel, max_abs, lse_err);
   const Tolerance fp8 = fp8_tolerance();
   EXPECT_LT(rel, fp8.rel_fro / 2) << "the FP8 tolerance row must leave the recipe a 2x margin";
   EXPECT_LT(max_abs, fp8.max_abs / 2);
@@ -230,7 +234,7 @@ TEST(TailPieces, ShortestLastWave) {
   EXPECT_EQ(tail_pieces(12, 132, 31), 1);     // halves would have under 16 tiles
   EXPECT_EQ(tail_pieces(12, 132, 32), 2);
   EXPECT_EQ(tail_pieces(12, 132, 0), 1);
-  EXPECT_EQ(tail_pieces(5, 0, 64), 1);        // no GPU to ask
+  EXPECT_EQ(tail_pieces(5, 0, 64), 1);  // no GPU to ask
 }
 
 }  // namespace

@@ -193,7 +193,8 @@ TEST(Oracle, SampledPlanAgreesWithFullPlan) {
       } else {
         EXPECT_NEAR(lse_part, lse_full, 1e-13);
       }
-      for (int c = 0; c < s.head_dim; ++c) EXPECT_NEAR(part.o[e][r * 8 + c], full.o[full_index][h.rows[r] * 8 + c], 1e-13);
+      for (int c = 0; c < s.head_dim; ++c)
+        EXPECT_NEAR(part.o[e][r * 8 + c], full.o[full_index][h.rows[r] * 8 + c], 1e-13);
     }
   }
 }

@@ -22,8 +22,8 @@ class ShapeSummary : public ::testing::EmptyTestEventListener {
     const std::size_t on = text.find(" on ");
     if (on == std::string::npos) return;
     Outcome& k = kernels_[text.substr(0, on)];
-    const std::string shape = std::string(info.name()).substr(0, std::string(info.name()).find('/')) + " " +
-                              text.substr(on + 4);
+    const std::string shape =
+        std::string(info.name()).substr(0, std::string(info.name()).find('/')) + " " + text.substr(on + 4);
     if (info.result()->Skipped()) {
       ++k.skipped;
     } else if (info.result()->Passed()) {

@@ -25,9 +25,10 @@ void PrintTo(const BackwardCase& c, std::ostream* out) { *out << c.kernel->name 
 std::vector<BackwardCase> backward_cases() {
   // Tails of the 64-row and 64-key tiles, causal rows that see no key (seq_q > seq_kv), GQA, MQA.
   const std::vector<AttentionShape> shapes = {
-      shape_of(1, 1, 1, 1, 1, 64, false),      shape_of(1, 2, 2, 17, 17, 64, true),  shape_of(2, 4, 2, 65, 65, 32, false),
-      shape_of(1, 4, 1, 70, 70, 64, true),     shape_of(1, 2, 2, 31, 100, 64, true), shape_of(1, 2, 1, 100, 31, 32, true),
-      shape_of(2, 4, 2, 300, 301, 128, true),  shape_of(1, 2, 2, 257, 257, 128, false)};
+      shape_of(1, 1, 1, 1, 1, 64, false),     shape_of(1, 2, 2, 17, 17, 64, true),
+      shape_of(2, 4, 2, 65, 65, 32, false),   shape_of(1, 4, 1, 70, 70, 64, true),
+      shape_of(1, 2, 2, 31, 100, 64, true),   shape_of(1, 2, 1, 100, 31, 32, true),
+      shape_of(2, 4, 2, 300, 301, 128, true), shape_of(1, 2, 2, 257, 257, 128, false)};
   std::vector<BackwardCase> cases;
   for (const BackwardKernel& k : backward_kernels())
     for (const AttentionShape& s : shapes) cases.push_back({&k, s});
@@ -47,9 +48,11 @@ TEST_P(BackwardKernelTest, MatchesOracle) {
   const BackwardRunResult r = run_backward(*c.kernel, problem, 0);
   ASSERT_TRUE(r.ran) << r.skipped << r.error;
   EXPECT_TRUE(r.passed) << c.kernel->name << " on " << c.shape.to_string() << ", seed " << seed << ": " << r.summary()
-                        << " (unwritten dQ/dK/dV " << r.dq.unwritten << "/" << r.dk.unwritten << "/" << r.dv.unwritten << ")";
+                        << " (unwritten dQ/dK/dV " << r.dq.unwritten << "/" << r.dk.unwritten << "/" << r.dv.unwritten
+                        << ")";
   if (c.kernel->deterministic)
-    EXPECT_TRUE(r.repeat_identical) << c.kernel->name << " promises bitwise-identical gradients, but a second launch on "
+    EXPECT_TRUE(r.repeat_identical) << c.kernel->name
+                                    << " promises bitwise-identical gradients, but a second launch on "
                                     << c.shape.to_string() << " wrote different bytes; seed " << seed;
 }
 

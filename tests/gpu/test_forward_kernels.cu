@@ -112,7 +112,8 @@ TEST_P(ForwardKernelProperty, RunToRunBitwiseIdentical) {
   const std::optional<AttentionShape> shape = at_supported_dim(k, shape_of(2, 4, 2, 300, 301, 64, true));
   if (!shape) GTEST_SKIP() << k.name << " takes neither head_dim 64 nor 128";
   Problem problem(*shape, fresh_seed());
-  EXPECT_TRUE(output_bytes(k, problem) == output_bytes(k, problem)) << k.name << " gave different bits on identical inputs";
+  EXPECT_TRUE(output_bytes(k, problem) == output_bytes(k, problem))
+      << k.name << " gave different bits on identical inputs";
 }
 
 INSTANTIATE_TEST_SUITE_P(All, ForwardKernelProperty, ::testing::ValuesIn(forward_kernel_pointers()),

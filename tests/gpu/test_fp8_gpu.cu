@@ -36,7 +36,8 @@ double rmse(const AttentionShape& s, const std::vector<float>& o, const CheckPla
     const int bh = plan.heads[e].batch * s.heads_q + plan.heads[e].head;
     for (std::size_t r = 0; r < plan.heads[e].rows.size(); ++r)
       for (int x = 0; x < s.head_dim; ++x) {
-        const double diff = o[s.q_head_offset(bh) + int64_t(plan.heads[e].rows[r]) * s.head_dim + x] - ref.o[e][r * s.head_dim + x];
+        const double diff =
+            o[s.q_head_offset(bh) + int64_t(plan.heads[e].rows[r]) * s.head_dim + x] - ref.o[e][r * s.head_dim + x];
         sum += diff * diff;
         ++count;
       }
@@ -72,15 +73,18 @@ TEST(Fp8OnTheGpu, IncoherentProcessingOnOutliers) {
   const double gpu_rotated = rmse(s, run_on_gpu(*rotated, s, q, k, v), plan, ref);
   const double gpu_plain = rmse(s, run_on_gpu(*plain, s, q, k, v), plan, ref);
   std::vector<float> o(s.o_elems()), lse(s.lse_elems());
-  flash3::fp8_attention_cpu(s, q.data(), k.data(), v.data(), o.data(), lse.data(), flash3::Fp8Recipe{128, 128, true, true});
+  flash3::fp8_attention_cpu(s, q.data(), k.data(), v.data(), o.data(), lse.data(),
+                            flash3::Fp8Recipe{128, 128, true, true});
   const double cpu_rotated = rmse(s, o, plan, ref);
-  flash3::fp8_attention_cpu(s, q.data(), k.data(), v.data(), o.data(), lse.data(), flash3::Fp8Recipe{128, 128, false, true});
+  flash3::fp8_attention_cpu(s, q.data(), k.data(), v.data(), o.data(), lse.data(),
+                            flash3::Fp8Recipe{128, 128, false, true});
   const double cpu_plain = rmse(s, o, plan, ref);
-  std::printf("FP8 RMSE vs fp64 on inputs with 0.1%% outliers (%s, seed %llu):\n"
-              "                        GPU kernel   CPU model\n"
-              "  block scales          %.2e     %.2e\n"
-              "  + incoherent          %.2e     %.2e\n",
-              s.to_string().c_str(), (unsigned long long)seed, gpu_plain, cpu_plain, gpu_rotated, cpu_rotated);
+  std::printf(
+      "FP8 RMSE vs fp64 on inputs with 0.1%% outliers (%s, seed %llu):\n"
+      "                        GPU kernel   CPU model\n"
+      "  block scales          %.2e     %.2e\n"
+      "  + incoherent          %.2e     %.2e\n",
+      s.to_string().c_str(), (unsigned long long)seed, gpu_plain, cpu_plain, gpu_rotated, cpu_rotated);
   EXPECT_LT(gpu_rotated, gpu_plain) << "incoherent processing must lower the error on outliers; seed " << seed;
   EXPECT_LT(gpu_rotated, 1.5 * cpu_rotated) << "the kernel strays from its CPU model; seed " << seed;
   EXPECT_GT(gpu_rotated, cpu_rotated / 1.5) << "the kernel strays from its CPU model; seed " << seed;
@@ -128,7 +132,8 @@ TEST(Fp8OnTheGpu, ZeroValueBlocks) {
   for (std::size_t e = 0; e < plan.heads.size(); ++e) {
     const int bh = plan.heads[e].batch * s.heads_q + plan.heads[e].head;
     for (std::size_t r = 0; r < plan.heads[e].rows.size(); ++r)
-      lse_err = std::max(lse_err, std::fabs(out_lse[int64_t(bh) * s.seq_q + plan.heads[e].rows[r]] - zero_ref.lse[e][r]));
+      lse_err =
+          std::max(lse_err, std::fabs(out_lse[int64_t(bh) * s.seq_q + plan.heads[e].rows[r]] - zero_ref.lse[e][r]));
   }
   EXPECT_LT(lse_err, fp8_tolerance().lse_abs) << "seed " << seed;
 }
@@ -152,7 +157,8 @@ TEST(Fp8OnTheGpu, RowMaxJumps) {
     if (!why.empty()) GTEST_SKIP() << why;
     const uint64_t seed = fresh_seed();
     std::vector<float> q(s.q_elems()), k(s.kv_elems()), v(s.kv_elems());
-    for (int64_t i = 0; i < s.q_elems(); ++i) q[i] = round_to_dtype(i % d == 0 ? 30.0f : random_normal(seed, 0, i), DType::BF16);
+    for (int64_t i = 0; i < s.q_elems(); ++i)
+      q[i] = round_to_dtype(i % d == 0 ? 30.0f : random_normal(seed, 0, i), DType::BF16);
     for (int64_t i = 0; i < s.kv_elems(); ++i) {
       const int64_t key = (i / d) % s.seq_kv;
       const float c = key < 256 ? 0.0f : key < 384 ? 10.0f : 50.0f;
@@ -160,7 +166,8 @@ TEST(Fp8OnTheGpu, RowMaxJumps) {
       v[i] = round_to_dtype(random_normal(seed, 2, i), DType::BF16);
     }
     // Each row's running max (log2 units) before and after tiles 2 and 3.
-    double least_rise[4] = {INFINITY, INFINITY, INFINITY, INFINITY}, most_rise[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    double least_rise[4] = {INFINITY, INFINITY, INFINITY, INFINITY},
+           most_rise[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
     for (int bh = 0; bh < s.heads_q; ++bh)
       for (int r = 0; r < s.seq_q; ++r) {
         double running = -INFINITY;
@@ -168,7 +175,9 @@ TEST(Fp8OnTheGpu, RowMaxJumps) {
           double tile_max = -INFINITY;
           for (int key = 128 * tile; key < std::min(128 * (tile + 1), s.seq_kv); ++key) {
             double dot = 0.0;
-            for (int x = 0; x < d; ++x) dot += double(q[s.q_head_offset(bh) + int64_t(r) * d + x]) * k[s.kv_head_offset(bh) + int64_t(key) * d + x];
+            for (int x = 0; x < d; ++x)
+              dot +=
+                  double(q[s.q_head_offset(bh) + int64_t(r) * d + x]) * k[s.kv_head_offset(bh) + int64_t(key) * d + x];
             tile_max = std::max(tile_max, dot * s.softmax_scale() * 1.4426950408889634);
           }
           if (tile > 0) {
@@ -178,7 +187,8 @@ TEST(Fp8OnTheGpu, RowMaxJumps) {
           running = std::max(running, tile_max);
         }
       }
-    ASSERT_TRUE(least_rise[2] > 4.0 && most_rise[2] < 80.0) << "the planted scores must rise by tens at tile 2 (d " << d << ")";
+    ASSERT_TRUE(least_rise[2] > 4.0 && most_rise[2] < 80.0)
+        << "the planted scores must rise by tens at tile 2 (d " << d << ")";
     ASSERT_GT(least_rise[3], 100.0) << "the planted scores must rise past 2^100 at tile 3 (d " << d << ")";
 
     const CheckPlan plan = full_check_plan(s);
@@ -188,9 +198,10 @@ TEST(Fp8OnTheGpu, RowMaxJumps) {
     std::vector<float> o(s.o_elems()), lse(s.lse_elems());
     flash3::fp8_attention_cpu(s, q.data(), k.data(), v.data(), o.data(), lse.data(), flash3::Fp8Recipe{});
     const double cpu = rmse(s, o, plan, ref);
-    std::printf("FP8 RMSE with row maxes jumping by >= %.0f and >= %.0f (log2) at key tiles 2 and 3 (%s, seed %llu): "
-                "GPU %.2e, CPU model %.2e\n",
-                least_rise[2], least_rise[3], s.to_string().c_str(), (unsigned long long)seed, gpu_rmse, cpu);
+    std::printf(
+        "FP8 RMSE with row maxes jumping by >= %.0f and >= %.0f (log2) at key tiles 2 and 3 (%s, seed %llu): "
+        "GPU %.2e, CPU model %.2e\n",
+        least_rise[2], least_rise[3], s.to_string().c_str(), (unsigned long long)seed, gpu_rmse, cpu);
     EXPECT_LT(gpu_rmse, 1.5 * cpu) << "d " << d << ", seed " << seed;
   }
 }
@@ -226,8 +237,9 @@ TEST(Fp8OnTheGpu, SplitTailMatchesOracle) {
       options.iters = 0;
       const RunResult r = run_forward(*kernel, problem, options);
       ASSERT_TRUE(r.ran && r.error.empty()) << r.skipped << r.error;
-      EXPECT_TRUE(r.report.passed()) << s.to_string() << " in " << split.tail << " x " << split.pieces << " pieces, seed "
-                                     << seed << "\n" << r.report.details();
+      EXPECT_TRUE(r.report.passed()) << s.to_string() << " in " << split.tail << " x " << split.pieces
+                                     << " pieces, seed " << seed << "\n"
+                                     << r.report.details();
       if (split.pieces == 3)
         EXPECT_TRUE(output_bytes(*kernel, problem) == output_bytes(*kernel, problem))
             << "3 pieces gave different bits on identical inputs, " << s.to_string();

@@ -169,14 +169,16 @@ TEST_P(NanInputs, ReachOnlyTheOutputsTheyTouch) {
     auto expect = [&](bool nan, float value, float before, const std::string& where) {
       const bool ok = nan ? std::isnan(value) : std::memcmp(&value, &before, sizeof value) == 0;
       if (!ok && wrong++ == 0)
-        first = where + ": expected " + (nan ? std::string("NaN") : std::to_string(before)) + ", got " + std::to_string(value);
+        first = where + ": expected " + (nan ? std::string("NaN") : std::to_string(before)) + ", got " +
+                std::to_string(value);
     };
     for (int bb = 0; bb < s.batch; ++bb)
       for (int h = 0; h < s.heads_q; ++h) {
         const bool reached = bb == b && h / group == g;
         for (int i = 0; i < s.seq_q; ++i) {
           const int64_t row = (int64_t(bb) * s.heads_q + h) * s.seq_q + i;
-          const std::string at = "(batch " + std::to_string(bb) + ", head " + std::to_string(h) + ", row " + std::to_string(i);
+          const std::string at =
+              "(batch " + std::to_string(bb) + ", head " + std::to_string(h) + ", row " + std::to_string(i);
           expect(reached && which[0] == 'K', got.lse[row], base.lse[row], "LSE" + at + ")");
           for (int col = 0; col < d; ++col)
             expect(reached && (which[0] == 'K' || col == c), got.o[row * d + col], base.o[row * d + col],

@@ -59,7 +59,7 @@ std::vector<DecodeCase> decode_cases() {
       {"gqa8_d128_bs1", spec_of(16, 2, 128, 1, {33, 130})},
       {"shared_prompts_d128_bs16", spec_of(8, 2, 128, 16, {90, 91, 150, 77, 700, 701, 702, 1200}, 4, 73)},
       {"long_d128_bs16", spec_of(8, 2, 128, 16, {20000, 3})},
-      {"prefill5_d128_bs16", spec_of(8, 2, 128, 16, {3, 5, 40, 333}, 1, 0, 5)},      // 3 < 5: rows that see nothing
+      {"prefill5_d128_bs16", spec_of(8, 2, 128, 16, {3, 5, 40, 333}, 1, 0, 5)},  // 3 < 5: rows that see nothing
       {"prefill37_d64_bs8", spec_of(4, 1, 64, 8, {37, 90, 500, 61}, 2, 30, 37)},
   };
   std::vector<DecodeCase> cases;
@@ -80,8 +80,8 @@ TEST_P(DecodeKernelTest, MatchesOracle) {
   const DecodeDeviceInputs inputs = upload_decode_problem(problem);
   const DecodeRunResult r = run_decode(*c.kernel, problem, inputs, 0);
   ASSERT_TRUE(r.ran) << r.skipped << r.error;
-  EXPECT_TRUE(r.passed) << c.kernel->name << " on " << c.name << " (" << problem.shape.to_string() << "), seed " << seed << ": "
-                        << r.summary() << "\n"
+  EXPECT_TRUE(r.passed) << c.kernel->name << " on " << c.name << " (" << problem.shape.to_string() << "), seed " << seed
+                        << ": " << r.summary() << "\n"
                         << r.report.details();
   EXPECT_TRUE(r.repeat_identical) << c.kernel->name << " wrote different bytes on a second launch; seed " << seed;
 }
@@ -118,7 +118,9 @@ TEST(PagedPrefill, PagedEqualsContiguous) {
         for (int t = 0; t < n; ++t)
           for (int x = 0; x < d; ++x) {
             const int64_t element =
-                ((int64_t(problem.tables[b][t / s.block_size]) * s.heads_kv + h) * s.block_size + t % s.block_size) * d + x;
+                ((int64_t(problem.tables[b][t / s.block_size]) * s.heads_kv + h) * s.block_size + t % s.block_size) *
+                    d +
+                x;
             const std::size_t at = ((std::size_t(b) * s.heads_kv + h) * n + t) * d + x;
             k[at] = decode_cache_value(seed, 1, element);
             v[at] = decode_cache_value(seed, 2, element);
@@ -132,7 +134,8 @@ TEST(PagedPrefill, PagedEqualsContiguous) {
       ASSERT_TRUE(r.ran) << r.skipped << r.error;
       EXPECT_TRUE(r.passed) << kernel.name << " prefill d" << d << ", seed " << seed << ": " << r.summary();
       // Rerun to get the paged O as floats, and hold it against the contiguous kernel's.
-      DeviceBuffer o(std::size_t(s.q_elems()) * 2), lse(std::size_t(s.lse_elems()) * 4), ws(kernel.workspace_bytes ? kernel.workspace_bytes(s) : 0);
+      DeviceBuffer o(std::size_t(s.q_elems()) * 2), lse(std::size_t(s.lse_elems()) * 4),
+          ws(kernel.workspace_bytes ? kernel.workspace_bytes(s) : 0);
       const DecodeParams p = decode_params(problem, inputs, o.get(), lse.as<float>(), ws.get());
       kernel.launch(p);
       CUDA_CHECK(cudaDeviceSynchronize());
@@ -140,10 +143,11 @@ TEST(PagedPrefill, PagedEqualsContiguous) {
       std::vector<float> o_paged(std::size_t(s.q_elems()));
       decode_elements(DType::BF16, raw.data(), o_paged.data(), o_paged.size());
       double worst = 0;
-      for (std::size_t i = 0; i < o_paged.size(); ++i) worst = std::max(worst, double(std::fabs(o_paged[i] - o_flat[i])));
+      for (std::size_t i = 0; i < o_paged.size(); ++i)
+        worst = std::max(worst, double(std::fabs(o_paged[i] - o_flat[i])));
       EXPECT_LE(worst, tolerance_for(DType::BF16).max_abs)
-          << kernel.name << " over the paged cache and " << contiguous->name << " over the same K/V stored contiguously differ by "
-          << worst << " (d" << d << ", seed " << seed << ")";
+          << kernel.name << " over the paged cache and " << contiguous->name
+          << " over the same K/V stored contiguously differ by " << worst << " (d" << d << ", seed " << seed << ")";
     }
   }
 }
@@ -216,7 +220,8 @@ TEST(PagedCache, WritesAndCopiesMatchTheCpu) {
       d_k.upload(k_raw.data(), k_raw.size() * 2);
       d_v.upload(v_raw.data(), v_raw.size() * 2);
       d_slots.upload(slots.data(), slots.size() * sizeof(int64_t));
-      paged::launch_write_kv_cache(layout, d_k.get(), d_v.get(), d_slots.as<int64_t>(), int(slots.size()), k_gpu.get(), v_gpu.get());
+      paged::launch_write_kv_cache(layout, d_k.get(), d_v.get(), d_slots.as<int64_t>(), int(slots.size()), k_gpu.get(),
+                                   v_gpu.get());
       CUDA_CHECK(cudaDeviceSynchronize());
     };
     const int prompt = m.add_sequence();
@@ -241,8 +246,9 @@ TEST(PagedCache, WritesAndCopiesMatchTheCpu) {
       }
     }
     EXPECT_GT(written, 0);
-    EXPECT_EQ(differ, 0) << "block size " << block_size << ": " << differ << " cache elements differ from the CPU's (of "
-                         << 2 * elems << "; " << written << " written), seed " << seed;
+    EXPECT_EQ(differ, 0) << "block size " << block_size << ": " << differ
+                         << " cache elements differ from the CPU's (of " << 2 * elems << "; " << written
+                         << " written), seed " << seed;
   }
 }
 
