@@ -5,6 +5,7 @@
 // k = 32, the softmax in FP8's units (fp8_tile.cuh), P packed to e4m3 in registers and fed to
 // P V as its A operand. At head_dim 128 the three-consumer kernel runs instead
 // (fp8_three_consumers.cuh).
+// Run: build/bin/ch06_flash_attention_v3 --variant fp8 --dim 64
 #pragma once
 
 #include "fp8_tile.cuh"
@@ -61,16 +62,12 @@ __global__ void __launch_bounds__(128 * 3, 1)
   int q_block, bh;
   longest_first(/*causal order=*/false, work.item, grid.q_blocks, grid.planes, q_block, bh);  // plane by plane
   const int i0 = q_block * kBlockM;
-  const int kv_plane = (bh / shape.heads_q) * shape.heads_kv + shape.kv_head(bh % shape.heads_q);
-  const int key_end = shape.causal ? shape.visible_keys(min(i0 + kBlockM, shape.seq_q) - 1) : shape.seq_kv;
-  const int all_tiles = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
-  // This piece's share of the tiles: [tile0, tile0 + n_tiles).
-  const int tile0 = all_tiles * work.piece / work.pieces, n_tiles = all_tiles * (work.piece + 1) / work.pieces - tile0;
+  const PieceTiles tiles(shape, work, bh, i0, kBlockM);
 
   init_ring(bars.q_full, bars.k_full, bars.v_full, kStages, bars.k_empty, bars.v_empty, 128 * kConsumers);
   if (wg == 0) {  // the producer, as in variant 3
     setmaxnreg_dec<24>();
-    if (tid == 0) produce_fp8<L>(smem, bars, tm_q, tm_k, tm_vt, i0, bh, kv_plane, tile0, n_tiles);
+    if (tid == 0) produce_fp8<L>(smem, bars, tm_q, tm_k, tm_vt, i0, bh, tiles);
     return;
   }
 
@@ -78,19 +75,16 @@ __global__ void __launch_bounds__(128 * 3, 1)
   // consumer and warp through a shuffle from lane 0: the compiler then knows they are the same in
   // every lane of a warp, and keeps what derives from them in uniform registers.
   const int consumer = __shfl_sync(0xFFFFFFFFu, wg - 1, 0), warp = __shfl_sync(0xFFFFFFFFu, (tid % 128) / 32, 0);
-  Fp8ConsumerSetup setup(smem, bars, shape, scales);
-  setup.bh = bh;
-  setup.kv_plane = kv_plane;
+  Fp8ConsumerSetup setup(smem, bars, shape, scales, bh, tiles);
   setup.c0 = i0 + 64 * consumer;
   setup.mask_i0 = i0;
-  setup.tile0 = tile0;
-  setup.my_tiles = n_tiles;
+  setup.my_tiles = tiles.n_tiles;
   setup.consumer = consumer;
   setup.warp = warp;
   setup.lane = tid % 32;
   Fp8PingpongOps<kD> ops(setup);
   mbarrier_wait(bars.q_full, 0);
-  pingpong_schedule(ops, n_tiles, consumer);
+  pingpong_schedule(ops, tiles.n_tiles, consumer);
   ops.to_true_units();
   sum_over_quad(ops.l);
   finish_fp8<kD, kConsumers>(ops, work, grid, bh, consumer, warp, o, lse);

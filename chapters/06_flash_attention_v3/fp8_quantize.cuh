@@ -9,6 +9,7 @@
 //     accumulators are exactly its A-fragment slots (see p_slot_key); P V sums over keys, so any
 //     order works as long as P and V agree.
 // The CPU model of the same steps is algorithm.h (fp8_attention_cpu).
+// Run: build/bin/ch06_flash_attention_v3 --variant fp8   (its "quantize" phase is these kernels)
 #pragma once
 
 #include <cuda_bf16.h>

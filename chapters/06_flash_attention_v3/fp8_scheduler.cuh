@@ -38,6 +38,19 @@ struct Piece {
   }
 };
 
+/// The K/V side of a block's work: its K/V head's plane, and this piece's share [tile0, tile0 +
+/// n_tiles) of the K/V tiles that the block's rows [i0, i0 + block_m) see.
+struct PieceTiles {
+  int kv_plane, tile0, n_tiles;
+  __device__ PieceTiles(const AttentionShape& shape, const Piece& work, int bh, int i0, int block_m) {
+    kv_plane = (bh / shape.heads_q) * shape.heads_kv + shape.kv_head(bh % shape.heads_q);
+    const int key_end = shape.causal ? shape.visible_keys(min(i0 + block_m, shape.seq_q) - 1) : shape.seq_kv;
+    const int all_tiles = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
+    tile0 = all_tiles * work.piece / work.pieces;
+    n_tiles = all_tiles * (work.piece + 1) / work.pieces - tile0;
+  }
+};
+
 //! [block_order]
 /// The (Q block, plane) of work item `item`, the Q block counted from the end (the last Q block
 /// of a plane first). Items start in the order of their index. Without the causal mask all

@@ -8,6 +8,7 @@
 //   3. The softmax's row sums on the tensor cores: P8 times a tile of ones, in P V's group.
 // The schedule (three_consumer_schedule) is variant 4's without the turns, with P_{j+1} packed
 // while P_j V_j runs and V_j waited for only after S_{j+1} is issued.
+// Run: build/bin/ch06_flash_attention_v3 --variant fp8 --dim 128
 #pragma once
 
 #include "fp8_tile.cuh"
@@ -201,17 +202,14 @@ __global__ void __launch_bounds__(128 * (1 + kThreeConsumers), 1)
   // rows above 0 with zeros) and only keep the ring's counts.
   const int empty_groups = (kConsumers - (shape.seq_q + 63) / 64 % kConsumers) % kConsumers;
   const int i0 = q_block * kBlockM - 64 * empty_groups;
-  const int kv_plane = (bh / shape.heads_q) * shape.heads_kv + shape.kv_head(bh % shape.heads_q);
-  const int key_end = shape.causal ? shape.visible_keys(min(i0 + kBlockM, shape.seq_q) - 1) : shape.seq_kv;
-  const int all_tiles = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
-  // This piece's share of the tiles: [tile0, tile0 + n_tiles).
-  const int tile0 = all_tiles * work.piece / work.pieces, n_tiles = all_tiles * (work.piece + 1) / work.pieces - tile0;
+  const PieceTiles tiles(shape, work, bh, i0, kBlockM);
+  const int tile0 = tiles.tile0, n_tiles = tiles.n_tiles;
 
   Ops::write_ones(smem, tid);
   init_ring(bars.q_full, bars.k_full, bars.v_full, kStages, bars.k_empty, bars.v_empty, 128 * kConsumers);
   if (wg == 0) {  // the producer, as in variant 3
     setmaxnreg_dec<24>();
-    if (tid == 0) produce_fp8<L>(smem, bars, tm_q, tm_k, tm_vt, i0, bh, kv_plane, tile0, n_tiles);
+    if (tid == 0) produce_fp8<L>(smem, bars, tm_q, tm_k, tm_vt, i0, bh, tiles);
     return;
   }
 
@@ -227,12 +225,9 @@ __global__ void __launch_bounds__(128 * (1 + kThreeConsumers), 1)
                      : shape.causal              ? shape.visible_keys(min(c0 + 64, shape.seq_q) - 1)
                                                  : shape.seq_kv;
   const int my_tiles = my_end > 0 ? max(0, min(tile0 + n_tiles, (my_end + kBlockN - 1) / kBlockN) - tile0) : 0;
-  Fp8ConsumerSetup setup(smem, bars, shape, scales);
-  setup.bh = bh;
-  setup.kv_plane = kv_plane;
+  Fp8ConsumerSetup setup(smem, bars, shape, scales, bh, tiles);
   setup.c0 = c0;
   setup.mask_i0 = c0;
-  setup.tile0 = tile0;
   setup.my_tiles = my_tiles;
   setup.consumer = consumer;
   setup.warp = warp;

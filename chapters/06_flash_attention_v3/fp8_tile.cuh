@@ -60,16 +60,17 @@ struct Fp8Barriers {
         v_empty(k_empty + kStages) {}
 };
 
-/// The producer warpgroup's one thread: the Q tile, then K/V tiles tile0 .. tile0 + n_tiles - 1
-/// into the ring, as in variant 3. V^T tiles are (keys, d rows) boxes.
+/// The producer warpgroup's one thread: the Q tile, then the piece's K/V tiles into the ring, as
+/// in variant 3. V^T tiles are (keys, d rows) boxes.
 template <class L>
 __device__ inline void produce_fp8(unsigned char* smem, const Fp8Barriers& bars, const CUtensorMap& tm_q,
-                                   const CUtensorMap& tm_k, const CUtensorMap& tm_vt, int i0, int bh, int kv_plane,
-                                   int tile0, int n_tiles) {
+                                   const CUtensorMap& tm_k, const CUtensorMap& tm_vt, int i0, int bh,
+                                   const PieceTiles& tiles) {
+  const int kv_plane = tiles.kv_plane, tile0 = tiles.tile0;
   mbarrier_arrive_expect_tx(bars.q_full, L::kQTile);
   tma_load_3d(smem + L::kQ, &tm_q, 0, i0, bh, bars.q_full);
   produce_kv<kStages>(
-      n_tiles, bars.k_empty, bars.v_empty,
+      tiles.n_tiles, bars.k_empty, bars.v_empty,
       [&](int j, int stage) {
         mbarrier_arrive_expect_tx(&bars.k_full[stage], L::kTile);
         tma_load_3d(smem + L::kK + stage * L::kTile, &tm_k, 0, (tile0 + j) * kBlockN, kv_plane, &bars.k_full[stage]);
@@ -127,22 +128,28 @@ __device__ inline void fp8_online_softmax(float (&s)[kBlockN / 2], float (&m)[2]
   }
 }
 
-/// Where a consumer warpgroup's work lies: the block-wide parts from the constructor, the rest
-/// set by name in the kernel.
+/// Where a consumer warpgroup's work lies: the block-wide parts from the constructor, the
+/// warpgroup's own set by name in the kernel.
 struct Fp8ConsumerSetup {
   unsigned char* smem;
   Fp8Barriers bars;
   const AttentionShape* shape;
   const Fp8Scales* scales;
-  int bh = 0, kv_plane = 0;
+  int bh, kv_plane;
+  int tile0;         // the first K/V tile of this block's range: ring slot j holds tile tile0 + j
   int c0 = 0;        // the warpgroup's first Q row (< 0 in an empty group: no rows)
   int mask_i0 = 0;   // the first of the rows whose mask test decides whether a tile needs the mask
-  int tile0 = 0;     // the first K/V tile of this block's range: ring slot j holds tile tile0 + j
   int my_tiles = 0;  // the tiles this warpgroup computes (it may wait for and release more)
   int consumer = 0, warp = 0, lane = 0;
   __device__ Fp8ConsumerSetup(unsigned char* smem_, const Fp8Barriers& bars_, const AttentionShape& shape_,
-                              const Fp8Scales& scales_)
-      : smem(smem_), bars(bars_), shape(&shape_), scales(&scales_) {}
+                              const Fp8Scales& scales_, int bh_, const PieceTiles& tiles)
+      : smem(smem_),
+        bars(bars_),
+        shape(&shape_),
+        scales(&scales_),
+        bh(bh_),
+        kv_plane(tiles.kv_plane),
+        tile0(tiles.tile0) {}
 };
 
 /// The e4m3 operations a consumer's schedule runs, except those that differ between the two
