@@ -8,8 +8,9 @@
 //      once, at the end).
 // One tile's step: m_new = max(m, scale_log2 * max of the tile's row); every score becomes
 // p = 2^(scale_log2 * s - m_new); l = l * 2^(m - m_new) + sum p; O is multiplied by the same
-// factor 2^(m - m_new). A row that has seen no key yet (m_new = -inf) keeps factor 1 and p = 0,
-// never the NaN of -inf - (-inf).
+// factor 2^(m - m_new). A row that has seen no key yet (m_new = -inf) subtracts 0 instead of
+// m_new: its p are 2^-inf = 0 and its factor 2^(-inf - 0) = 0 (its O and l are still 0), never
+// the NaN of -inf - (-inf).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -30,14 +31,15 @@ __device__ __forceinline__ float softmax_exp2(float x) {
 
 /// The running max's step for one row, given scale_log2 times the tile's row max. Updates m and
 /// returns the factor for l and O; m_use is the value to subtract in the exponent (0 for a row
-/// that has seen no key, so that its masked scores give 2^-inf = 0).
+/// that has seen no key, so that its masked scores give 2^-inf = 0). The factor is 2^(m - m_use)
+/// for every row, with no select on "has seen a key": the select lengthens the latency-bound
+/// decode loop (chapter 08's performance notes).
 template <bool kFastExp = true>
 __device__ __forceinline__ float online_max_update(float& m, float tile_max_scaled, float& m_use) {
   //! [online_max_update]
   const float m_new = fmaxf(m, tile_max_scaled);
-  const bool seen = m_new != -INFINITY;
-  const float rescale = seen ? softmax_exp2<kFastExp>(m - m_new) : 1.0f;
-  m_use = seen ? m_new : 0.0f;
+  m_use = m_new == -INFINITY ? 0.0f : m_new;
+  const float rescale = softmax_exp2<kFastExp>(m - m_use);
   m = m_new;
   return rescale;
   //! [online_max_update]
@@ -49,9 +51,9 @@ __device__ __forceinline__ float online_max_update(float& m, float tile_max_scal
 template <int kN, bool kFastExp = true, class Scores>
 __device__ __forceinline__ float online_softmax_row(Scores&& x, float& m, float& l, float scale_log2) {
   static_assert(kN % 2 == 0, "a thread holds its scores of a row in pairs");
-  float tile_max = -INFINITY;
+  float tile_max = fmaxf(x(0), x(1));
 #pragma unroll
-  for (int i = 0; i < kN; i += 2) tile_max = fmaxf(tile_max, fmaxf(x(i), x(i + 1)));
+  for (int i = 2; i < kN; i += 2) tile_max = fmaxf(tile_max, fmaxf(x(i), x(i + 1)));
   tile_max = quad_max(tile_max);
   float m_use;
   const float rescale = online_max_update<kFastExp>(m, tile_max * scale_log2, m_use);
