@@ -41,9 +41,20 @@ auto fp8_attention_kernel() {
 template <int kD>
 constexpr int kFp8SmemBytes = kD == 64 ? Fp8PingpongSmem<64>::kBytes : Fp8ThreeSmem<128>::kBytes;
 
+/// The attention kernel's compile-time sizes at this shape's head_dim, for the host.
+struct Fp8Dims {
+  int consumers;      // consumer warpgroups per block (kConsumers8)
+  int record_floats;  // floats of one warp's record in the split tail (kRecordFloats)
+};
+Fp8Dims fp8_dims(const AttentionShape& s) {
+  Fp8Dims dims{};
+  with_head_dim<64, 128>(s.head_dim, [&](auto d) { dims = {kConsumers8<d.value>, kRecordFloats<d.value>}; });
+  return dims;
+}
+
 /// Q blocks per plane for the attention kernel: 64-row groups, kConsumers8 of them per block.
 int fp8_q_blocks(const AttentionShape& s) {
-  const int consumers = s.head_dim == 128 ? kConsumers8<128> : kConsumers8<64>;
+  const int consumers = fp8_dims(s).consumers;
   return ((s.seq_q + 63) / 64 + consumers - 1) / consumers;
 }
 
@@ -97,8 +108,8 @@ Fp8Workspace carve_workspace(const AttentionShape& s, void* base) {
   w.k_scales = reinterpret_cast<float*>(take(std::size_t(planes_kv) * w.kv_blocks * sizeof(float)));
   w.v_scales = reinterpret_cast<float*>(take(std::size_t(planes_kv) * w.kv_blocks * sizeof(float)));
   // One record per warp of every piece of every tail block; one counter per warp of every tail block.
-  const int warps = 4 * (s.head_dim == 128 ? kConsumers8<128> : kConsumers8<64>);
-  const int record = s.head_dim == 128 ? kRecordFloats<128> : kRecordFloats<64>;
+  const Fp8Dims dims = fp8_dims(s);
+  const int warps = 4 * dims.consumers, record = dims.record_floats;
   const int split_warps = w.split.pieces > 1 ? w.split.tail * warps : 0;
   w.counter_count = split_warps;
   w.records = reinterpret_cast<float*>(take(std::size_t(split_warps) * w.split.pieces * record * sizeof(float)));
@@ -179,7 +190,7 @@ Fp8TailSplit fp8_tail_split(const AttentionShape& s) {
     return split;
   }
   int& slots = cached[device][s.head_dim == 128];
-  if (slots == 0) slots = s.head_dim == 128 ? fp8_block_slots<128>() : fp8_block_slots<64>();
+  if (slots == 0) with_head_dim<64, 128>(s.head_dim, [&](auto d) { slots = fp8_block_slots<d.value>(); });
   split.slots = slots;
   if (split.slots == 0) return split;
   split.tail = split.blocks % split.slots;
