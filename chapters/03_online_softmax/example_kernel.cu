@@ -60,8 +60,8 @@ void launch_example(const ForwardParams& p) {
 // The one registration line (name, chapter, variant number, --variant name, dtype, summary,
 // launcher); `supports` is optional and says which shapes the kernel cannot take, and why.
 FA_REGISTER_FORWARD_KERNEL([] {
-  ForwardKernel k{"ch03_example", 3, 9, "example", DType::F32, "bring-your-own-kernel example: one thread per row",
-                  launch_example};
+  const char* summary = "bring-your-own-kernel example: one thread per row";
+  ForwardKernel k{"ch03_example", 3, 9, "example", DType::F32, summary, launch_example};
   k.supports = [](const AttentionShape& s) {
     return s.head_dim <= kMaxHeadDim ? std::string()
                                      : "head_dim must be at most 128, got " + std::to_string(s.head_dim);

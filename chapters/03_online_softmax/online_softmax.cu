@@ -197,13 +197,8 @@ std::string fused_traffic_note(const AttentionShape& s) {
 // ---------------------------------------------------------------------------------------------
 
 ForwardKernel online_kernel() {
-  ForwardKernel k{"ch03_online",
-                  3,
-                  1,
-                  "online",
-                  DType::F32,
-                  "running max and sum in one pass (Milakov & Gimelshein): 2 passes over S instead of 3",
-                  launch_online_softmax};
+  const char* summary = "running max and sum in one pass (Milakov & Gimelshein): 2 passes over S instead of 3";
+  ForwardKernel k{"ch03_online", 3, 1, "online", DType::F32, summary, launch_online_softmax};
   k.supports = naive::tiled_support;
   k.workspace_bytes = naive::score_buffer_bytes;
   k.memory_note = [](const AttentionShape& s) {
@@ -214,13 +209,8 @@ ForwardKernel online_kernel() {
 FA_REGISTER_FORWARD_KERNEL(online_kernel());
 
 ForwardKernel fused_kernel() {
-  ForwardKernel k{"ch03_fused",
-                  3,
-                  2,
-                  "fused",
-                  DType::F32,
-                  "one kernel, one warp per query row: scores, online softmax and P*V fused, no N x N buffer",
-                  launch_fused_online_attention};
+  const char* summary = "one kernel, one warp per query row: scores, online softmax and P*V fused, no N x N buffer";
+  ForwardKernel k{"ch03_fused", 3, 2, "fused", DType::F32, summary, launch_fused_online_attention};
   k.supports = fused_support;
   k.memory_note = fused_traffic_note;
   return k;

@@ -21,10 +21,8 @@ namespace fa::flash2 {
 using flash1::Normalize;
 
 ForwardKernel reorder_kernel(const char* name, DType dtype, void (*launch)(const ForwardParams&)) {
-  ForwardKernel k{name,  5,
-                  1,     "reorder",
-                  dtype, "Q tiles outer, deferred normalization (one division by l at the end), 16-bit in and out",
-                  launch};
+  const char* summary = "Q tiles outer, deferred normalization (one division by l at the end), 16-bit in and out";
+  ForwardKernel k{name, 5, 1, "reorder", dtype, summary, launch};
   k.supports = flash1::register_tiles_support;
   return k;
 }

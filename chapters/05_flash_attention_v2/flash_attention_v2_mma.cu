@@ -256,8 +256,8 @@ std::string mma_support(const AttentionShape& s) {
 std::string warp_split_traffic_note(const AttentionShape& s, WarpSplit split) {
   const double tile = 64.0 * s.head_dim;  // elements of a 64-row Q, K or V tile
   const double stores = 2 * tile * 2;     // K_j and V_j written to shared memory, 16-bit
-  double kv_reads = 4 * 2 * tile * 2, q_reads = 0, o_bytes = 0,
-         exchange = 0;  // Queries: all 4 warps read all of K_j, V_j
+  // Queries: all 4 warps read all of K_j, V_j.
+  double kv_reads = 4 * 2 * tile * 2, q_reads = 0, o_bytes = 0, exchange = 0;
   if (split == WarpSplit::Keys) {
     kv_reads = 2 * tile * 2;                       // each K/V element read by one warp
     q_reads = 4 * tile * 2;                        // every warp reads every Q row, every tile

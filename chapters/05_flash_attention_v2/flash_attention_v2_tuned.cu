@@ -177,11 +177,9 @@ void launch_tuned(const ForwardParams& p) {
 }
 
 ForwardKernel tuned_kernel(const char* name, DType dtype, void (*launch)(const ForwardParams&)) {
-  ForwardKernel k{
-      name,  5,
-      5,     "tuned",
-      dtype, "variant 4 with 32 rows per warp (128 per block), Q via ldmatrix, split K/V waits, scale in the exponent",
-      launch};
+  const char* summary =
+      "variant 4 with 32 rows per warp (128 per block), Q via ldmatrix, split K/V waits, scale in the exponent";
+  ForwardKernel k{name, 5, 5, "tuned", dtype, summary, launch};
   k.supports = mma_support;
   return k;
 }

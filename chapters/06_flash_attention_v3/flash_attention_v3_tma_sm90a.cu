@@ -153,10 +153,8 @@ void launch_tma(const ForwardParams& p) {
 }
 
 ForwardKernel tma_kernel() {
-  ForwardKernel k{
-      "ch06_tma_bf16", 6,           1,
-      "tma",           DType::BF16, "chapter 05's tuned kernel fed by TMA into a 2-stage mbarrier ring, swizzled tiles",
-      launch_tma};
+  const char* summary = "chapter 05's tuned kernel fed by TMA into a 2-stage mbarrier ring, swizzled tiles";
+  ForwardKernel k{"ch06_tma_bf16", 6, 1, "tma", DType::BF16, summary, launch_tma};
   k.supports = hopper_support;
   return k;
 }

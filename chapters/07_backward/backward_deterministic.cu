@@ -148,11 +148,9 @@ void launch_deterministic(const BackwardParams& p) {
 }
 
 BackwardKernel deterministic_kernel(const char* name, DType dtype, void (*launch)(const BackwardParams&)) {
-  BackwardKernel k{
-      name,  7,
-      3,     "deterministic",
-      dtype, "variant 2 without atomics: dK/dV as before, dQ by a second kernel per Q tile (S and dP computed twice)",
-      launch};
+  const char* summary =
+      "variant 2 without atomics: dK/dV as before, dQ by a second kernel per Q tile (S and dP computed twice)";
+  BackwardKernel k{name, 7, 3, "deterministic", dtype, summary, launch};
   k.supports = [](const AttentionShape& s) { return backward_mma_support(s, true); };
   k.workspace_bytes = [](const AttentionShape& s) { return std::size_t(s.lse_elems()) * sizeof(float); };
   k.deterministic = true;

@@ -151,11 +151,8 @@ std::string fp32_support(const AttentionShape& s) {
 }
 
 BackwardKernel fp32_kernel() {
-  BackwardKernel k{
-      "ch07_fp32", 7,
-      1,           "fp32",
-      DType::F32,  "D preprocessing; one block per K/V tile looping over Q tiles; P recomputed; dQ with atomics",
-      launch_fp32};
+  const char* summary = "D preprocessing; one block per K/V tile looping over Q tiles; P recomputed; dQ with atomics";
+  BackwardKernel k{"ch07_fp32", 7, 1, "fp32", DType::F32, summary, launch_fp32};
   k.supports = fp32_support;
   k.workspace_bytes = [](const AttentionShape& s) { return std::size_t(s.lse_elems()) * sizeof(float); };
   return k;

@@ -60,10 +60,9 @@ void launch_mma(const BackwardParams& p) {
 }
 
 BackwardKernel mma_kernel(const char* name, DType dtype, void (*launch)(const BackwardParams&)) {
-  BackwardKernel k{
-      name,  7,     2,
-      "mma", dtype, "tensor cores (mma.sync): S^T and dP^T per warp's 16 keys, dK/dV in registers, dQ via fp32 atomics",
-      launch};
+  const char* summary =
+      "tensor cores (mma.sync): S^T and dP^T per warp's 16 keys, dK/dV in registers, dQ via fp32 atomics";
+  BackwardKernel k{name, 7, 2, "mma", dtype, summary, launch};
   k.supports = [](const AttentionShape& s) { return backward_mma_support(s, false); };
   k.workspace_bytes = [](const AttentionShape& s) {
     return std::size_t(s.lse_elems()) * sizeof(float) + std::size_t(s.q_elems()) * sizeof(float);

@@ -413,14 +413,9 @@ void launch_wgmma(const BackwardParams& p) {
 }
 
 BackwardKernel wgmma_kernel() {
-  BackwardKernel k{
-      "ch07_wgmma_bf16",
-      7,
-      4,
-      "wgmma",
-      DType::BF16,
-      "variant 3 on Hopper: TMA ring + producer warpgroup, S^T/dP^T/dV/dK and S/dP/dQ by wgmma; no atomics",
-      launch_wgmma};
+  const char* summary =
+      "variant 3 on Hopper: TMA ring + producer warpgroup, S^T/dP^T/dV/dK and S/dP/dQ by wgmma; no atomics";
+  BackwardKernel k{"ch07_wgmma_bf16", 7, 4, "wgmma", DType::BF16, summary, launch_wgmma};
   k.supports = [](const AttentionShape& s) { return hopper_support(s, "variant 4"); };
   k.workspace_bytes = [](const AttentionShape& s) { return std::size_t(s.lse_elems()) * sizeof(float); };
   k.deterministic = true;
