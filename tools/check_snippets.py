@@ -9,7 +9,9 @@ A markdown file shows a region of a source file like this:
     ```
 
 The markers are Doxygen's (`\\snippet` uses the same ones). `check_snippets.py` fails, naming
-each stale block, when a block differs from its region; `--fix` rewrites the blocks from the source.
+each stale block, when a block differs from its region, and when a `<!-- snippet: ... -->` line has
+no code block right after it (the page would show nothing); `--fix` rewrites the blocks from the
+source and fills in the missing ones.
 """
 import argparse
 import glob
@@ -20,6 +22,7 @@ import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLOCK = re.compile(r"<!-- snippet: (\S+) (\S+) -->\n```(\w*)\n(.*?)```", re.S)
+MARKER = re.compile(r"<!-- snippet: (\S+) (\S+) -->\n(?!```)")
 
 
 def region(path, name):
@@ -63,6 +66,19 @@ def main():
             return f"<!-- snippet: {m.group(1)} {m.group(2)} -->\n```{m.group(3)}\n{code}```"
 
         new = BLOCK.sub(replace, text)
+        for m in MARKER.finditer(new):  # a marker with no code block after it shows an empty snippet
+            line = new[:m.start()].count("\n") + 1
+            stale.append(f"{os.path.relpath(doc, ROOT)}:{line}: snippet {m.group(1)} [{m.group(2)}] has no code block "
+                         "after its marker")
+
+        def fill(m):
+            try:
+                code = region(m.group(1), m.group(2))
+            except (OSError, ValueError):
+                return m.group(0)
+            return f"<!-- snippet: {m.group(1)} {m.group(2)} -->\n```cpp\n{code}```\n"
+
+        new = MARKER.sub(fill, new)
         if args.fix and new != text:
             with open(doc, "w") as f:
                 f.write(new)

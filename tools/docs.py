@@ -10,8 +10,12 @@ The markdown files stay the source; this writes Doxygen-ready copies of them int
     next to the pages, so the site works offline);
   * a code block under `<!-- snippet: FILE NAME -->` becomes `\\snippet FILE NAME`: Doxygen takes
     the code from the source itself, between the two `//! [NAME]` lines;
-  * links to other pages become `@ref` links; links to source files become the file's name in
-    code font (the site does not carry the sources); web links stay.
+  * links to other pages become `@ref` links, and a link to a heading (`glossary.md#warpgroup`,
+    GitHub's anchor) becomes an `@ref` to a label this script puts on that heading (a link to a
+    heading that does not exist is an error); links to source files become the file's name in
+    code font (the site does not carry the sources); web links stay;
+  * a chapter's other pages (chapter 06's `fp8.md`, a `performance_notes.md`) are sub-pages of
+    the chapter's page.
 Then Doxygen runs with warnings as errors. The site is OUT/html/index.html. Exit status is
 non-zero, with Doxygen's warnings printed, when anything is wrong.
 """
@@ -37,6 +41,10 @@ def pages():
     for readme in sorted(glob.glob(os.path.join(ROOT, "chapters", "*", "README.md"))):
         number = os.path.basename(os.path.dirname(readme)).split("_")[0]
         out.append((os.path.relpath(readme, ROOT), f"ch{number}"))
+        for extra in sorted(glob.glob(os.path.join(os.path.dirname(readme), "*.md"))):
+            if os.path.basename(extra) != "README.md":
+                stem = os.path.splitext(os.path.basename(extra))[0]
+                out.append((os.path.relpath(extra, ROOT), f"ch{number}_{stem}"))
     for doc in sorted(glob.glob(os.path.join(ROOT, "docs", "concepts", "*.md"))):
         out.append((os.path.relpath(doc, ROOT), os.path.splitext(os.path.basename(doc))[0]))
     out.append(("docs/grading.md", "grading"))
@@ -58,22 +66,64 @@ def convert_math(text):
     return "\n".join(out)
 
 
-def convert_links(text, source, ids):
+def slug(heading):
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def heading_label(page_id, anchor):
+    return f"{page_id}_" + re.sub(r"[^A-Za-z0-9]", "_", anchor)
+
+
+def headings(text):
+    """GitHub anchors of the headings outside code blocks."""
+    out, in_code = set(), False
+    for line in text.split("\n"):
+        if FENCE.match(line.strip()):
+            in_code = not in_code
+        elif not in_code and line.startswith("#"):
+            out.add(slug(line.lstrip("#")))
+    return out
+
+
+def link_target(source, target, ids):
+    """(page id or None, anchor or None) of a link in `source`."""
+    path, _, anchor = target.partition("#")
+    path = os.path.normpath(os.path.join(os.path.dirname(source), path)) if path else source
+    return ids.get(path), anchor or None
+
+
+def convert_links(text, source, ids, order):
     """Links to pages become @ref links; links to repository files become code; web links stay."""
-    base = os.path.dirname(source)
 
     def replace(m):
         label, target = m.group(1), m.group(2)
         if re.match(r"^[a-z]+://", target) or target.startswith("mailto:"):
             return m.group(0)
-        if target.startswith("#"):
-            return label
-        path = os.path.normpath(os.path.join(base, target.split("#")[0]))
-        if path in ids:
-            return f"[{label}](@ref {ids[path]})"
+        page, anchor = link_target(source, target, ids)
+        if page and anchor:
+            if anchor not in order["anchors"][page]:
+                raise ValueError(f"{source}: link '{target}': no heading with that anchor")
+            order["labels"].add((page, anchor))
+            return f"[{label}](@ref {heading_label(page, anchor)})"
+        if page:
+            return f"[{label}](@ref {page})"
         return label if label.startswith("`") else f"`{label}`"
 
     return LINK.sub(replace, text)
+
+
+def label_headings(text, page_id, order):
+    """Puts `{#label}` on the headings some page links to."""
+    out, in_code = [], False
+    for line in text.split("\n"):
+        if FENCE.match(line.strip()):
+            in_code = not in_code
+        elif not in_code and re.match(r"^#{2,} ", line) and (page_id, slug(line.lstrip("#"))) in order["labels"]:
+            line = f"{line} {{#{heading_label(page_id, slug(line.lstrip('#')))}}}"
+        out.append(line)
+    return "\n".join(out)
 
 
 def convert(source, page_id, ids, order):
@@ -83,7 +133,7 @@ def convert(source, page_id, ids, order):
     text = convert_math(text)
     # Doxygen 1.9 prints a heading's `code` as a literal <tt>: headings lose their backticks.
     text = re.sub(r"^(#+ .*)$", lambda m: m.group(1).replace("`", ""), text, flags=re.M)
-    text = convert_links(text, source, ids)
+    text = convert_links(text, source, ids, order)
     for m in IMAGE.finditer(text):  # images: copied next to the pages by main()
         if not re.match(r"^[a-z]+://", m.group(2)):
             order.setdefault("images", set()).add(os.path.normpath(os.path.join(os.path.dirname(source), m.group(2))))
@@ -94,11 +144,13 @@ def convert(source, page_id, ids, order):
     if page_id != "index":  # the main page has Doxygen's own label, index
         lines[0] = f"{lines[0]} {{#{page_id}}}"
     all_pages = order["pages"]
-    i = [p for _, p in all_pages].index(page_id)
+    chapters = [p for _, p in all_pages if re.fullmatch(r"ch\d+", p)]
     if page_id == "index":
-        lines += ["", "## All pages", ""] + [f"- \\subpage {p}" for _, p in all_pages[1:]]
-    elif page_id.startswith("ch"):
-        chapters = [p for _, p in all_pages if p.startswith("ch")]
+        lines += ["", "## All pages", ""] + [f"- \\subpage {p}" for _, p in all_pages[1:] if not re.match(r"ch\d+_", p)]
+    elif page_id in chapters:
+        subpages = [p for _, p in all_pages if p.startswith(page_id + "_")]
+        if subpages:
+            lines += ["", "## More on this chapter", ""] + [f"- \\subpage {p}" for p in subpages]
         j = chapters.index(page_id)
         nav = []
         if j > 0:
@@ -106,7 +158,9 @@ def convert(source, page_id, ids, order):
         if j + 1 < len(chapters):
             nav.append(f"next: @ref {chapters[j + 1]}")
         lines += ["", "<hr>", "", " · ".join(nav + ["@ref index \"all chapters\""])]
-    del i
+    elif re.match(r"ch\d+_", page_id):
+        chapter = page_id.split("_")[0]
+        lines += ["", "<hr>", "", f"back to @ref {chapter} · @ref index \"all chapters\""]
     return "\n".join(lines) + "\n"
 
 
@@ -167,12 +221,15 @@ def main():
     shutil.rmtree(out, ignore_errors=True)
     page_dir = os.path.join(out, "pages")
     os.makedirs(page_dir)
-    order = {"pages": pages()}
+    order = {"pages": pages(), "labels": set()}
     ids = {source: page_id for source, page_id in order["pages"]}
+    order["anchors"] = {page_id: headings(open(os.path.join(ROOT, source), encoding="utf-8").read())
+                        for source, page_id in order["pages"]}
     try:
-        for source, page_id in order["pages"]:
+        converted = {page_id: convert(source, page_id, ids, order) for source, page_id in order["pages"]}
+        for page_id, text in converted.items():  # labels once every page's links are known
             with open(os.path.join(page_dir, f"{page_id}.md"), "w", encoding="utf-8") as f:
-                f.write(convert(source, page_id, ids, order))
+                f.write(label_headings(text, page_id, order))
     except (OSError, ValueError) as e:
         print(f"docs: {e}", file=sys.stderr)
         return 1

@@ -10,6 +10,7 @@ import argparse
 import csv
 import glob
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,6 +19,7 @@ import tempfile
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build-dir", default="build")
+    parser.add_argument("--csv", help="also keep every program's result rows in this CSV (docs/results/)")
     parser.add_argument("program_args", nargs="*", help="passed to every chapter program (after --)")
     args = parser.parse_args()
 
@@ -36,6 +38,8 @@ def main() -> int:
             if status != 0:
                 failed.append(f"{name} (exit {status})")
         rows = list(csv.DictReader(open(csv_path))) if os.path.exists(csv_path) else []
+        if args.csv and os.path.exists(csv_path):
+            shutil.copyfile(csv_path, args.csv)
 
     print("\n===== tour =====")
     if rows:

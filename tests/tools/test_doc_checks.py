@@ -1,0 +1,117 @@
+"""The docs' checkers fail on what they exist to catch: process words (tools/check_words.py), a
+snippet marker with no code after it (tools/check_snippets.py) and a measured table that is not
+what the result files give (tools/tables.py). Each runs on a small made-up tree."""
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import unittest
+
+TOOLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools")
+sys.path.insert(0, TOOLS)
+import check_snippets  # noqa: E402
+import check_words  # noqa: E402
+import tables  # noqa: E402
+
+SOURCE = """int f(int x) {
+  //! [body]
+  return x + 1;
+  //! [body]
+}
+"""
+
+
+def quiet(fn, *args):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = fn(*args)
+    return status, out.getvalue()
+
+
+class Tree(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def write(self, rel, text):
+        path = os.path.join(self.root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+
+class ProcessWords(Tree):
+    def test_each_kind_of_process_word_is_caught(self):
+        for line in ["Measured in session 3 on the H100.", "As issue 5 asked, the backward ...",
+                     "The first version used atomics.", "An earlier run was slower.",
+                     "Tried in the same pass: four stages.", "an exploration run showed spills"]:
+            path = self.write("chapters/x/README.md", f"# Title\n\n{line}\n")
+            status, out = quiet(check_words.main, [path])
+            self.assertEqual(status, 1, line)
+            self.assertIn(":3:", out)
+
+    def test_plain_statements_pass(self):
+        path = self.write("chapters/x/README.md", "# Title\n\nThe loop's next iteration reads tile j + 1. "
+                          "Measured on the H100, 2026-11-24, `make bench`.\n")
+        self.assertEqual(quiet(check_words.main, [path])[0], 0)
+
+
+class Snippets(Tree):
+    def run_check(self, *argv):
+        old_root, old_argv = check_snippets.ROOT, sys.argv
+        check_snippets.ROOT, sys.argv = self.root, ["check_snippets.py", *argv]
+        try:
+            return quiet(check_snippets.main)
+        finally:
+            check_snippets.ROOT, sys.argv = old_root, old_argv
+
+    def test_marker_without_code_fails_and_fix_fills_it(self):
+        self.write("src/f.cpp", SOURCE)
+        page = self.write("chapters/x/README.md", "# T\n\n<!-- snippet: src/f.cpp body -->\n\nText.\n")
+        status, out = self.run_check()
+        self.assertEqual(status, 1)
+        self.assertIn("has no code block after its marker", out)
+        self.assertEqual(self.run_check("--fix")[0], 0)
+        self.assertIn("```cpp\nreturn x + 1;\n```", open(page).read())
+        self.assertEqual(self.run_check()[0], 0)
+
+    def test_stale_block_fails(self):
+        self.write("src/f.cpp", SOURCE)
+        self.write("chapters/x/README.md", "# T\n\n<!-- snippet: src/f.cpp body -->\n```cpp\nreturn x;\n```\n")
+        status, out = self.run_check()
+        self.assertEqual(status, 1)
+        self.assertIn("differs from the source", out)
+
+
+class Tables(Tree):
+    def run_tables(self, *argv):
+        old_root, old_argv = tables.ROOT, sys.argv
+        tables.ROOT, sys.argv = self.root, ["tables.py", *argv]
+        try:
+            return quiet(tables.main)
+        finally:
+            tables.ROOT, sys.argv = old_root, old_argv
+
+    def test_stale_table_fails_and_regeneration_fixes_it(self):
+        page = self.write("chapters/x/README.md", "# T\n\n<!-- table: ch05 -->\n| made | up |\n<!-- /table -->\n")
+        status, out = self.run_tables("--check")
+        self.assertEqual(status, 1)
+        self.assertIn("table 'ch05' differs", out)
+        self.assertEqual(self.run_tables()[0], 0)
+        self.assertIn("`ch05_tuned_bf16`", open(page).read())
+        self.assertEqual(self.run_tables("--check")[0], 0)
+
+    def test_unknown_table_fails(self):
+        self.write("chapters/x/README.md", "# T\n\n<!-- table: ch99 -->\n<!-- /table -->\n")
+        status, out = self.run_tables("--check")
+        self.assertEqual(status, 1)
+        self.assertIn("no table named 'ch99'", out)
+
+
+if __name__ == "__main__":
+    unittest.main()

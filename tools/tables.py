@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""One source for every measured number: the docs' tables, generated from docs/results/h100/.
+
+A page asks for a table with two marker lines:
+
+    <!-- table: ch05 -->
+    <!-- /table -->
+
+and `python3 tools/tables.py` writes the table between them, from the result files of one run on
+the H100 (`make run`'s tour and `make bench`, see docs/results/h100/README.md). `--check` (a CTest
+test, run in CI) rewrites nothing and fails, naming the page and the table, when a table differs
+from what the result files give, or when a page asks for a table that does not exist. After a new
+run: copy its files into docs/results/h100/, update run.txt, run this script, commit.
+
+Tables: tour, progression, ceilings, ch01 ... ch06, ch06_fp8, ch07, ch08.
+"""
+import argparse
+import csv
+import glob
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "docs", "results", "h100")
+MARKER = re.compile(r"(<!-- table: (\w+) -->\n)(.*?)(<!-- /table -->)", re.S)
+# The sweep points the chapter tables show: (head_dim, seq, causal).
+POINTS = [(64, 4096, False), (128, 4096, False), (128, 16384, True)]
+KEY_POINT = (128, 4096, False)
+
+
+def load(name):
+    path = os.path.join(RESULTS, name)
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def run_line():
+    """The one sentence that says where every number of the tables comes from (run.txt)."""
+    info = {}
+    for line in open(os.path.join(RESULTS, "run.txt")):
+        if ":" in line:
+            key, value = line.split(":", 1)
+            info[key.strip()] = value.strip()
+    return (f"{info['gpu']}, driver {info['driver']}, CUDA {info['cuda']}, PyTorch {info['pytorch']}, "
+            f"{info['date']}; {info['commands']} (files in `docs/results/h100/`).")
+
+
+def fmt(x):
+    if x is None:
+        return "–"
+    return f"{x:.0f}" if x >= 1000 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}×" if a is not None and b else "–"
+
+
+def table(header, rows, align=None):
+    align = align or ["---"] * len(header)
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+class Forward:
+    """fa_bench.csv and torch.csv of the standard sweep: TFLOP/s by (kernel, d, seq, causal)."""
+
+    def __init__(self):
+        self.ours, self.chapter, self.order = {}, {}, []
+        for r in load("fa_bench.csv"):
+            if r["status"] != "ok" or not r["tflops"]:
+                continue
+            key = (int(r["head_dim"]), int(r["seq_q"]), r["causal"] == "1")
+            self.ours[(r["kernel"], *key)] = float(r["tflops"])
+            if r["kernel"] not in self.chapter:
+                self.chapter[r["kernel"]] = int(r["chapter"])
+                self.order.append(r["kernel"])
+        self.torch = {}
+        for r in load("torch.csv"):
+            if r["status"] == "ok":
+                self.torch[(f"{r['backend']}_{r['dtype']}", int(r["head_dim"]), int(r["seq"]), r["causal"] == "1")] = \
+                    float(r["tflops"])
+
+    def get(self, kernel, point):
+        return self.ours.get((kernel, *point))
+
+    def kernels(self, chapter):
+        return [k for k in self.order if self.chapter[k] == chapter]
+
+    def best(self, chapter, point, exclude=("fp8",)):
+        """The chapter's fastest kernel at a point (FP8 is its own comparison)."""
+        cands = [(self.get(k, point) or 0, k) for k in self.order
+                 if self.chapter[k] == chapter and not any(e in k for e in exclude) and not k.endswith("_fp16")]
+        value, kernel = max(cands)
+        return kernel, value
+
+
+def point_name(point):
+    d, seq, causal = point
+    return f"d{d}, {seq // 1024}k{' causal' if causal else ''}"
+
+
+def forward_chapter(fw, chapter, kernels, reference):
+    """A chapter's kernels at POINTS, with ratios at KEY_POINT to the previous chapter and PyTorch."""
+    header = ["variant"] + [f"{point_name(p)}: TFLOP/s" for p in POINTS]
+    prev = None
+    if chapter > 1:
+        prev = fw.best(chapter - 1, KEY_POINT)
+        header.append(f"× {prev[0]} ({point_name(KEY_POINT)})")
+    header += [f"× {label} ({point_name(KEY_POINT)})" for label, _ in reference]
+    rows = []
+    for k in kernels:
+        row = [f"`{k}`"] + [fmt(fw.get(k, p)) for p in POINTS]
+        value = fw.get(k, KEY_POINT)
+        if prev:
+            row.append(ratio(value, prev[1]))
+        row += [ratio(value, fw.torch.get((backend, *KEY_POINT))) for _, backend in reference]
+        rows.append(row)
+    for label, backend in reference:
+        rows.append([f"PyTorch {label}"] + [fmt(fw.torch.get((backend, *p))) for p in POINTS] +
+                    ([""] if prev else []) + [""] * len(reference))
+    note = ("TFLOP/s = 4·B·H·N²·d / time (halved when causal), on the standard sweep: 16k tokens per batch, "
+            "hidden 2048 (batch = 16384 / seq, heads = 2048 / d).")
+    return table(header, rows) + "\n\n" + note
+
+
+FP32_REF = [("SDPA EFFICIENT fp32", "efficient_fp32")]
+BF16_REF = [("SDPA FLASH", "flash_bf16"), ("SDPA cuDNN", "cudnn_bf16")]
+
+
+def chapter_table(fw, chapter):
+    if chapter <= 4:
+        return forward_chapter(fw, chapter, fw.kernels(chapter), FP32_REF)
+    kernels = [k for k in fw.kernels(chapter) if k.endswith("_bf16")]
+    return forward_chapter(fw, chapter, kernels, BF16_REF)
+
+
+def fp8_table(fw):
+    points = [(64, 4096, False), (128, 4096, False), (128, 16384, False), (128, 16384, True)]
+    header = ["variant"] + [f"{point_name(p)}" for p in points]
+    rows = []
+    for k in ["ch06_fp8", "ch06_fp8_plain", "ch06_pingpong_bf16"]:
+        rows.append([f"`{k}`"] + [fmt(fw.get(k, p)) for p in points])
+    rows.append(["PyTorch SDPA cuDNN bf16"] + [fmt(fw.torch.get(("cudnn_bf16", *p))) for p in points])
+    for k in ["ch06_fp8", "ch06_fp8_plain"]:
+        rows.append([f"`{k}` ÷ `ch06_pingpong_bf16`"] +
+                    [ratio(fw.get(k, p), fw.get("ch06_pingpong_bf16", p)) for p in points])
+    return (table(header, rows) + "\n\nTFLOP/s counted as for bf16 (4·B·H·N²·d, halved when causal); the FP8 time "
+            "includes the quantization kernels.")
+
+
+def tour_table():
+    rows = []
+    base = None
+    shape = None
+    for r in load("tour.csv"):
+        if r["status"] != "ok":
+            continue
+        ms = float(r["time_ms"])
+        base = base or ms
+        shape = shape or (f"batch {r['batch']}, {r['heads_q']} heads, {r['seq_q']} queries and keys, "
+                          f"head_dim {r['head_dim']}{', causal' if r['causal'] == '1' else ''}")
+        where = r["phases"] or "one kernel"
+        rows.append([f"{int(r['chapter']):02d}", f"`{r['kernel']}`", f"{float(r['rel_err']):.1e}", f"{ms:.3g}",
+                     fmt(float(r["tflops"])), fmt(base / ms) + "×", where])
+    return (f"Every chapter program at its default shape ({shape}; `make run`):\n\n" +
+            table(["chapter", "kernel", "rel. error", "time (ms)", "TFLOP/s", "× ch01_naive", "where the time goes"],
+                  rows))
+
+
+def progression_table(fw):
+    header = ["chapter", "best variant"] + [point_name(p) + ": TFLOP/s (× SDPA FLASH)" for p in POINTS]
+    rows = []
+    for chapter in range(1, 7):
+        best = fw.best(chapter, KEY_POINT)[0]
+        cells = []
+        for p in POINTS:
+            v = fw.get(best, p)
+            cells.append(f"{fmt(v)} ({ratio(v, fw.torch.get(('flash_bf16', *p)))})")
+        rows.append([f"{chapter:02d}", f"`{best}`"] + cells)
+    for label, backend in [("SDPA FLASH bf16", "flash_bf16"), ("SDPA cuDNN bf16", "cudnn_bf16"),
+                           ("SDPA EFFICIENT fp32", "efficient_fp32")]:
+        rows.append(["PyTorch", label] + [fmt(fw.torch.get((backend, *p))) for p in POINTS])
+    return table(header, rows)
+
+
+def ceilings_table():
+    rows = [[r["ceiling"], f"{float(r['value']):.1f} {r['unit']}", r["detail"]] for r in load("ceilings.csv")]
+    return table(["ceiling", "measured", "how"], rows)
+
+
+def backward_table():
+    ours, order = {}, []
+    for r in load("backward.csv"):
+        if r["status"] == "ok" and r["tflops"]:
+            ours[(r["kernel"], int(r["head_dim"]), int(r["seq_q"]), r["causal"] == "1")] = float(r["tflops"])
+            if r["kernel"] not in order:
+                order.append(r["kernel"])
+    torch = {(r["backend"], int(r["head_dim"]), int(r["seq"]), r["causal"] == "1"): float(r["tflops"])
+             for r in load("torch_backward.csv") if r["status"] == "ok"}
+    header = ["variant"] + [f"{point_name(p)}: TFLOP/s" for p in POINTS] + \
+        [f"× SDPA FLASH ({point_name(KEY_POINT)})", f"× SDPA cuDNN ({point_name(KEY_POINT)})"]
+    rows = []
+    for k in order:
+        if k.endswith("_fp16"):
+            continue
+        v = ours.get((k, *KEY_POINT))
+        rows.append([f"`{k}`"] + [fmt(ours.get((k, *p))) for p in POINTS] +
+                    [ratio(v, torch.get(("flash", *KEY_POINT))), ratio(v, torch.get(("cudnn", *KEY_POINT)))])
+    for label, backend in [("SDPA FLASH bf16", "flash"), ("SDPA cuDNN bf16", "cudnn")]:
+        rows.append([f"PyTorch {label}"] + [fmt(torch.get((backend, *p))) for p in POINTS] + ["", ""])
+    return (table(header, rows) + "\n\nBackward TFLOP/s = 2.5 × the forward's FLOPs / time (dQ, dK, dV from "
+            "O, dO and LSE), on the standard sweep.")
+
+
+def decode_table():
+    ours = {}
+    for r in load("decode.csv"):
+        if r["status"] == "ok" and r["dtype"] == "bf16":
+            variant = "v1" if "block_table" in r["kernel"] else "v2"
+            ours[(variant, int(r["head_dim"]), int(r["num_seqs"]), int(r["context"]))] = float(r["kv_gbps"])
+    torch = {}
+    for r in load("torch_decode.csv"):
+        if r["status"] == "ok" and r["dtype"] == "bf16":  # the faster of SDPA's two ways to call GQA
+            key = (r["backend"], int(r["head_dim"]), int(r["batch"]), int(r["context"]))
+            torch[key] = max(torch.get(key, 0), float(r["kv_gbps"]))
+    shapes = sorted({k[1:] for k in ours}, key=lambda s: (-s[0], -s[1] * s[2], -s[1]))
+    rows = []
+    for d, n, ctx in shapes:
+        v1, v2 = ours.get(("v1", d, n, ctx)), ours.get(("v2", d, n, ctx))
+        flash, cudnn = torch.get(("flash", d, n, ctx)), torch.get(("cudnn", d, n, ctx))
+        best = max(x for x in (v1, v2) if x is not None)
+        rows.append([d, f"{n} × {ctx}", fmt(v1), fmt(v2), fmt(flash), fmt(cudnn), ratio(best, flash), ratio(best, cudnn)])
+    return (table(["d", "sequences × context", "`block_table` GB/s", "`split_kv` GB/s", "SDPA FLASH GB/s",
+                   "SDPA cuDNN GB/s", "best ÷ FLASH", "best ÷ cuDNN"], rows) +
+            "\n\nbf16, 32 query heads over 8 K/V heads, one query token per sequence; GB/s = K/V bytes read / time. "
+            "SDPA reads the same K/V stored contiguously (it has no block table), called the faster of two ways "
+            "(K/V heads repeated, or `enable_gqa`).")
+
+
+def tables():
+    fw = Forward()
+    out = {"tour": tour_table(), "progression": progression_table(fw), "ceilings": ceilings_table(),
+           "ch06_fp8": fp8_table(fw), "ch07": backward_table(), "ch08": decode_table()}
+    for chapter in range(1, 7):
+        out[f"ch{chapter:02d}"] = chapter_table(fw, chapter)
+    line = run_line()
+    return {name: f"{body}\n\nMeasured on {line}\n" for name, body in out.items()}
+
+
+def pages():
+    return sorted(glob.glob(os.path.join(ROOT, "*.md")) + glob.glob(os.path.join(ROOT, "chapters", "*", "*.md")) +
+                  glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; fail if a table is not current")
+    args = parser.parse_args()
+    generated = tables()
+    problems, count = [], 0
+    for page in pages():
+        text = open(page, encoding="utf-8").read()
+        rel = os.path.relpath(page, ROOT)
+
+        def fill(m):
+            nonlocal count
+            count += 1
+            name = m.group(2)
+            if name not in generated:
+                problems.append(f"{rel}: no table named '{name}'; known: {', '.join(sorted(generated))}")
+                return m.group(0)
+            body = "\n" + generated[name] + "\n"
+            if m.group(3) != body:
+                problems.append(f"{rel}: table '{name}' differs from docs/results/h100/")
+            return m.group(1) + body + m.group(4)
+
+        new = MARKER.sub(fill, text)
+        if not args.check and new != text:
+            with open(page, "w", encoding="utf-8") as f:
+                f.write(new)
+    if args.check and problems:
+        print("\n".join(problems))
+        print(f"tables: {len(problems)} of {count} tables are not what docs/results/h100/ gives; "
+              "run python3 tools/tables.py")
+        return 1
+    unknown = [p for p in problems if "no table named" in p]
+    if unknown:
+        print("\n".join(unknown))
+        return 1
+    print(f"tables: {count} tables " + ("match docs/results/h100/" if args.check else "written from docs/results/h100/"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
