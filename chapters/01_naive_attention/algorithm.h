@@ -78,6 +78,7 @@ inline void apply_values_cpu(const AttentionShape& s, const std::vector<float>& 
 }
 
 /// Runs `softmax_rows(scores, lse_head)` between steps 1 and 3 for every (batch, head).
+//! [three_steps_cpu]
 template <class SoftmaxRows>
 void materialized_attention_cpu(const AttentionShape& s, const float* q, const float* k, const float* v, float* o,
                                 float* lse, Products products, SoftmaxRows softmax_rows) {
@@ -88,8 +89,10 @@ void materialized_attention_cpu(const AttentionShape& s, const float* q, const f
     apply_values_cpu(s, scores, v + s.kv_head_offset(bh), o + s.q_head_offset(bh), products);
   }
 }
+//! [three_steps_cpu]
 
 /// Step 2, naive: P = exp(s) / sum exp(s). Overflows to inf (then NaN) once a logit > ~88.
+//! [naive_softmax_cpu]
 inline void naive_attention_cpu(const AttentionShape& s, const float* q, const float* k, const float* v, float* o,
                                 float* lse, Products products) {
   materialized_attention_cpu(s, q, k, v, o, lse, products, [&](std::vector<float>& scores, float* lse_head) {
@@ -103,5 +106,6 @@ inline void naive_attention_cpu(const AttentionShape& s, const float* q, const f
     }
   });
 }
+//! [naive_softmax_cpu]
 
 }  // namespace fa::naive

@@ -50,6 +50,7 @@ __global__ void attention_scores_kernel(AttentionShape shape, const T* q, const 
 constexpr int kValueColsPerBlock = 32;
 constexpr int kValueRowsPerBlock = 8;
 
+//! [values_per_thread]
 template <class T>
 __global__ void apply_values_kernel(AttentionShape shape, const float* probs, const T* v, T* o) {
   const int bh = blockIdx.z;
@@ -62,6 +63,7 @@ __global__ void apply_values_kernel(AttentionShape shape, const float* probs, co
   for (int j = 0; j < shape.seq_kv; ++j) acc += p_row[j] * float(v_head[int64_t(j) * shape.head_dim + c]);
   o[shape.q_head_offset(bh) + int64_t(i) * shape.head_dim + c] = T(acc);
 }
+//! [values_per_thread]
 
 // ---------------------------------------------------------------------------------------------
 // Variant 2's score and P*V kernels: the same two matrix products, tiled through shared memory.
@@ -106,6 +108,7 @@ __device__ inline void accumulate_tile_step(const float (&a_tile)[kTileDepth][kT
 template <class T>
 __global__ void __launch_bounds__(kTileThreads)
     attention_scores_tiled_kernel(AttentionShape shape, const T* q, const T* k, float* scores) {
+  //! [scores_tiled_setup]
   __shared__ float q_tile[kTileDepth][kTile];
   __shared__ float k_tile[kTileDepth][kTile];
   const int bh = blockIdx.z, row0 = blockIdx.y * kTile, key0 = blockIdx.x * kTile;
@@ -114,6 +117,7 @@ __global__ void __launch_bounds__(kTileThreads)
   const T* k_head = k + shape.kv_head_offset(bh);
   const int d = shape.head_dim;
   float acc[kPerThread][kPerThread] = {};
+  //! [scores_tiled_setup]
   //! [scores_tiled_main_loop]
   for (int c0 = 0; c0 < d; c0 += kTileDepth) {
     // 64 x 16 = 1024 values per operand, 4 per thread; out-of-range rows/dims load as 0.
@@ -128,6 +132,7 @@ __global__ void __launch_bounds__(kTileThreads)
     __syncthreads();  // the tiles are overwritten next step
   }
   //! [scores_tiled_main_loop]
+  //! [scores_tiled_store]
   const float scale = float(shape.softmax_scale());
 #pragma unroll
   for (int r = 0; r < kPerThread; ++r) {
@@ -142,6 +147,7 @@ __global__ void __launch_bounds__(kTileThreads)
       }
     }
   }
+  //! [scores_tiled_store]
 }
 
 /// O tile = P_tile V: P is [seq_q, seq_kv] (a 64 x 16 slice, stored transposed), V is

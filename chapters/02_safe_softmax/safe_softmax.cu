@@ -85,6 +85,7 @@ void launch_safe_softmax(const ForwardParams& p) {
   });
 }
 
+//! [block_launch]
 void launch_safe_softmax_block(const ForwardParams& p) {
   launch_materialized_attention<float>(p, naive::Products::Tiled, [&](float* scores) {
     // BEGIN SOLUTION ch02_block_softmax: launch safe_softmax_block_kernel on p.stream, one block of kBlockThreads threads per row of scores (p.shape.lse_elems() rows), then CUDA_CHECK_LAUNCH()
@@ -93,6 +94,7 @@ void launch_safe_softmax_block(const ForwardParams& p) {
     // END SOLUTION
   });
 }
+//! [block_launch]
 
 ForwardKernel safe_kernel(int number, const char* variant, const char* summary, void (*launch)(const ForwardParams&)) {
   ForwardKernel k{std::string("ch02_") + variant, 2, number, variant, DType::F32, summary, launch};

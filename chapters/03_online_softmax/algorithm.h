@@ -63,6 +63,7 @@ inline void fused_online_attention_cpu(const AttentionShape& s, const float* q, 
       std::fill(acc.begin(), acc.end(), 0.0f);
       const int visible = s.visible_keys(i);
       float m = -INFINITY, l = 0.0f;
+      //! [fused_step_cpu]
       for (int j0 = 0; j0 < visible; j0 += kKeysPerStep) {
         const int keys = std::min(kKeysPerStep, visible - j0);
         float step_max = -INFINITY;
@@ -88,6 +89,7 @@ inline void fused_online_attention_cpu(const AttentionShape& s, const float* q, 
         }
         m = m_new;
       }
+      //! [fused_step_cpu]
       float* o_row = o + s.q_head_offset(bh) + int64_t(i) * d;
       for (int c = 0; c < d; ++c) o_row[c] = visible > 0 ? acc[c] / l : 0.0f;
       lse[int64_t(bh) * s.seq_q + i] = visible > 0 ? m + std::log(l) : -INFINITY;

@@ -44,6 +44,7 @@ __device__ MaxSum online_merge(MaxSum a, MaxSum b) {
 }
 //! [online_update_and_merge]
 
+//! [warp_merge]
 __device__ MaxSum warp_merge(MaxSum state) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) {
@@ -52,6 +53,7 @@ __device__ MaxSum warp_merge(MaxSum state) {
   }
   return state;
 }
+//! [warp_merge]
 
 constexpr int kBlockThreads = 256;
 
@@ -60,6 +62,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   __shared__ MaxSum partial[32];
   const int64_t row = blockIdx.x;
   float* s = scores + row * shape.seq_kv;
+  //! [online_block_pass1]
   // Pass 1: each thread folds its columns into its own (m, l) ...
   MaxSum state{-INFINITY, 0.0f};
   for (int j = threadIdx.x; j < shape.seq_kv; j += blockDim.x) state = online_update(state, s[j]);
@@ -75,6 +78,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
   __syncthreads();
   const MaxSum total = partial[0];
+  //! [online_block_pass1]
   // Pass 2: normalize. A row that sees no key keeps l = 0: P = 0, LSE = -inf.
   const bool empty = total.l == 0.0f;
   const float inv_sum = empty ? 0.0f : 1.0f / total.l;
@@ -152,6 +156,7 @@ __global__ void __launch_bounds__(32 * kFusedWarps)
   }
   //! [fused_key_loop]
 
+  //! [fused_epilogue]
   // The deferred normalization: divide by l once, at the end.
   const float inv_l = visible > 0 ? 1.0f / l : 0.0f;
   float* o_row = o + shape.q_head_offset(bh) + int64_t(i) * d;
@@ -161,6 +166,7 @@ __global__ void __launch_bounds__(32 * kFusedWarps)
     if (c < d) o_row[c] = acc[t] * inv_l;
   }
   if (lane == 0) lse[int64_t(bh) * shape.seq_q + i] = visible > 0 ? m + logf(l) : -INFINITY;
+  //! [fused_epilogue]
 }
 
 void launch_fused_online_attention(const ForwardParams& p) {

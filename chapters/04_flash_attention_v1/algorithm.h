@@ -73,6 +73,7 @@ inline void flash_attention_v1_cpu(const AttentionShape& s, const float* q, cons
       }
     };
 
+    //! [flash1_cpu_loop_orders]
     if (order == LoopOrder::KvOuter) {
       for (int j0 = 0; j0 < s.seq_kv; j0 += t.cols)
         for (int i0 = 0; i0 < s.seq_q; i0 += t.rows) visit(i0, j0);
@@ -80,6 +81,7 @@ inline void flash_attention_v1_cpu(const AttentionShape& s, const float* q, cons
       for (int i0 = 0; i0 < s.seq_q; i0 += t.rows)
         for (int j0 = 0; j0 < s.seq_kv; j0 += t.cols) visit(i0, j0);
     }
+    //! [flash1_cpu_loop_orders]
     for (int i = 0; i < s.seq_q; ++i)
       lse[int64_t(bh) * s.seq_q + i] = m[i] == -INFINITY ? -INFINITY : m[i] + std::log(l[i]);
   }

@@ -213,10 +213,12 @@ std::string flash1_support(const AttentionShape& s, bool per_q_tile) {
   return "";
 }
 
+//! [flash1_shared_optin]
 template <class Kernel>
 void allow_shared_memory(Kernel kernel, std::size_t bytes) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
+//! [flash1_shared_optin]
 
 void launch_kv_outer(const ForwardParams& p) {
   // BEGIN SOLUTION ch04_row_update: write tile_row_update (step 2, the online-softmax update of one tile) in flash_attention_v1.cu, then delete this line

@@ -141,6 +141,7 @@ __global__ void __launch_bounds__(kRegThreads)
     }
     __syncthreads();
 
+    //! [flash1_register_output]
     // O patch = alpha * O + beta * P~ V_j, for each 64-column chunk of the head dimension.
 #pragma unroll
     for (int ch = 0; ch < kChunks; ++ch) {
@@ -165,6 +166,7 @@ __global__ void __launch_bounds__(kRegThreads)
         for (int b = 0; b < kPatch; ++b) out[ch][a][b] = alpha[r] * out[ch][a][b] + beta[r] * pv[a][b];
       }
     }
+    //! [flash1_register_output]
   }
 
   __syncthreads();

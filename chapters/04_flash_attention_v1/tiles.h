@@ -8,6 +8,7 @@
 
 namespace fa::flash1 {
 
+//! [flash1_choose_tiles]
 /// The paper's on-chip memory budget M, in floats: 48 KB, the shared memory every CUDA GPU gives
 /// a block without asking. B_c = ceil(M / 4d) fills M with four tiles of d-wide rows (Q_i, K_j,
 /// V_j, O_i); B_r = min(B_c, d) (FlashAttention, Algorithm 1, line 1).
@@ -22,6 +23,7 @@ inline Tiles choose_tiles(int head_dim) {
   int cols = (kSramFloats + 4 * head_dim - 1) / (4 * head_dim);
   return {cols < head_dim ? cols : head_dim, cols};
 }
+//! [flash1_choose_tiles]
 
 /// Shared memory a block uses, in floats: Q_i and K_j padded to d + 1 per row (so a warp reading
 /// one column of 32 different rows hits 32 different banks), V_j, O_i, the score tile S_ij

@@ -30,6 +30,7 @@ inline void flash_attention_v2_cpu(const AttentionShape& s, const float* q, cons
       std::fill(m.begin(), m.end(), -INFINITY);
       std::fill(l.begin(), l.end(), 0.0f);
       const int key_end = s.causal ? s.visible_keys(i0 + rows - 1) : s.seq_kv;  // later tiles are fully masked
+      //! [flash2_cpu_tile]
       for (int j0 = 0; j0 < key_end; j0 += kTileCols) {
         for (int r = 0; r < rows; ++r) {
           const int i = i0 + r;
@@ -51,6 +52,7 @@ inline void flash_attention_v2_cpu(const AttentionShape& s, const float* q, cons
           }
         }
       }
+      //! [flash2_cpu_tile]
       for (int r = 0; r < rows; ++r) {
         const int i = i0 + r;
         for (int x = 0; x < d; ++x)

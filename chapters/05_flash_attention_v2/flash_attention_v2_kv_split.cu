@@ -94,6 +94,7 @@ __global__ void __launch_bounds__(kSplitThreads)
         }
     }
 
+    //! [kv_split_max]
     // Cost 1: the row max is split over four warps. Each posts its part; a barrier; each reads all four.
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
@@ -103,6 +104,7 @@ __global__ void __launch_bounds__(kSplitThreads)
       if (t == 0) part[warp * kSplitRows + 16 * mt + 8 * h + g] = mx;
     }
     __syncthreads();
+    //! [kv_split_max]
     float rescale[8];
 #pragma unroll
     for (int r = 0; r < 8; ++r) {

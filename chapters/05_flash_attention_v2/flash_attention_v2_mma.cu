@@ -67,6 +67,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   __syncthreads();
   // The warp's Q rows as A fragments, one per 16-wide step of the head dimension; they stay in
   // registers for the whole K/V loop.
+  //! [mma_q_fragments]
   uint32_t q_frag[kD / 16][4];
   const T* q_warp = q_s + (16 * warp) * kLd;
 #pragma unroll
@@ -77,6 +78,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     q_frag[ks][2] = load32(q_warp + g * kLd + col + 8);
     q_frag[ks][3] = load32(q_warp + (g + 8) * kLd + col + 8);
   }
+  //! [mma_q_fragments]
 
   float out[kD / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows a and b; m in log2 units
@@ -92,6 +94,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   for (int j0 = 0, stage = 0; j0 < key_end; j0 += kKeys, stage ^= 1) {
     T* k_s = kv_s + (kPipelined ? stage : 0) * 2 * kKeys * kLd;
     T* v_s = k_s + kKeys * kLd;
+    //! [mma_stages]
     if constexpr (kPipelined) {
       // Start the next tile's copy into the other stage, then wait only for this tile's.
       if (j0 + kKeys < key_end) {
@@ -110,6 +113,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       load_tile<T, kD, kLd, 64>(v_s, v_head, j0, n_k);
       __syncthreads();
     }
+    //! [mma_stages]
 
     //! [mma_scores]
     // S (16 x 64 per warp) = Q K_j^T: 8 n-blocks of 8 keys, kD / 16 k-steps each.
@@ -136,8 +140,10 @@ __global__ void __launch_bounds__(kMmaThreads)
 
     // Scale into log2 units and mask (causal, and keys/rows past the end).
     // Variant 4 masks only tiles that cross the causal diagonal for some row of the block, or the ends.
+    //! [mma_mask]
     const bool crosses_diagonal = shape.causal && (!kPipelined || j0 + kKeys > shape.visible_keys(i0));
     const bool needs_mask = crosses_diagonal || j0 + kKeys > n_k || i0 + kRows > n_q;
+    //! [mma_mask]
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb) {
 #pragma unroll

@@ -45,6 +45,7 @@ constexpr int kWarpRows = 32, kBlockRows = kWarpRows * kTunedWarps;  // two m16 
 /// across the K/V loop).
 template <class T, int kD, int kRows>
 __device__ void copy_rows_async(T* tile, const T* src, int first, int n_rows) {
+  //! [tuned_copy_rows]
   constexpr int kChunks = kD / 8, kLd = kD + 8, kRowStep = kTunedThreads / kChunks;
   static_assert(kTunedThreads % kChunks == 0 && kRows % kRowStep == 0, "every thread copies the same chunks");
   const int r0 = int(threadIdx.x) / kChunks, c = int(threadIdx.x) % kChunks;
@@ -58,6 +59,7 @@ __device__ void copy_rows_async(T* tile, const T* src, int first, int n_rows) {
       *reinterpret_cast<uint4*>(to + i * kRowStep * kLd) = make_uint4(0, 0, 0, 0);
     }
   }
+  //! [tuned_copy_rows]
 }
 
 /// Keys per K/V tile. The S accumulators (2 x kKeys / 8 x 4 floats per thread) and the O
@@ -94,6 +96,7 @@ __global__ void __launch_bounds__(kTunedThreads, 2)
   float out[2][kD / 8][4] = {};
   float m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l[4] = {};  // m in log2 units, scale folded in
 
+  //! [tuned_loop]
   for (int j0 = 0; j0 < key_end; j0 += kKeys) {
     cp_async_wait<0>();
     __syncthreads();  // K_j (and Q) have landed, and every warp is done reading V_{j-1}
@@ -115,6 +118,7 @@ __global__ void __launch_bounds__(kTunedThreads, 2)
     tuned_softmax<kD, kKeys>(s, out, m, l, scale_log2);
     tuned_pv<T, kD, kKeys, PaddedRows<kD>>(out, s, v_s, lane);
   }
+  //! [tuned_loop]
 
   // Epilogue. The Q copy may still be in flight if the loop never ran (a causal block that sees
   // no key), and other threads' copies land in this warp's rows: wait for all of them.

@@ -55,6 +55,7 @@ inline void fp8_attention_cpu(const AttentionShape& s, const float* q, const flo
   for (int bh = 0; bh < s.batch * s.heads_q; ++bh) {
     std::vector<float> qh(q + s.q_head_offset(bh), q + s.q_head_offset(bh) + int64_t(s.seq_q) * d);
     std::vector<float> kh(k + s.kv_head_offset(bh), k + s.kv_head_offset(bh) + int64_t(s.seq_kv) * d);
+    //! [fp8_recipe]
     if (recipe.incoherent) {
       rotate_rows(qh.data(), s.seq_q, d, signs);
       rotate_rows(kh.data(), s.seq_kv, d, signs);
@@ -64,6 +65,7 @@ inline void fp8_attention_cpu(const AttentionShape& s, const float* q, const flo
     const std::vector<float> q8 = dequantize(quantize_e4m3(qh.data(), s.seq_q, d, q_block));
     const std::vector<float> k8 = dequantize(quantize_e4m3(kh.data(), s.seq_kv, d, kv_block));
     const std::vector<float> v8 = dequantize(quantize_e4m3(v + s.kv_head_offset(bh), s.seq_kv, d, kv_block));
+    //! [fp8_recipe]
     for (int i = 0; i < s.seq_q; ++i) {
       float m = -INFINITY;
       for (int j = 0; j < s.seq_kv; ++j) {
@@ -78,6 +80,7 @@ inline void fp8_attention_cpu(const AttentionShape& s, const float* q, const flo
         lse[int64_t(bh) * s.seq_q + i] = -INFINITY;
         continue;
       }
+      //! [p_rounded]
       // l sums P as P V uses it: rounded to e4m3 when p_in_fp8 (the kernel at head_dim 128 takes
       // its row sums from the tensor cores, from that same P).
       float l = 0.0f;
@@ -86,6 +89,7 @@ inline void fp8_attention_cpu(const AttentionShape& s, const float* q, const flo
         if (recipe.p_in_fp8) p[j] = round_to_e4m3(p[j] * kPScale) / kPScale;
         l += p[j];
       }
+      //! [p_rounded]
       for (int j = 0; j < s.seq_kv; ++j)
         if (p[j] != 0.0f)
           for (int x = 0; x < d; ++x) o_row[x] += p[j] * v8[std::size_t(j) * d + x];

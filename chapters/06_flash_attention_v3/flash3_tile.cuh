@@ -43,6 +43,7 @@ using hopper::aligned_smem;
 /// "empty" barriers, when given, take one arrival per consumer thread.
 __device__ inline void init_ring(uint64_t* q_full, uint64_t* k_full, uint64_t* v_full, int stages,
                                  uint64_t* k_empty = nullptr, uint64_t* v_empty = nullptr, int consumer_threads = 0) {
+  //! [init_ring]
   if (threadIdx.x == 0) {
     hopper::mbarrier_init(q_full, 1);
     for (int s = 0; s < stages; ++s) {
@@ -54,6 +55,7 @@ __device__ inline void init_ring(uint64_t* q_full, uint64_t* k_full, uint64_t* v
     hopper::fence_barrier_init();
   }
   __syncthreads();
+  //! [init_ring]
 }
 
 /// The producer's loop (variants 3-5): K/V tile j goes into stage j % kStages. Before refilling a
@@ -203,6 +205,7 @@ __device__ inline bool tile_needs_mask(const AttentionShape& shape, int i0, int 
          i0 + block_m > shape.seq_q;
 }
 
+//! [turns]
 /// The named barriers of the ping-pong schedule (hardware barrier 0 is __syncthreads'). Both
 /// consumer warpgroups (256 threads) take part in each: the one whose turn it is waits with
 /// bar.sync, the other arrives with bar.arrive.
@@ -216,6 +219,7 @@ constexpr int kTurnThreads = 256;
 __device__ inline int turn_of(int consumer) { return kTurnOfConsumer0 + consumer; }
 __device__ inline void turn_wait(int consumer) { hopper::named_barrier_sync<kTurnThreads>(turn_of(consumer)); }
 __device__ inline void turn_give(int consumer) { hopper::named_barrier_arrive<kTurnThreads>(turn_of(consumer)); }
+//! [turns]
 
 /// Variant 4's schedule for one of the two consumer warpgroups, written once for any operand
 /// type (bf16 in variant 4, e4m3 in variant 5 at head_dim 64). `ops` provides wait_k(j),
@@ -280,9 +284,11 @@ template <class Kernel>
 void launch_bf16_tiles(Kernel kernel, const ForwardParams& p, int head_dim, int block_m, int key_rows, int threads,
                        int smem_bytes) {
   const AttentionShape& s = p.shape;
+  //! [tensor_maps]
   const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, head_dim, s.seq_q, s.batch * s.heads_q, block_m);
   const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, head_dim, s.seq_kv, s.batch * s.heads_kv, key_rows);
   const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, head_dim, s.seq_kv, s.batch * s.heads_kv, key_rows);
+  //! [tensor_maps]
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   const dim3 grid(unsigned((s.seq_q + block_m - 1) / block_m), unsigned(s.batch * s.heads_q));
   kernel<<<grid, threads, smem_bytes, p.stream>>>(tm_q, tm_k, tm_v, s, static_cast<__nv_bfloat16*>(p.o), p.lse);

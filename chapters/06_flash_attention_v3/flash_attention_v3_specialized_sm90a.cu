@@ -130,6 +130,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float out[kD / 2] = {};
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     using R = Ring<kStages>;
+    //! [consumer_loop]
     for (int j = 0; j < n_tiles; ++j) {
       mbarrier_wait(&k_full[R::stage(j)], R::full_parity(j));
       float s[kBlockN / 2];
@@ -151,6 +152,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_operands(out);
       mbarrier_arrive(&v_empty[R::stage(j)]);
     }
+    //! [consumer_loop]
     write_output<kD>(out, m, l, shape, bh, row0, t, o, lse);
   } else {
     Bf16Ops<kD> ops{smem,

@@ -1,6 +1,7 @@
 // Chapter 06, variant 1 -- `tma`: chapter 05's best kernel (variant 5, `tuned`), with its loads
-// handed to the copy engine. Nothing else changes: same 4 warps and 128-row Q tile, same mma.sync
-// math (the per-tile code is chapter 05's tuned_tile.cuh, compiled here for another layout).
+// handed to TMA (the Tensor Memory Accelerator). Nothing else changes: same 4 warps and 128-row
+// Q tile, same mma.sync math (the per-tile code is chapter 05's tuned_tile.cuh, compiled here for
+// another layout).
 //
 //   * One thread issues TMA copies of whole tiles; no thread computes a load address.
 //   * Each K and V tile has two stages and a "full" mbarrier per stage: tile j + 2 loads while

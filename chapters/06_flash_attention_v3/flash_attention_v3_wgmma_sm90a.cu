@@ -2,9 +2,9 @@
 // mbarriers, and both products on Hopper's warpgroup tensor-core instruction.
 //
 // Block: 2 warpgroups (256 threads), a 128-row Q tile; warpgroup w owns rows 64w .. 64w + 63.
-// Thread 0 also drives the copy engine: it announces the bytes of each tile on the tile's
-// mbarrier and issues the TMA copies; everyone else waits on the barrier's phase. K and V tiles
-// (128 keys) each have two stages, so tile j + 2 loads while tile j is used.
+// Thread 0 also drives TMA (the Tensor Memory Accelerator): it announces the bytes of each tile
+// on the tile's mbarrier and issues the TMA copies; everyone else waits on the barrier's phase.
+// K and V tiles (128 keys) each have two stages, so tile j + 2 loads while tile j is used.
 //   S (64 x 128 per warpgroup) = Q K_j^T   wgmma.m64n128k16, A = Q and B = K from shared memory
 //   softmax on the S accumulators, in registers (each row sits in one quad, as in chapter 05)
 //   O (64 x d) += P V_j                    wgmma.m64n{d}k16, A = P from registers, B = V (MN-major)
@@ -53,9 +53,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale_log2 = float(shape.softmax_scale()) * kLog2e;
 
   //! [tma_ring]
-  // One thread drives the copy engine: it tells each tile's barrier how many bytes to expect,
-  // then hands TMA the box coordinates (column, row, plane). The barrier's phase completes when
-  // the bytes have landed; the consumers wait on that phase.
+  // One thread drives TMA: it tells each tile's barrier how many bytes to expect, then hands TMA
+  // the box coordinates (column, row, plane). The barrier's phase completes when the bytes have
+  // landed; the consumers wait on that phase.
   auto load_kv = [&](int tile, int stage) {
     mbarrier_arrive_expect_tx(&k_full[stage], S::kTileBytes);
     for (int b = 0; b < S::kBoxes; ++b)

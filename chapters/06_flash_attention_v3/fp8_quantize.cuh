@@ -115,9 +115,11 @@ __global__ void __launch_bounds__(kPrepThreads)
 #pragma unroll
     for (int e = 0; e < kD / 32; ++e) amax = fmaxf(amax, fabsf(v[r][e]));
   }
+  //! [block_scale]
   amax = block_all_reduce(amax, MaxOp(), 0.0f, scratch);
   const float scale = amax > 0.0f ? amax / 448.0f : 1.0f, inv = 1.0f / scale;
   if (threadIdx.x == 0) scales[int64_t(plane) * gridDim.x + blockIdx.x] = scale;
+  //! [block_scale]
   uint8_t* dst = x8 + int64_t(plane) * rows * kD;
 #pragma unroll
   for (int r = 0; r < kN; ++r) {

@@ -197,11 +197,13 @@ __global__ void __launch_bounds__(128 * (1 + kThreeConsumers), 1)
   const Piece work(grid, blockIdx.x);
   int q_block, bh;
   longest_first(shape.causal, work.item, grid.q_blocks, grid.planes, q_block, bh);
+  //! [short_block]
   // When the 64-row groups do not fill the last block, the first block is the short one (under
   // the causal mask the cheapest), not the last: its first consumers have no rows (TMA fills Q
   // rows above 0 with zeros) and only keep the ring's counts.
   const int empty_groups = (kConsumers - (shape.seq_q + 63) / 64 % kConsumers) % kConsumers;
   const int i0 = q_block * kBlockM - 64 * empty_groups;
+  //! [short_block]
   const PieceTiles tiles(shape, work, bh, i0, kBlockM);
   const int tile0 = tiles.tile0, n_tiles = tiles.n_tiles;
 
@@ -213,10 +215,12 @@ __global__ void __launch_bounds__(128 * (1 + kThreeConsumers), 1)
     return;
   }
 
+  //! [uniform_consumer]
   setmaxnreg_inc<160>();  // 128 x (24 + 3 x 160) <= 65536 registers
   // consumer and warp through a shuffle from lane 0: the compiler then knows they are the same in
   // every lane of a warp, and keeps what derives from them in uniform registers.
   const int consumer = __shfl_sync(0xFFFFFFFFu, wg - 1, 0), warp = __shfl_sync(0xFFFFFFFFu, (tid % 128) / 32, 0);
+  //! [uniform_consumer]
   const int c0 = i0 + 64 * consumer;
   // A consumer stops at its own last visible tile (under the causal mask the first one's rows see
   // up to 128 keys fewer) and only waits for and releases the rest, so the ring's counts stay the

@@ -104,6 +104,7 @@ __device__ inline void pack_p_e4m3(const float (&s)[kBlockN / 2], uint32_t (&p)[
 template <bool kRowSums>
 __device__ inline void fp8_online_softmax(float (&s)[kBlockN / 2], float (&m)[2], float (&l)[2], float (&rescale)[2],
                                           float scale_log2, float p_log2_scale, float l_weight, float max_rise) {
+  //! [fp8_online_softmax]
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float tile_max = -INFINITY;
@@ -126,6 +127,7 @@ __device__ inline void fp8_online_softmax(float (&s)[kBlockN / 2], float (&m)[2]
     if (kRowSums) l[h] = l[h] * rescale[h] + row_sum * l_weight;
     m[h] = m_new;
   }
+  //! [fp8_online_softmax]
 }
 
 /// Where a consumer warpgroup's work lies: the block-wide parts from the constructor, the
