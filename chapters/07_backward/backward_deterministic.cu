@@ -26,7 +26,6 @@
 namespace fa::backward {
 namespace {
 
-//! [backward_dq_kernel]
 template <class T, int kD>
 __global__ void __launch_bounds__(kThreads)
     backward_dq_kernel(AttentionShape s, const T* q, const T* k, const T* v, const T* d_o, const float* lse,
@@ -78,6 +77,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     const T* k_s = k_buf + (jt % 2) * kKeys * kLd;
     const T* v_s = v_buf + (jt % 2) * kKeys * kLd;
+    //! [backward_dq_tile]
     // S and dP for the warp's 16 rows x 64 keys; s[nb][e]: row 16 w + g + 8 (e / 2), key j0 + 8 nb + 2 t + (e & 1).
     float sc[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};
     products_abt<T, kD, kLd>(sc, dp, q_s, do_s, 16 * warp, k_s, v_s, lane);
@@ -100,6 +100,7 @@ __global__ void __launch_bounds__(kThreads)
                                 Mma<T>::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
       accumulate_a_rows<T, kD, kLd>(dq_acc, a_ds, k_s, kk, lane);
     }
+    //! [backward_dq_tile]
   }
   T* dq_head = dq + int64_t(bh) * s.seq_q * kD;
 #pragma unroll
@@ -113,7 +114,6 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 }
-//! [backward_dq_kernel]
 
 template <class T, int kD>
 void launch_dim(const BackwardParams& p) {

@@ -212,6 +212,7 @@ __global__ void __launch_bounds__(kThreads)
       }
       //! [backward_mma_dkdv]
 
+      //! [backward_mma_dq_atomics]
       if constexpr (kDq) {
         // dS back to [row][key] in shared memory, for dQ.
 #pragma unroll
@@ -241,6 +242,7 @@ __global__ void __launch_bounds__(kThreads)
           }
         }
       }  // kDq
+      //! [backward_mma_dq_atomics]
     }
   }
 

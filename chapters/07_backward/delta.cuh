@@ -11,6 +11,7 @@
 
 namespace fa::backward {
 
+//! [delta_kernel]
 /// One warp per query row; T is float, __half or __nv_bfloat16.
 template <class T>
 __global__ void delta_kernel(const T* o, const T* d_o, float* delta, int64_t rows, int d) {
@@ -22,6 +23,7 @@ __global__ void delta_kernel(const T* o, const T* d_o, float* delta, int64_t row
   sum = warp_all_reduce(sum, SumOp());
   if (lane == 0) delta[row] = sum;
 }
+//! [delta_kernel]
 
 /// D for every row of the problem ([batch, heads_q, seq_q] floats) on `stream`.
 template <class T>

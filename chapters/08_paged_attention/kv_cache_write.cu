@@ -26,6 +26,7 @@ __global__ void write_kv_cache_kernel(const uint16_t* k_new, const uint16_t* v_n
   const int64_t per_token = int64_t(heads_kv) * head_dim;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < num_tokens * per_token;
        e += int64_t(gridDim.x) * blockDim.x) {
+    //! [write_kv_cache]
     const int64_t token = e / per_token, slot = slots[token];
     if (slot < 0) continue;  // a padding token
     const int h = int(e % per_token / head_dim), x = int(e % head_dim);
@@ -33,6 +34,7 @@ __global__ void write_kv_cache_kernel(const uint16_t* k_new, const uint16_t* v_n
     const int64_t at = ((block * heads_kv + h) * block_size + row) * head_dim + x;
     k_cache[at] = k_new[e];
     v_cache[at] = v_new[e];
+    //! [write_kv_cache]
   }
 }
 

@@ -196,6 +196,7 @@ void launch_decode(const DecodeParams& p) {
   const dim3 grid(plan.partitions, s.heads_kv, s.num_seqs * plan.row_tiles);
   paged_attention_kernel<T, kD, kSplit><<<grid, kThreads, smem, p.stream>>>(a);
   CUDA_CHECK_LAUNCH();
+  //! [pdl_launch]
   if (kSplit) {
     const int64_t rows = s.lse_elems();
     cudaLaunchConfig_t config = {};
@@ -212,6 +213,7 @@ void launch_decode(const DecodeParams& p) {
     CUDA_CHECK(cudaLaunchKernelEx(&config, merge_partitions_kernel<T, kD>, a, rows));
     CUDA_CHECK_LAUNCH();
   }
+  //! [pdl_launch]
 }
 
 template <class T, bool kSplit>
