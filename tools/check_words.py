@@ -34,8 +34,11 @@ def tracked():
     try:
         out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
         files = out.split("\n")
-    except (OSError, subprocess.CalledProcessError):
-        files = [os.path.relpath(os.path.join(d, f), ROOT) for d, _, fs in os.walk(ROOT) if "/.git" not in d for f in fs]
+    except (OSError, subprocess.CalledProcessError):  # a handout tree: no git; skip build folders
+        files = []
+        for folder, subfolders, names in os.walk(ROOT):
+            subfolders[:] = [d for d in subfolders if not d.startswith((".", "build", "_deps", "CMakeFiles"))]
+            files += [os.path.relpath(os.path.join(folder, n), ROOT) for n in names]
     return [f for f in files if f and (f.endswith(TEXT) or os.path.basename(f) in NAMES) and f not in SELF]
 
 
