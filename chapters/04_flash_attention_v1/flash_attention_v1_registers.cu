@@ -4,7 +4,7 @@
 // Variant 2 computes each score and each output element with a thread that reads two shared
 // memory values per multiply-add, on 24 x 24 tiles (d = 128). This variant:
 //   * uses 64 x 64 tiles (B_r = B_c = 64): K and V are re-read 2.7x less often than at 24;
-//   * gives each of the 256 threads a 4 x 4 patch of S and of O: per step of the inner
+//   * gives each of the 256 threads a 4 x 4 patch of S and ceil(d / 64) of O: per step of the inner
 //     dimension a thread loads 4 + 4 values and does 16 multiply-adds (chapter 01's pattern);
 //   * keeps O_i in registers for the whole K/V loop (d / 4 floats per thread);
 //   * stores Q and K transposed ([dim][row], rows padded to 65) so both products read them

@@ -1,7 +1,8 @@
 // The register-tile attention kernel: chapter 04's variant 3, and with 16-bit inputs and deferred
 // normalization chapter 05's variant 1. One block per 64-row Q tile walks the K/V tiles; each of
-// the 256 threads owns a 4 x 4 patch of S and of O (O in registers for the whole loop); Q and K
-// are stored transposed ([dim][row], stride 65) so both products read them without bank conflicts.
+// the 256 threads owns a 4 x 4 patch of S and ceil(d / 64) 4 x 4 patches of O (O in registers for
+// the whole loop); Q and K are stored transposed ([dim][row], stride 65) so both products read
+// them without bank conflicts.
 // Run: build/bin/ch04_flash_attention_v1 --variant registers
 //      build/bin/ch05_flash_attention_v2 --variant reorder
 #pragma once

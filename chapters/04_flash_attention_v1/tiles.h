@@ -39,7 +39,8 @@ namespace fa::flash1 {
 
 enum class LoopOrder { KvOuter, QOuter };
 
-/// Variant 3's fixed tile: 64 x 64, so each thread of 256 owns a 4 x 4 patch of S and of O.
+/// Variant 3's fixed tile: 64 x 64, so each thread of 256 owns a 4 x 4 patch of S and, of O, one
+/// 4 x 4 patch per 64 columns of head_dim.
 constexpr Tiles kRegisterTiles{64, 64};
 
 /// Bytes each variant moves through device memory, counted tile by tile the way the kernels run

@@ -91,7 +91,7 @@ TEST(Fp8OnTheGpu, IncoherentProcessingOnOutliers) {
 }
 
 // O is kept in units of the largest V block scale, and an all-zero V block has scale 0 (its P
-// then gets the smallest factor the kernel allows). One zero block among random ones must not
+// then takes the factor r = 1: its P V is 0 whatever P is, and P must still count in l). One zero block among random ones must not
 // disturb the others (error within 1.5x of the CPU model's), and an all-zero V must give O = 0
 // exactly with the oracle's LSE.
 TEST(Fp8OnTheGpu, ZeroValueBlocks) {
