@@ -13,9 +13,14 @@ The markdown files stay the source; this writes Doxygen-ready copies of them int
   * links to other pages become `@ref` links, and a link to a heading (`glossary.md#warpgroup`,
     GitHub's anchor) becomes an `@ref` to a label this script puts on that heading (a link to a
     heading that does not exist is an error); links to source files become the file's name in
-    code font (the site does not carry the sources); web links stay;
+    code font (the site does not carry the sources); a link to a PNG or SVG (a plot) links to a
+    copy of it next to the pages; web links stay;
   * a chapter's other pages (chapter 06's `fp8.md`, a `performance_notes.md`) are sub-pages of
-    the chapter's page.
+    the chapter's page; concept pages end with a link back to the main page;
+  * what Doxygen 1.9's markdown reads differently from GitHub is rewritten to read the same: code
+    spans over several lines or with a quote in them, bold that starts with code, an ordered list
+    that does not start at 1, a paragraph line that starts with "160. ", a link whose label is code
+    or spans two lines (fix_code_spans, fix_lines, convert_links).
 Then Doxygen runs with warnings as errors. The site is OUT/html/index.html. Exit status is
 non-zero, with Doxygen's warnings printed, when anything is wrong.
 """
@@ -97,8 +102,16 @@ def link_target(source, target, ids):
 def convert_links(text, source, ids, order):
     """Links to pages become @ref links; links to repository files become code; web links stay."""
 
+    def ref(label, target):
+        """[label](@ref target), in a form Doxygen 1.9 prints: it makes the link `\\ref target "label"`,
+        so the label must be one line, and backticks in it would show as such."""
+        code = re.fullmatch(r"`([^`]+)`", label)
+        if code:  # all code: the code font goes around the link
+            return f"<tt>[{code.group(1)}](@ref {target})</tt>"
+        return f"[{label.replace('`', '')}](@ref {target})"
+
     def replace(m):
-        label, target = m.group(1), m.group(2)
+        label, target = " ".join(m.group(1).split()), m.group(2)
         if re.match(r"^[a-z]+://", target) or target.startswith("mailto:"):
             return m.group(0)
         page, anchor = link_target(source, target, ids)
@@ -106,12 +119,94 @@ def convert_links(text, source, ids, order):
             if anchor not in order["anchors"][page]:
                 raise ValueError(f"{source}: link '{target}': no heading with that anchor")
             order["labels"].add((page, anchor))
-            return f"[{label}](@ref {heading_label(page, anchor)})"
+            return ref(label, heading_label(page, anchor))
         if page:
-            return f"[{label}](@ref {page})"
-        return label if label.startswith("`") else f"`{label}`"
+            return ref(label, page)
+        path = os.path.normpath(os.path.join(os.path.dirname(source), target.partition("#")[0]))
+        if re.search(r"\.(png|svg)$", path) and os.path.isfile(os.path.join(ROOT, path)):
+            order.setdefault("linked", set()).add(path)  # a plot: main() copies it next to the pages
+            return f"[{label}]({os.path.basename(path)})"
+        return label if "`" in label else f"`{label}`"  # a file: its name in code font, no link
 
     return LINK.sub(replace, text)
+
+
+CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
+BOLD_CODE = re.compile(r"\*\*(?=[`<])(.+?)\*\*")
+ORDERED = re.compile(r"^( *)(\d+)\. (.*)$")
+BULLET = re.compile(r"^( *)[-*+] (.*)$")
+
+
+def blocks(text):
+    """The text as [(is_code, part)], parts of whole lines: the fenced code blocks and the text between."""
+    out, lines, in_code = [], [], False
+    for line in text.split("\n"):
+        fence = FENCE.match(line.strip())
+        if fence and not in_code and lines:
+            out.append((False, "\n".join(lines)))
+            lines = []
+        lines.append(line)
+        if fence and in_code:
+            out.append((True, "\n".join(lines)))
+            lines = []
+        in_code = in_code != bool(fence)
+    if lines:
+        out.append((in_code, "\n".join(lines)))
+    return out
+
+
+def fix_code_spans(text):
+    """Code spans the way GitHub reads them, written so that Doxygen 1.9 reads them the same:
+      * a span over several lines goes on one line (Doxygen takes at most one line break);
+      * a span with a quote that a non-word character follows (`--gtest_filter='x*'`) gets two
+        backticks: Doxygen reads `text' with one backtick as a quotation, not as code."""
+
+    def span(m):
+        ticks, body = m.group(1), m.group(2)
+        if re.search(r"\n\s*\n", body) or re.search(r"\n\s*\|", body):
+            return m.group(0)  # not one span: a blank line or a table row in between
+        body = re.sub(r"\s*\n\s*", " ", body)
+        if len(ticks) == 1 and re.search(r"'(?![A-Za-z0-9_\x80-\U0010ffff])", body):
+            ticks = "``"
+        return f"{ticks}{body}{ticks}"
+
+    return "\n".join(part if code else CODE_SPAN.sub(span, part) for code, part in blocks(text))
+
+
+def fix_lines(text):
+    """Line by line, outside code blocks, what Doxygen 1.9's markdown reads differently from GitHub:
+      * `**` followed by code or a tag opens no bold in Doxygen: such a bold span becomes <b>...</b>;
+      * an ordered list keeps its first number (GitHub's `<ol start>`; Doxygen restarts at 1): the
+        first item carries a marker that main() turns into the start attribute;
+      * a line of a paragraph that starts with a number and a dot (`160. Predict`) is text on GitHub,
+        where only a list starting at 1 can interrupt a paragraph, but a list item in Doxygen: its
+        dot is escaped."""
+    out, in_code, open_items, prev = [], False, [], ""
+    for line in text.split("\n"):
+        if FENCE.match(line.strip()):
+            in_code = not in_code
+        if in_code or FENCE.match(line.strip()):
+            out.append(line)
+            prev = line
+            continue
+        line = BOLD_CODE.sub(r"<b>\1</b>", line)
+        indent = len(line) - len(line.lstrip(" "))
+        paragraph = prev.strip() != "" and not re.match(r"\s*(#|\||<|```|~~~)", prev)
+        item, bullet = ORDERED.match(line), BULLET.match(line)
+        if item and int(item.group(2)) != 1 and paragraph and (not open_items or indent >= open_items[-1]):
+            line = f"{item.group(1)}{item.group(2)}\\. {item.group(3)}"  # text, not a list
+        elif item or bullet:
+            while open_items and indent < open_items[-1]:
+                open_items.pop()
+            open_items.append(indent + (len(item.group(2)) + 2 if item else 2))
+            if item and int(item.group(2)) != 1:
+                line = f'{item.group(1)}{item.group(2)}. <span class="ol-start-{item.group(2)}"></span>{item.group(3)}'
+        elif line.strip() and not prev.strip():
+            while open_items and indent < open_items[-1]:
+                open_items.pop()
+        out.append(line)
+        prev = line
+    return "\n".join(out)
 
 
 def label_headings(text, page_id, order):
@@ -134,6 +229,7 @@ def convert(source, page_id, ids, order):
     # Doxygen 1.9 prints a heading's `code` as a literal <tt>: headings lose their backticks.
     text = re.sub(r"^(#+ .*)$", lambda m: m.group(1).replace("`", ""), text, flags=re.M)
     text = convert_links(text, source, ids, order)
+    text = fix_lines(fix_code_spans(text))
     for m in IMAGE.finditer(text):  # images: copied next to the pages by main()
         if not re.match(r"^[a-z]+://", m.group(2)):
             order.setdefault("images", set()).add(os.path.normpath(os.path.join(os.path.dirname(source), m.group(2))))
@@ -145,8 +241,8 @@ def convert(source, page_id, ids, order):
         lines[0] = f"{lines[0]} {{#{page_id}}}"
     all_pages = order["pages"]
     chapters = [p for _, p in all_pages if re.fullmatch(r"ch\d+", p)]
-    if page_id == "index":
-        lines += ["", "## All pages", ""] + [f"- \\subpage {p}" for _, p in all_pages[1:] if not re.match(r"ch\d+_", p)]
+    if page_id == "index":  # @ref, not \subpage: Doxygen 1.9's tree shows no sub-pages of the main page
+        lines += ["", "## All pages", ""] + [f"- @ref {p}" for _, p in all_pages[1:] if not re.match(r"ch\d+_", p)]
     elif page_id in chapters:
         subpages = [p for _, p in all_pages if p.startswith(page_id + "_")]
         if subpages:
@@ -161,13 +257,15 @@ def convert(source, page_id, ids, order):
     elif re.match(r"ch\d+_", page_id):
         chapter = page_id.split("_")[0]
         lines += ["", "<hr>", "", f"back to @ref {chapter} · @ref index \"all chapters\""]
+    else:  # a concept page
+        lines += ["", "<hr>", "", "back to @ref index \"all chapters\""]
     return "\n".join(lines) + "\n"
 
 
 DOXYFILE = """PROJECT_NAME           = "Attention kernels, step by step"
 PROJECT_BRIEF          = "From naive attention to FlashAttention-3 and paged attention, in CUDA C++"
 OUTPUT_DIRECTORY       = {out}
-INPUT                  = {pages} {root}/common
+INPUT                  = {inputs} {root}/common
 FILE_PATTERNS          = *.md *.h *.cuh
 USE_MDFILE_AS_MAINPAGE = {pages}/index.md
 EXAMPLE_PATH           = {root}
@@ -192,6 +290,7 @@ USE_MATHJAX            = YES
 MATHJAX_VERSION        = MathJax_2
 MATHJAX_FORMAT         = HTML-CSS
 MATHJAX_RELPATH        = mathjax
+MATHJAX_EXTENSIONS     = TeX/AMSmath TeX/AMSsymbols
 EXTENSION_MAPPING      = cu=C++ cuh=C++
 ENABLE_PREPROCESSING   = YES
 MACRO_EXPANSION        = YES
@@ -203,8 +302,24 @@ HTML_EXTRA_STYLESHEET  = {out}/extra.css
 """
 
 # Wide figures (the benchmark plots are 1800 px) shrink to the page instead of overflowing it.
+# Doxygen 1.9's inline code is an inline-block: a long command became a block of its own, with
+# the sentence's next word pushed below it. The page title was smaller than the ## sections below it,
+# and a table touched the code block next to it.
 EXTRA_CSS = """div.image img { max-width: 100%; height: auto; }
+div.contents code, div.contents tt { display: inline; }
+div.headertitle .title { font-size: 200%; line-height: 1.3; }
+table.markdownTable { margin: 0.6em 0 1em 0; }
 """
+
+
+def finish_html(path):
+    """What the markdown marked for the HTML (fix_lines): an ordered list's first number."""
+    with open(path, encoding="utf-8") as f:
+        html = f.read()
+    html = re.sub(r'<ol type="1">(\s*<li>)<span class="ol-start-(\d+)"></span>', r'<ol type="1" start="\2">\1', html)
+    html = re.sub(r'<span class="ol-start-\d+"></span>', "", html)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(html)
 
 
 def main():
@@ -238,13 +353,19 @@ def main():
     with open(os.path.join(out, "extra.css"), "w") as f:
         f.write(EXTRA_CSS)
     with open(os.path.join(out, "Doxyfile"), "w") as f:
-        f.write(DOXYFILE.format(out=out, pages=page_dir, root=ROOT))
+        # the pages in INPUT in the site's order, which is the order of the navigation tree
+        inputs = " ".join(os.path.join(page_dir, f"{page_id}.md") for _, page_id in order["pages"])
+        f.write(DOXYFILE.format(out=out, pages=page_dir, inputs=inputs, root=ROOT))
     run = subprocess.run(["doxygen", os.path.join(out, "Doxyfile")], cwd=ROOT, capture_output=True, text=True)
     warnings = open(os.path.join(out, "warnings.log")).read().strip() if os.path.exists(os.path.join(out, "warnings.log")) else ""
     if run.returncode != 0 or warnings:
         print(warnings or run.stderr.strip(), file=sys.stderr)
         print(f"docs: doxygen failed ({len(warnings.splitlines())} warning lines, warnings are errors)", file=sys.stderr)
         return 1
+    for path in sorted(order.get("linked", ())):
+        shutil.copy2(os.path.join(ROOT, path), os.path.join(out, "html"))
+    for _, page_id in order["pages"]:
+        finish_html(os.path.join(out, "html", f"{page_id}.html"))
     shutil.copytree(MATHJAX, os.path.join(out, "html", "mathjax"), symlinks=False, dirs_exist_ok=True)
     print(f"docs: {len(order['pages'])} pages and common/'s API; open {os.path.join(out, 'html', 'index.html')}")
     return 0
