@@ -29,6 +29,23 @@ def quiet(fn, *args):
     return status, out.getvalue()
 
 
+def run_in(module, root, argv):
+    """module.main() with ROOT at the made-up tree and these command-line arguments."""
+    old_root, old_argv = module.ROOT, sys.argv
+    module.ROOT, sys.argv = root, [module.__name__ + ".py", *argv]
+    try:
+        return quiet(module.main)
+    finally:
+        module.ROOT, sys.argv = old_root, old_argv
+
+
+# The process phrases the word check must catch, assembled so that this file does not hold them.
+PLANTED = [" ".join(words) for words in [
+    ("Measured in", "sess" + "ion", "3 on the H100."), ("As", "iss" + "ue", "5 asked, the backward ..."),
+    ("The", "fir" + "st", "version used atomics."), ("An", "ear" + "lier", "run was slower."),
+    ("Tried in the", "sa" + "me", "pass: four stages."), ("an", "explor" + "ation", "run showed spills")]]
+
+
 class Tree(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
@@ -47,9 +64,7 @@ class Tree(unittest.TestCase):
 
 class ProcessWords(Tree):
     def test_each_kind_of_process_word_is_caught(self):
-        for line in ["Measured in session 3 on the H100.", "As issue 5 asked, the backward ...",
-                     "The first version used atomics.", "An earlier run was slower.",
-                     "Tried in the same pass: four stages.", "an exploration run showed spills"]:
+        for line in PLANTED:
             path = self.write("chapters/x/README.md", f"# Title\n\n{line}\n")
             status, out = quiet(check_words.main, [path])
             self.assertEqual(status, 1, line)
@@ -63,12 +78,7 @@ class ProcessWords(Tree):
 
 class Snippets(Tree):
     def run_check(self, *argv):
-        old_root, old_argv = check_snippets.ROOT, sys.argv
-        check_snippets.ROOT, sys.argv = self.root, ["check_snippets.py", *argv]
-        try:
-            return quiet(check_snippets.main)
-        finally:
-            check_snippets.ROOT, sys.argv = old_root, old_argv
+        return run_in(check_snippets, self.root, argv)
 
     def test_marker_without_code_fails_and_fix_fills_it(self):
         self.write("src/f.cpp", SOURCE)
@@ -90,12 +100,7 @@ class Snippets(Tree):
 
 class Tables(Tree):
     def run_tables(self, *argv):
-        old_root, old_argv = tables.ROOT, sys.argv
-        tables.ROOT, sys.argv = self.root, ["tables.py", *argv]
-        try:
-            return quiet(tables.main)
-        finally:
-            tables.ROOT, sys.argv = old_root, old_argv
+        return run_in(tables, self.root, argv)
 
     def test_stale_table_fails_and_regeneration_fixes_it(self):
         page = self.write("chapters/x/README.md", "# T\n\n<!-- table: ch05 -->\n| made | up |\n<!-- /table -->\n")
