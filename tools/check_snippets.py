@@ -39,6 +39,12 @@ def region(path, name):
     return code
 
 
+def doc_pages(root):
+    """Every markdown page a reader sees: the top level, the chapters, docs/."""
+    return sorted(glob.glob(os.path.join(root, "*.md")) + glob.glob(os.path.join(root, "chapters", "*", "*.md")) +
+                  glob.glob(os.path.join(root, "docs", "**", "*.md"), recursive=True))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fix", action="store_true", help="rewrite stale blocks from the source")
@@ -47,8 +53,7 @@ def main():
         # A student tree (tools/handout.py): its docs keep the solutions its sources no longer hold.
         print("check_snippets: skipped in a handout tree (the docs show the solutions on purpose)")
         return 77
-    docs = sorted(glob.glob(os.path.join(ROOT, "*.md")) + glob.glob(os.path.join(ROOT, "chapters", "*", "*.md")) +
-                  glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
+    docs = doc_pages(ROOT)
     stale, count = [], 0
     for doc in docs:
         text = open(doc).read()

@@ -16,10 +16,11 @@ Tables: tour, progression, ceilings, ch01 ... ch06, ch06_fp8, ch07, ch08.
 """
 import argparse
 import csv
-import glob
 import os
 import re
 import sys
+
+from check_snippets import doc_pages
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "docs", "results", "h100")
@@ -249,18 +250,13 @@ def tables():
     return {name: f"{body}\n\nMeasured on {line}\n" for name, body in out.items()}
 
 
-def pages():
-    return sorted(glob.glob(os.path.join(ROOT, "*.md")) + glob.glob(os.path.join(ROOT, "chapters", "*", "*.md")) +
-                  glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="change nothing; fail if a table is not current")
     args = parser.parse_args()
     generated = tables()
     problems, count = [], 0
-    for page in pages():
+    for page in doc_pages(ROOT):
         text = open(page, encoding="utf-8").read()
         rel = os.path.relpath(page, ROOT)
 
