@@ -5,4 +5,10 @@
 #include <stdexcept>
 #include <string>
 
+// In a __host__ __device__ function's device pass the stub traps instead (device code cannot
+// throw); the host region a handout leaves in the launcher throws before any launch.
+#if defined(__CUDA_ARCH__)
+#define FA_NOT_IMPLEMENTED(what) __trap()
+#else
 #define FA_NOT_IMPLEMENTED(what) throw std::logic_error(std::string("not implemented: ") + (what))
+#endif

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "not_implemented.h"
 #include "problem.h"
 
 namespace fa::naive {
@@ -25,6 +26,7 @@ constexpr int kTileDepthCpu = 16;
 /// S[i][j] still sums its products in the order c = 0, 1, ..., so both give the same bits.
 inline void scores_cpu(const AttentionShape& s, const float* q_head, const float* k_head, std::vector<float>& scores,
                        Products products) {
+  // BEGIN SOLUTION ch01_scores_cpu: S = scale * Q K^T for one head into `scores` (seq_q x seq_kv, resized here), -inf where s.visible(i, j) is false; PerThread: one dot product per (i, j); Tiled: 64 x 64 tiles of S, 16 dimensions per step, each S[i][j] still summed in the order c = 0, 1, ...
   scores.assign(std::size_t(s.seq_q) * s.seq_kv, 0.0f);
   const float scale = float(s.softmax_scale());
   const int d = s.head_dim;
@@ -57,6 +59,7 @@ inline void scores_cpu(const AttentionShape& s, const float* q_head, const float
       x = s.visible(i, j) ? x * scale : -INFINITY;
     }
   }
+  // END SOLUTION
 }
 
 /// Step 3 for one head: O[i][c] = sum_j P[i][j] V[j][c], plain or in 64 x 64 x 16 blocks.

@@ -17,6 +17,7 @@
 
 #include "algorithm.h"
 #include "cuda_check.h"
+#include "not_implemented.h"
 #include "phase_timer.h"
 #include "problem.h"
 #include "registry.h"
@@ -31,6 +32,7 @@ constexpr int kScoreRowsPerBlock = 8;
 //! [scores_per_thread]
 template <class T>
 __global__ void attention_scores_kernel(AttentionShape shape, const T* q, const T* k, float* scores) {
+  // BEGIN SOLUTION ch01_scores (device): thread (threadIdx.x, threadIdx.y) of block (x, y, bh) owns S[i][j] with j = blockIdx.x * kScoreKeysPerBlock + threadIdx.x, i = blockIdx.y * kScoreRowsPerBlock + threadIdx.y (nothing past the ends): the dot product of row i of Q and row j of K read from device memory, times shape.softmax_scale(), -inf where !shape.visible(i, j), stored at scores[(bh * seq_q + i) * seq_kv + j]
   const int bh = blockIdx.z;
   const int i = blockIdx.y * kScoreRowsPerBlock + threadIdx.y;
   const int j = blockIdx.x * kScoreKeysPerBlock + threadIdx.x;
@@ -41,6 +43,7 @@ __global__ void attention_scores_kernel(AttentionShape shape, const T* q, const 
   for (int c = 0; c < shape.head_dim; ++c) dot += float(q_row[c]) * float(k_row[c]);
   float s = shape.visible(i, j) ? dot * float(shape.softmax_scale()) : -INFINITY;
   scores[(int64_t(bh) * shape.seq_q + i) * shape.seq_kv + j] = s;
+  // END SOLUTION
 }
 //! [scores_per_thread]
 
@@ -234,6 +237,8 @@ void launch_materialized_attention(const ForwardParams& p, Products products, So
   const unsigned heads = unsigned(s.batch * s.heads_q);
   auto blocks = [](int n, int per_block) { return unsigned((n + per_block - 1) / per_block); };
   if (products == Products::PerThread) {
+    // BEGIN SOLUTION ch01_scores: write attention_scores_kernel (one thread per score) in naive_kernels.cuh, then delete this line
+    // END SOLUTION
     dim3 grid(blocks(s.seq_kv, kScoreKeysPerBlock), blocks(s.seq_q, kScoreRowsPerBlock), heads);
     attention_scores_kernel<T><<<grid, dim3(kScoreKeysPerBlock, kScoreRowsPerBlock), 0, p.stream>>>(s, q, k, scores);
   } else {

@@ -7,12 +7,14 @@
 #include <vector>
 
 #include "../01_naive_attention/algorithm.h"
+#include "not_implemented.h"
 
 namespace fa::safe {
 
 /// One row of scores -> probabilities in place, in three passes; returns the row's LSE.
 //! [safe_softmax_row_cpu]
 inline float safe_softmax_row(float* row, int n) {
+  // BEGIN SOLUTION ch02_safe_row_cpu: three passes over row[0 .. n): the max, the sum of exp(s - max), then row[j] = exp(s - max) / sum; return max + log(sum); a row whose max is -inf (no visible key) becomes all 0 and returns -inf
   float row_max = -INFINITY;
   for (int j = 0; j < n; ++j) row_max = std::fmax(row_max, row[j]);  // pass 1: the max
   if (row_max == -INFINITY) {                                        // the row sees no key
@@ -23,6 +25,7 @@ inline float safe_softmax_row(float* row, int n) {
   for (int j = 0; j < n; ++j) sum += std::exp(row[j] - row_max);          // pass 2: the sum
   for (int j = 0; j < n; ++j) row[j] = std::exp(row[j] - row_max) / sum;  // pass 3: normalize
   return row_max + std::log(sum);
+  // END SOLUTION
 }
 //! [safe_softmax_row_cpu]
 

@@ -9,28 +9,49 @@
 
 #include "../01_naive_attention/algorithm.h"
 #include "not_implemented.h"
+#include "problem.h"
 
 namespace fa::online {
 
-/// Variant 1, one row in place: pass 1 keeps a running max m and a running sum l of
-/// exp(s - m), rescaling l whenever m grows; pass 2 writes P. Returns the row's LSE.
+/// The running state of a softmax: the max m seen so far and the sum l of exp(s - m). The same
+/// two functions run on the CPU here and in the kernels of online_softmax.cu.
+struct MaxSum {
+  float m;
+  float l;
+};
+
+//! [online_update_and_merge]
+/// Folds one score in. The old sum is rescaled by exp(m_old - m_new) whenever the max grows.
+FA_HD inline MaxSum online_update(MaxSum state, float score) {
+  // BEGIN SOLUTION ch03_online_update: return the state after one more score: m_new = max(m, score), l_new = l * exp(m - m_new) + exp(score - m_new); while nothing is visible (m_new = -inf) the state stays (-inf, l) and never computes -inf - (-inf); a NaN score makes l NaN
+  const float m_new = fmaxf(state.m, score);  // fmaxf skips a NaN score; l still picks it up:
+  if (m_new == -INFINITY) return {m_new, score != score ? score : state.l};  // nothing visible yet
+  return {m_new, state.l * expf(state.m - m_new) + expf(score - m_new)};     // exp(NaN - m) is NaN
+  // END SOLUTION
+}
+
+/// Combines two partial states of disjoint parts of a row (associative, so any tree works).
+FA_HD inline MaxSum online_merge(MaxSum a, MaxSum b) {
+  // BEGIN SOLUTION ch03_online_merge: return the state of the two parts together: m = max(m_a, m_b), l = l_a exp(m_a - m) + l_b exp(m_b - m); two empty states (m = -inf) give (-inf, l_a + l_b)
+  const float m = fmaxf(a.m, b.m);
+  if (m == -INFINITY) return {m, a.l + b.l};  // both empty: 0 + 0 (or a NaN that came in)
+  return {m, a.l * expf(a.m - m) + b.l * expf(b.m - m)};
+  // END SOLUTION
+}
+//! [online_update_and_merge]
+
+/// Variant 1, one row in place: pass 1 folds the scores into (m, l) one at a time, reading each
+/// once; pass 2 writes P. Returns the row's LSE.
 //! [online_softmax_row_cpu]
 inline float online_softmax_row(float* row, int n) {
-  // BEGIN SOLUTION ch03_online_row: one pass keeping a running max m and sum l of exp(s - m), then P = exp(s - m) / l; return m + log(l) (all-masked rows: P = 0, return -inf)
-  float m = -INFINITY, l = 0.0f;
-  for (int j = 0; j < n; ++j) {
-    float m_new = std::fmax(m, row[j]);
-    if (m_new == -INFINITY) continue;  // nothing visible yet
-    l = l * std::exp(m - m_new) + std::exp(row[j] - m_new);
-    m = m_new;
-  }
-  if (m == -INFINITY) {
+  MaxSum state{-INFINITY, 0.0f};
+  for (int j = 0; j < n; ++j) state = online_update(state, row[j]);  // pass 1
+  if (state.m == -INFINITY) {
     std::fill(row, row + n, 0.0f);
     return -INFINITY;
   }
-  for (int j = 0; j < n; ++j) row[j] = std::exp(row[j] - m) / l;
-  return m + std::log(l);
-  // END SOLUTION
+  for (int j = 0; j < n; ++j) row[j] = std::exp(row[j] - state.m) / state.l;  // pass 2
+  return state.m + std::log(state.l);
 }
 //! [online_softmax_row_cpu]
 

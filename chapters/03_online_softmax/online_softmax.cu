@@ -22,27 +22,7 @@ namespace fa::online {
 // ---------------------------------------------------------------------------------------------
 // Variant 1: online (m, l) over a materialized row.
 
-/// The running state of a softmax: the max seen so far and the sum of exp(s - max).
-struct MaxSum {
-  float m;
-  float l;
-};
-
-//! [online_update_and_merge]
-/// Folds one score in. The old sum is rescaled by exp(m_old - m_new) whenever the max grows.
-__device__ MaxSum online_update(MaxSum state, float score) {
-  float m_new = fmaxf(state.m, score);  // fmaxf skips a NaN score; l still picks it up:
-  if (m_new == -INFINITY) return {m_new, isnan(score) ? score : state.l};  // nothing visible yet
-  return {m_new, state.l * expf(state.m - m_new) + expf(score - m_new)};   // exp(NaN - m) is NaN
-}
-
-/// Combines two partial states of disjoint parts of a row (associative, so any tree works).
-__device__ MaxSum online_merge(MaxSum a, MaxSum b) {
-  float m = fmaxf(a.m, b.m);
-  if (m == -INFINITY) return {m, a.l + b.l};  // both empty: 0 + 0 (or a NaN that came in)
-  return {m, a.l * expf(a.m - m) + b.l * expf(b.m - m)};
-}
-//! [online_update_and_merge]
+// MaxSum, online_update and online_merge: algorithm.h (the same functions on the CPU).
 
 //! [warp_merge]
 __device__ MaxSum warp_merge(MaxSum state) {
@@ -87,6 +67,10 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 void launch_online_softmax(const ForwardParams& p) {
+  // BEGIN SOLUTION ch03_online_update: write online_update in algorithm.h, then delete this line
+  // END SOLUTION
+  // BEGIN SOLUTION ch03_online_merge: write online_merge in algorithm.h, then delete this line
+  // END SOLUTION
   naive::launch_materialized_attention<float>(p, naive::Products::Tiled, [&](float* scores) {
     online_softmax_block_kernel<<<unsigned(p.shape.lse_elems()), kBlockThreads, 0, p.stream>>>(p.shape, scores, p.lse);
     CUDA_CHECK_LAUNCH();

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "not_implemented.h"
 #include "problem.h"
 #include "tiles.h"
 
@@ -54,6 +55,7 @@ inline void flash_attention_v1_cpu(const AttentionShape& s, const float* q, cons
         const int i = i0 + r;
         float* row = scores.data() + std::size_t(r) * t.cols;
         const float tile_max = row_tile_scores(s, q_head, k_head, i, j0, t.cols, scale, row);
+        // BEGIN SOLUTION ch04_row_update_cpu: row i's step for this K/V tile: P~ = exp(row - tile_max) in place (0 when tile_max is -inf) and its sum l~; m_new = max(m[i], tile_max) (nothing to do while it is -inf); O_i <- (l_i e^(m_i - m_new) / l_new) O_i + (e^(tile_max - m_new) / l_new) P~ V_j with l_new = l_i e^(m_i - m_new) + e^(tile_max - m_new) l~, over the tile's keys that exist (j0 + jj < seq_kv); then m[i], l[i] updated
         float tile_sum = 0.0f;
         for (int c = 0; c < t.cols; ++c) {
           row[c] = tile_max == -INFINITY ? 0.0f : std::exp(row[c] - tile_max);
@@ -70,6 +72,7 @@ inline void flash_attention_v1_cpu(const AttentionShape& s, const float* q, cons
         }
         m[i] = m_new;
         l[i] = l_new;
+        // END SOLUTION
       }
     };
 

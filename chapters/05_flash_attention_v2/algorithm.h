@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../04_flash_attention_v1/algorithm.h"
+#include "not_implemented.h"
 #include "problem.h"
 
 namespace fa::flash2 {
@@ -35,6 +36,7 @@ inline void flash_attention_v2_cpu(const AttentionShape& s, const float* q, cons
         for (int r = 0; r < rows; ++r) {
           const int i = i0 + r;
           const float tile_max = flash1::row_tile_scores(s, q_head, k_head, i, j0, kTileCols, scale, p.data());
+          // BEGIN SOLUTION ch05_tile_cpu: row r's step for this K/V tile, output kept unnormalized: m_new = max(m[r], tile_max) (skip the row while it is -inf); the rescale e^(m[r] - m_new); p[c] = e^(p[c] - m_new) and their sum; l[r] = l[r] * rescale + sum; m[r] = m_new; acc row r = acc * rescale + P V_j over the tile's keys that exist (j0 + c < seq_kv). O is divided by l once, after the loop
           const float m_new = std::fmax(m[r], tile_max);
           if (m_new == -INFINITY) continue;  // nothing visible yet
           const float rescale = std::exp(m[r] - m_new);
@@ -50,6 +52,7 @@ inline void flash_attention_v2_cpu(const AttentionShape& s, const float* q, cons
             for (int c = 0; c < kTileCols && j0 + c < s.seq_kv; ++c) pv += p[c] * v_head[int64_t(j0 + c) * d + x];
             acc[std::size_t(r) * d + x] = acc[std::size_t(r) * d + x] * rescale + pv;
           }
+          // END SOLUTION
         }
       }
       //! [flash2_cpu_tile]

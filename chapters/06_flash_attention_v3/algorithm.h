@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "fp8.h"
+#include "not_implemented.h"
 #include "problem.h"
 
 namespace fa::flash3 {
@@ -109,6 +110,7 @@ inline void fp8_attention_cpu(const AttentionShape& s, const float* q, const flo
 /// piece (2k keys in 3 or 4 pieces) the split was slower than no split at all (the chapter's
 /// performance notes).
 inline int tail_pieces(int blocks, int slots, int tiles) {
+  // BEGIN SOLUTION ch06_tail_pieces: 1 when slots or blocks <= 0 or the last wave is full (blocks % slots == 0); otherwise the f in 1..kMaxPieces, with tiles >= kMinTiles * f, whose tail time ceil(tail f / slots) / f (in blocks) is shortest, the smaller f on a tie (compare with a 1e-9 margin)
   constexpr int kMaxPieces = 4, kMinTiles = 16;
   if (slots <= 0 || blocks <= 0) return 1;
   const int tail = blocks % slots;
@@ -123,6 +125,7 @@ inline int tail_pieces(int blocks, int slots, int tiles) {
     }
   }
   return best;
+  // END SOLUTION
 }
 //! [tail_pieces]
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "problem.h"
+#include "not_implemented.h"
 
 namespace fa::backward {
 
@@ -46,6 +47,7 @@ inline void flash_backward_cpu(const AttentionShape& s, const float* q, const fl
         const int rows = std::min(kTileRows, s.seq_q - i0);
         //! [backward_tile]
         // P (recomputed from Q, K and LSE) and dS = P * (dO V^T - D) for the tile.
+        // BEGIN SOLUTION ch07_ds_cpu: for every row r < rows and key c < keys of the tile: P = exp(scale q_i . k_j - LSE_i) recomputed (0 where (i, j) is masked or LSE_i is -inf), dP = dO_i . v_j, p[r * kTileKeys + c] = P and ds[r * kTileKeys + c] = P (dP - D_i)
         for (int r = 0; r < rows; ++r) {
           const int i = i0 + r;
           for (int c = 0; c < keys; ++c) {
@@ -61,6 +63,7 @@ inline void flash_backward_cpu(const AttentionShape& s, const float* q, const fl
             ds[r * kTileKeys + c] = pij * (dp - delta[i]);
           }
         }
+        // END SOLUTION
         // dV_j += P^T dO_i;  dK_j += dS^T Q_i * scale;  dQ_i += dS K_j * scale.
         for (int c = 0; c < keys; ++c)
           for (int x = 0; x < d; ++x) {

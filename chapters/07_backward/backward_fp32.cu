@@ -17,6 +17,7 @@
 
 #include "cuda_check.h"
 #include "delta.cuh"
+#include "not_implemented.h"
 #include "registry.h"
 
 namespace fa::backward {
@@ -73,6 +74,7 @@ __global__ void __launch_bounds__(kThreads)
 
       //! [backward_fp32_tile]
       // P (recomputed) and dS for the 64 x 64 tile.
+      // BEGIN SOLUTION ch07_ds (device): the block's threads stride the kTile x kTile elements (r, c) of the tile: P = exp(scale q_i . k_j - LSE_i) from q_s, k_s and row_lse (0 where r >= rows, c >= keys, (i, j) masked or LSE_i = -inf), dP = dO_i . v_j from do_s and v_s; p_s[r * kLdP + c] = P and ds_s[r * kLdP + c] = P (dP - row_delta[r])
       for (int e = threadIdx.x; e < kTile * kTile; e += kThreads) {
         const int r = e / kTile, c = e % kTile, i = i0 + r, j = j0 + c;
         float p = 0.0f, dp = 0.0f;
@@ -85,6 +87,7 @@ __global__ void __launch_bounds__(kThreads)
         p_s[r * kLdP + c] = p;
         ds_s[r * kLdP + c] = p * (dp - row_delta[r]);
       }
+      // END SOLUTION
       __syncthreads();
       // dV_j += P^T dO_i and dK_j += dS^T Q_i: thread-owned elements of this block's tile.
 #pragma unroll
@@ -136,6 +139,8 @@ void launch_dim(const BackwardParams& p) {
 }
 
 void launch_fp32(const BackwardParams& p) {
+  // BEGIN SOLUTION ch07_ds: write the P and dS step of backward_fp32_kernel, then delete this line
+  // END SOLUTION
   switch (p.shape.head_dim) {
     case 32: launch_dim<32>(p); break;
     case 64: launch_dim<64>(p); break;

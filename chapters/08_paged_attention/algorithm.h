@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "reference.h"
+#include "not_implemented.h"
 
 namespace fa::paged {
 
@@ -86,6 +87,7 @@ inline void split_kv_decode_cpu(const PagedKvView& cache, int heads_q, const flo
       }
       // The reduce: weights exp(LSE_p - LSE) sum to 1.
       float* oh = o + (s * heads_q + h) * d;
+      // BEGIN SOLUTION ch08_merge_cpu: merge the partitions' (partial_o, partial_lse) into oh (d values) and lse[s * heads_q + h]: LSE = log sum_p exp(LSE_p) taken around the largest LSE_p, O = sum_p exp(LSE_p - LSE) O_p; no partitions (an empty context): O = 0, LSE = -inf
       std::fill(oh, oh + d, 0.0f);
       if (partial_lse.empty()) {
         lse[s * heads_q + h] = -INFINITY;
@@ -100,6 +102,7 @@ inline void split_kv_decode_cpu(const PagedKvView& cache, int heads_q, const flo
         for (int x = 0; x < d; ++x) oh[x] += w * partial_o[p * d + x];
       }
       lse[s * heads_q + h] = total;
+      // END SOLUTION
     }
   }
 }

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "not_implemented.h"
+
 namespace fa::paged {
 
 /// A copy the cache must perform before the next write: all block_size slots of physical
@@ -88,10 +90,12 @@ class BlockManager {
                                std::to_string(needed) + " more for " + std::to_string(tokens) + " tokens, " +
                                std::to_string(free_blocks()) + " of " + std::to_string(total_blocks()) + " are free");
     if (copy_on_write) {
+      // BEGIN SOLUTION ch08_cow_cpu: the copy-on-write: take a fresh block, record the copy {shared last block, fresh block} for take_copies, drop one reference from the shared block, and make the fresh block the sequence's last
       const int shared = s.table.back(), own = take_block();
       copies_.push_back({shared, own});
       --refs_[shared];
       s.table.back() = own;
+      // END SOLUTION
     }
     for (int i = 0; i < new_blocks; ++i) s.table.push_back(take_block());
     s.length = int(new_length);

@@ -18,6 +18,7 @@
 #include "decode_kernel.cuh"
 #include "device_utils.cuh"
 #include "log2_units.h"
+#include "not_implemented.h"
 #include "paged_kernels.h"
 #include "registry.h"
 #include "static_switch.h"
@@ -33,6 +34,7 @@ __global__ void merge_partitions_kernel(const DecodeArgs a, int64_t rows) {
   const int64_t row = blockIdx.x * int64_t(kWarps) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   wait_for_prerequisite_grid();  // the partials of paged_attention_kernel, complete and visible
+  // BEGIN SOLUTION ch08_merge (device): warp `row` (rows of a.lse, 32 lanes) merges its sequence's parts = ceil(a.lens[seq] / a.partition_tokens) partitions, seq = row / (a.heads_q * a.query_len): part LSEs at a.part_lse + row * a.partitions, part O rows (kD floats) at a.part_o + (row * a.partitions + p) * kD; top = max LSE_p over the warp, w_p = e^(LSE_p - top) (0 for -inf), O = sum w_p O_p / sum w_p written as T to a.o + row * kD, a.lse[row] = top + log(sum w_p); an empty row: O = 0, LSE = -inf
   if (row >= rows) return;
   const int seq = int(row / (int64_t(a.heads_q) * a.query_len));
   const int parts = (a.lens[seq] + a.partition_tokens - 1) / a.partition_tokens;
@@ -54,6 +56,7 @@ __global__ void merge_partitions_kernel(const DecodeArgs a, int64_t rows) {
 #pragma unroll
   for (int j = 0; j < kD / 32; ++j) o[lane + 32 * j] = from_float<T>(total > 0.0f ? acc[j] / total : 0.0f);
   if (lane == 0) a.lse[row] = total > 0.0f ? top + __logf(total) : -INFINITY;
+  // END SOLUTION
 }
 //! [merge_partitions]
 
@@ -198,6 +201,8 @@ void launch_decode(const DecodeParams& p) {
   CUDA_CHECK_LAUNCH();
   //! [pdl_launch]
   if (kSplit) {
+    // BEGIN SOLUTION ch08_merge: write merge_partitions_kernel's body, then delete this line
+    // END SOLUTION
     const int64_t rows = s.lse_elems();
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(unsigned((rows + kWarps - 1) / kWarps));

@@ -1,0 +1,235 @@
+// The grader's GPU runner: one chapter's kernels (the student's code), looked up by name in the
+// registry, which in this program holds that chapter's kernels and no other's. It reads one
+// request from stdin (protocol.h): the inputs the checker drew, already rounded to the kernel's
+// dtype; it launches the kernel on outputs filled with NaN first, and writes O and LSE (or dQ,
+// dK, dV) back as float32. With time=1 it also times the launches (CUDA events, median of
+// `iters` after 3 warm-ups) for the speed part of an exercise. CMake builds it once per chapter
+// (fa_runner_chNN, classroom/grader/CMakeLists.txt).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "cuda_check.h"
+#include "dtype.h"
+#include "protocol.h"
+#include "registry.h"
+#include "tensor.h"
+
+namespace fa::grader {
+namespace {
+
+AttentionShape shape_of(const Header& h) {
+  AttentionShape s;
+  s.batch = int(h.num("b"));
+  s.heads_q = int(h.num("hq"));
+  s.heads_kv = int(h.num("hkv"));
+  s.seq_q = int(h.num("sq"));
+  s.seq_kv = int(h.num("skv"));
+  s.head_dim = int(h.num("d"));
+  s.causal = h.num("causal") != 0;
+  s.validate();
+  return s;
+}
+
+std::vector<const float*> pieces(const std::vector<float>& in, const std::vector<std::size_t>& sizes) {
+  std::vector<const float*> out;
+  std::size_t at = 0;
+  for (std::size_t n : sizes) {
+    if (at + n > in.size()) throw std::runtime_error("request holds fewer values than its header says");
+    out.push_back(in.data() + at);
+    at += n;
+  }
+  return out;
+}
+
+DeviceBuffer upload(DType dtype, const float* values, std::size_t n) {
+  return upload_as(dtype, std::vector<float>(values, values + n));
+}
+
+/// A device buffer of n elements of `dtype`, every byte 0xFF (NaN in every float format).
+DeviceBuffer poisoned(DType dtype, std::size_t n) {
+  DeviceBuffer b(std::max<std::size_t>(1, n * dtype_size(dtype)));
+  CUDA_CHECK(cudaMemset(b.get(), 0xFF, b.bytes()));
+  return b;
+}
+
+std::vector<float> download(DType dtype, const DeviceBuffer& b, std::size_t n) {
+  std::vector<unsigned char> raw(n * dtype_size(dtype));
+  if (n) CUDA_CHECK(cudaMemcpy(raw.data(), b.get(), raw.size(), cudaMemcpyDeviceToHost));
+  std::vector<float> out(n);
+  decode_elements(dtype, raw.data(), out.data(), n);
+  return out;
+}
+
+template <class Launch>
+double time_ms(Launch launch, int iters) {
+  for (int i = 0; i < 3; ++i) launch();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> ms;
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < iters; ++i) {
+    CUDA_CHECK(cudaEventRecord(start));
+    launch();
+    CUDA_CHECK(cudaEventRecord(stop));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct Response {
+  std::vector<float> out;
+  double ms = -1;
+  int iters = 0;
+};
+
+Response run(const Header& h, const std::vector<float>& in) {
+  Response r;
+  const std::string name = h.str("kernel");
+  const bool timed = h.args.count("time") && h.num("time") != 0;
+  r.iters = timed ? int(std::clamp<long long>(h.num("iters"), 1, 200)) : 0;
+  if (h.task == "forward") {
+    const AttentionShape s = shape_of(h);
+    const ForwardKernel* k = nullptr;
+    for (const auto& kernel : forward_kernels())
+      if (kernel.name == name) k = &kernel;
+    if (!k) throw std::runtime_error("this runner has no forward kernel '" + name + "'");
+    if (const std::string why = support_reason(*k, s); !why.empty()) throw std::runtime_error(why);
+    const auto p = pieces(in, {std::size_t(s.q_elems()), std::size_t(s.kv_elems()), std::size_t(s.kv_elems())});
+    DeviceBuffer q = upload(k->dtype, p[0], s.q_elems()), kk = upload(k->dtype, p[1], s.kv_elems()),
+                 v = upload(k->dtype, p[2], s.kv_elems());
+    DeviceBuffer o = poisoned(k->dtype, s.q_elems()), lse = poisoned(DType::F32, s.lse_elems());
+    DeviceBuffer ws(std::max<std::size_t>(1, k->workspace_bytes ? k->workspace_bytes(s) : 0));
+    ForwardParams fp;
+    fp.shape = s;
+    fp.q = q.get();
+    fp.k = kk.get();
+    fp.v = v.get();
+    fp.o = o.get();
+    fp.lse = static_cast<float*>(lse.get());
+    fp.workspace = ws.get();
+    k->launch(fp);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    if (timed) r.ms = time_ms([&] { k->launch(fp); }, r.iters);
+    // The outputs read back are those of the last launch.
+    r.out = download(k->dtype, o, s.q_elems());
+    const std::vector<float> l = download(DType::F32, lse, s.lse_elems());
+    r.out.insert(r.out.end(), l.begin(), l.end());
+    return r;
+  }
+  if (h.task == "backward") {
+    const AttentionShape s = shape_of(h);
+    const BackwardKernel* k = nullptr;
+    for (const auto& kernel : backward_kernels())
+      if (kernel.name == name) k = &kernel;
+    if (!k) throw std::runtime_error("this runner has no backward kernel '" + name + "'");
+    if (const std::string why = support_reason(*k, s); !why.empty()) throw std::runtime_error(why);
+    const std::size_t nq = s.q_elems(), nk = s.kv_elems();
+    const auto p = pieces(in, {nq, nk, nk, nq, std::size_t(s.lse_elems()), nq});
+    DeviceBuffer q = upload(k->dtype, p[0], nq), kk = upload(k->dtype, p[1], nk), v = upload(k->dtype, p[2], nk),
+                 o = upload(k->dtype, p[3], nq), lse = upload(DType::F32, p[4], s.lse_elems()),
+                 d_o = upload(k->dtype, p[5], nq);
+    DeviceBuffer dq = poisoned(k->dtype, nq), dk = poisoned(k->dtype, nk), dv = poisoned(k->dtype, nk);
+    DeviceBuffer ws(std::max<std::size_t>(1, k->workspace_bytes ? k->workspace_bytes(s) : 0));
+    BackwardParams bp;
+    bp.shape = s;
+    bp.q = q.get();
+    bp.k = kk.get();
+    bp.v = v.get();
+    bp.o = o.get();
+    bp.d_o = d_o.get();
+    bp.lse = static_cast<const float*>(lse.get());
+    bp.dq = dq.get();
+    bp.dk = dk.get();
+    bp.dv = dv.get();
+    bp.workspace = ws.get();
+    k->launch(bp);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    for (const DeviceBuffer* b : {&dq, &dk, &dv}) {
+      const std::vector<float> x = download(k->dtype, *b, b == &dq ? nq : nk);
+      r.out.insert(r.out.end(), x.begin(), x.end());
+    }
+    return r;
+  }
+  if (h.task == "decode") {
+    DecodeShape s;
+    s.num_seqs = int(h.num("seqs"));
+    s.heads_q = int(h.num("hq"));
+    s.heads_kv = int(h.num("hkv"));
+    s.head_dim = int(h.num("d"));
+    s.block_size = int(h.num("block_size"));
+    s.num_blocks = int(h.num("blocks"));
+    s.max_blocks_per_seq = int(h.num("max_blocks"));
+    s.max_context = int(h.num("max_context"));
+    s.validate();
+    const DecodeKernel* k = nullptr;
+    for (const auto& kernel : decode_kernels())
+      if (kernel.name == name) k = &kernel;
+    if (!k) throw std::runtime_error("this runner has no decode kernel '" + name + "'");
+    if (const std::string why = support_reason(*k, s); !why.empty()) throw std::runtime_error(why);
+    const std::size_t nq = s.q_elems(), nc = s.cache_elems();
+    const std::size_t nt = std::size_t(s.num_seqs) * s.max_blocks_per_seq;
+    const auto p = pieces(in, {nq, nc, nc, nt, std::size_t(s.num_seqs)});
+    std::vector<int> tables(nt), lens(s.num_seqs);
+    for (std::size_t i = 0; i < nt; ++i) tables[i] = int(p[3][i]);
+    for (int i = 0; i < s.num_seqs; ++i) lens[i] = int(p[4][i]);
+    DeviceBuffer q = upload(k->dtype, p[0], nq), kc = upload(k->dtype, p[1], nc), vc = upload(k->dtype, p[2], nc);
+    DeviceBuffer t(std::max<std::size_t>(1, nt * sizeof(int))), c(std::max<std::size_t>(1, lens.size() * sizeof(int)));
+    CUDA_CHECK(cudaMemcpy(t.get(), tables.data(), nt * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(c.get(), lens.data(), lens.size() * sizeof(int), cudaMemcpyHostToDevice));
+    DeviceBuffer o = poisoned(k->dtype, nq), lse = poisoned(DType::F32, s.lse_elems());
+    DeviceBuffer ws(std::max<std::size_t>(1, k->workspace_bytes ? k->workspace_bytes(s) : 0));
+    DecodeParams dp;
+    dp.shape = s;
+    dp.q = q.get();
+    dp.k_cache = kc.get();
+    dp.v_cache = vc.get();
+    dp.block_tables = static_cast<const int*>(t.get());
+    dp.context_lens = static_cast<const int*>(c.get());
+    dp.o = o.get();
+    dp.lse = static_cast<float*>(lse.get());
+    dp.workspace = ws.get();
+    k->launch(dp);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    r.out = download(k->dtype, o, nq);
+    const std::vector<float> l = download(DType::F32, lse, s.lse_elems());
+    r.out.insert(r.out.end(), l.begin(), l.end());
+    return r;
+  }
+  throw std::runtime_error("the GPU runner has no task '" + h.task + "'");
+}
+
+}  // namespace
+}  // namespace fa::grader
+
+int main() {
+  using namespace fa::grader;
+  std::string line;
+  try {
+    if (!read_line(stdin, line)) throw std::runtime_error("no request header");
+    const Header h = parse_header(line);
+    std::vector<float> in;
+    if (!read_floats(stdin, in, std::size_t(h.num("in")))) throw std::runtime_error("request ends early");
+    const Response r = run(h, in);
+    if (r.ms >= 0) std::printf("ok out=%zu ms=%.6f iters=%d\n", r.out.size(), r.ms, r.iters);
+    else std::printf("ok out=%zu\n", r.out.size());
+    write_floats(stdout, r.out);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    for (char& c : what)
+      if (c == '\n') c = ' ';
+    std::printf("error %s\n", what.c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
