@@ -43,17 +43,22 @@ def main():
     problems, counts = [], {"exercise failed as expected": 0, "exercise skipped (no GPU)": 0, "passed": 0, "skipped": 0}
     not_checked = {ex["id"]: 0 for ex in exercises}
     per_exercise = {ex["id"]: 0 for ex in exercises}
+    stub_message = re.compile("not implemented: (" + "|".join(re.escape(ex["id"]) for ex in exercises) + "):")
     for name, status, output in grade.read_junit(junit):
-        owner = next((ex_id for ex_id, pattern in patterns if pattern.search(name)), None)
-        if owner:
-            per_exercise[owner] += 1
+        owners = [ex_id for ex_id, pattern in patterns if pattern.search(name)]
+        if owners:
+            for owner in owners:
+                per_exercise[owner] += 1
             if status == "skipped" and "no GPU" in output:
                 counts["exercise skipped (no GPU)"] += 1
-                not_checked[owner] += 1
+                for owner in owners:
+                    not_checked[owner] += 1
             elif status != "failed":
-                problems.append(f"{name}: exercise {owner}'s test {status} in the handout")
-            elif f"not implemented: {owner}:" not in output:
-                problems.append(f"{name}: failed without 'not implemented: {owner}:' in its output")
+                problems.append(f"{name}: exercise {owners[0]}'s test {status} in the handout")
+            elif not stub_message.search(output):
+                # A test can stop at the stub of an exercise it reaches first (chapter 02's CPU
+                # softmax runs chapter 01's scores), so any exercise's stub message will do.
+                problems.append(f"{name}: failed without a 'not implemented: <exercise>:' line in its output")
             else:
                 counts["exercise failed as expected"] += 1
         elif status == "failed":

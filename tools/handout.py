@@ -39,10 +39,13 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
 SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc")
 BEGIN = re.compile(r"^(\s*)// BEGIN SOLUTION ([A-Za-z0-9_]+)( \(device\))?: (.+?)\s*$")
 END = re.compile(r"^\s*// END SOLUTION\s*$")
 SKIP_DIRS = {".git", "build", ".deps", "__pycache__"}
+INSTRUCTOR = "classroom/instructor"  # answers and rubrics: left out of the copy
+STUDENT_QUESTIONS = "classroom/questions.md"  # the written questions, answers taken out
 
 
 class HandoutError(Exception):
@@ -65,6 +68,8 @@ def load_config(path):
                 raise HandoutError(f"config {path}: exercise {i} needs '{key}' ({kind.__name__ if isinstance(kind, type) else 'number'})")
         if not re.fullmatch(r"[A-Za-z0-9_]+", ex["id"]):
             raise HandoutError(f"config {path}: exercise id '{ex['id']}' may hold only letters, digits and '_'")
+        if ex.get("chapter") not in range(1, 9) or ex.get("device") not in ("cpu", "gpu"):
+            raise HandoutError(f"config {path}: exercise '{ex['id']}' needs 'chapter' (1 to 8) and 'device' ('cpu' or 'gpu')")
         if ex["id"] in ids:
             raise HandoutError(f"config {path}: exercise id '{ex['id']}' appears twice")
         if ex["points"] < 0:
@@ -160,7 +165,7 @@ def make_handout(root, dest, config_path):
     if os.path.exists(dest) and os.listdir(dest):
         raise HandoutError(f"DEST {dest} exists and is not empty")
     # First every file in memory, so that a bad marker anywhere leaves nothing half-written.
-    outputs, totals, regions = {}, {}, []
+    outputs, totals, regions, regions_text = {}, {}, [], []
     for rel in tracked_files(root):
         src = os.path.join(root, rel)
         if not os.path.isfile(src):
@@ -169,6 +174,10 @@ def make_handout(root, dest, config_path):
             with open(src, encoding="utf-8") as f:
                 text = f.read()
             new_text, found = stub_regions(text, rel, selected, regions)
+            lines = text.splitlines()
+            for r_id, _, first, last in regions[len(regions) - sum(found.values()):]:
+                if r_id in selected:
+                    regions_text.append("\n".join(lines[first:last - 1]))
             for ex_id, n in found.items():
                 totals[ex_id] = totals.get(ex_id, 0) + n
             outputs[rel] = new_text.encode("utf-8") if new_text != text else None
@@ -181,7 +190,13 @@ def make_handout(root, dest, config_path):
     if device_only:
         raise HandoutError(f"exercise(s) {', '.join(device_only)} have only (device) regions, whose stubs do not "
                            "throw; mark a host region too (the launcher), so the tests say 'not implemented'")
+    questions = os.path.join(root, INSTRUCTOR, "questions.md")
+    if os.path.isfile(questions):
+        with open(questions, encoding="utf-8") as f:
+            outputs[STUDENT_QUESTIONS] = student_questions(f.read()).encode("utf-8")
     for rel, data in outputs.items():
+        if rel.startswith(INSTRUCTOR + "/"):
+            continue  # answers and rubrics stay with the instructor
         target = os.path.join(dest, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         if data is None:
@@ -192,7 +207,64 @@ def make_handout(root, dest, config_path):
     with open(os.path.join(dest, ".handout"), "w") as f:
         json.dump({"exercises": [{"id": ex["id"], "regions": totals[ex["id"]]} for ex in exercises]}, f, indent=2)
         f.write("\n")
+    # The pages' code snippets come from the sources: in the copy they show the stubs.
+    import check_snippets
+    check_snippets.sync(dest, fix=True)
+    # A line that the copy's own sources hold outside every region (a loop header, a shared
+    # helper's call) gives nothing away; any other solution line anywhere in the copy does.
+    shared = set()
+    for rel in outputs:
+        if rel.endswith(SOURCE_SUFFIXES) and not rel.startswith(INSTRUCTOR + "/"):
+            with open(os.path.join(dest, rel), encoding="utf-8") as f:
+                shared.update(normalize(line) for line in f)
+    leaks = solution_leaks(root, dest, solution_lines(regions_text) - shared)
+    if leaks:
+        shutil.rmtree(dest)
+        raise HandoutError(f"{len(leaks)} solution line(s) survive in the copy (it was removed), first: " + "; ".join(leaks[:5]))
     return totals
+
+
+def student_questions(text):
+    """The written questions without their answers: every BEGIN ANSWER ... END ANSWER block goes."""
+    out = re.sub(r"\n?<!-- BEGIN ANSWER -->.*?<!-- END ANSWER -->\n?", "\n", text, flags=re.S)
+    out = re.sub(r"^Instructors:.*?\n\n", "", out, count=1, flags=re.S | re.M)
+    if "ANSWER" in out:
+        raise HandoutError(f"{INSTRUCTOR}/questions.md: an answer block is not closed")
+    return out
+
+
+def normalize(line):
+    return " ".join(line.split())
+
+
+def solution_lines(regions_text):
+    """The distinctive lines of the solutions: at least 24 characters once spaces are squeezed,
+    comments included (a comment can give the answer away as well as code)."""
+    lines = set()
+    for body in regions_text:
+        for line in body.splitlines():
+            n = normalize(line)
+            if len(n) >= 24:
+                lines.add(n)
+    return lines
+
+
+def solution_leaks(root, dest, lines):
+    """'path:line' for each line of the copy that is a solution line, in any text file."""
+    leaks = []
+    for base, dirs, names in os.walk(dest):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
+        for name in names:
+            path = os.path.join(base, name)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
+            except (UnicodeDecodeError, OSError):
+                continue
+            for i, line in enumerate(text.splitlines(), 1):
+                if normalize(line) in lines:
+                    leaks.append(f"{os.path.relpath(path, dest)}:{i}: {normalize(line)[:80]}")
+    return leaks
 
 
 def main():

@@ -8,7 +8,7 @@
 //   fa_check --exercise ID --runner PATH [--reference-runner PATH] [--seed N] [--timeout S]
 //            [--uid U]
 //
-// The runner runs in a new session, in an empty folder, with a cleared environment, no core
+// The runner runs in a process group of its own, in an empty folder, with a cleared environment, no core
 // files, no file writes (RLIMIT_FSIZE 0) and a CPU-time limit; as root the checker first drops
 // it to user U (default 65534, "nobody") and, when it is done, kills every process of that user
 // that is left; otherwise it kills the orphans it adopts as a subreaper. The checker itself is

@@ -31,7 +31,7 @@ class HandoutTest(unittest.TestCase):
         self.write("chapters/kernel.h", KERNEL)
         self.write("README.md", "docs keep `// BEGIN SOLUTION` text as is\n")
         self.config = os.path.join(self.tmp.name, "exercises.json")
-        self.set_config([{"id": "ex1", "title": "t", "points": 5, "tests": "^ex1"}])
+        self.set_config([{"id": "ex1", "chapter": 1, "device": "cpu", "title": "t", "points": 5, "tests": "^ex1"}])
         self.dest = os.path.join(self.tmp.name, "out")
 
     def tearDown(self):
@@ -42,6 +42,8 @@ class HandoutTest(unittest.TestCase):
             f.write(text)
 
     def set_config(self, exercises):
+        # Every exercise has a chapter and a device; the tests below vary the other fields.
+        exercises = [{"chapter": 1, "device": "cpu", **ex} for ex in exercises]
         with open(self.config, "w") as f:
             json.dump({"exercises": exercises}, f)
 
