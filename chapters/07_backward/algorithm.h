@@ -17,8 +17,8 @@
 #include <cmath>
 #include <vector>
 
-#include "problem.h"
 #include "not_implemented.h"
+#include "problem.h"
 
 namespace fa::backward {
 

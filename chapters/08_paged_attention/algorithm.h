@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "reference.h"
 #include "not_implemented.h"
+#include "reference.h"
 
 namespace fa::paged {
 

@@ -13,6 +13,7 @@
 // it to user U (default 65534, "nobody") and, when it is done, kills every process of that user
 // that is left; otherwise it kills the orphans it adopts as a subreaper. The checker itself is
 // not dumpable, so a runner of the same user cannot read its memory.
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -30,7 +31,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
 #include <functional>
 #include <random>
 #include <sstream>
@@ -155,9 +155,8 @@ Reply ask(const Options& opt, const std::string& runner, const Header& header, c
   bool out_open = true, err_open = true, in_open = true, timed_out = false;
   const std::size_t max_out = 64 + (std::size_t(1) << 31);
   while (out_open || err_open) {
-    const double left =
-        opt.timeout_s * 1000 -
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double left = opt.timeout_s * 1000 -
+                        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (left <= 0) {
       timed_out = true;
       break;
@@ -306,8 +305,8 @@ std::string fmt(double x) {
 
 /// O and LSE against the oracle, with the tolerance of `dtype`.
 std::function<std::string(const std::vector<float>&)> judge_forward(const AttentionShape& s, std::vector<float> q,
-                                                                     std::vector<float> k, std::vector<float> v,
-                                                                     DType dtype) {
+                                                                    std::vector<float> k, std::vector<float> v,
+                                                                    DType dtype) {
   return [=](const std::vector<float>& out) -> std::string {
     const CheckPlan plan = full_check_plan(s);
     const ForwardReference ref = reference_forward(s, q.data(), k.data(), v.data(), plan);
@@ -366,8 +365,8 @@ void exact_state(const float* row, int n, double& m, double& l) {
 
 std::string judge_state(float m, float l, double m_ref, double l_ref, const std::string& where) {
   if (m_ref == -INFINITY) {
-    if (!(m == -INFINITY && l == 0.0f)) return where + ": a row with no visible score must stay (m, l) = (-inf, 0), got (" +
-                                               fmt(m) + ", " + fmt(l) + ")";
+    if (!(m == -INFINITY && l == 0.0f))
+      return where + ": a row with no visible score must stay (m, l) = (-inf, 0), got (" + fmt(m) + ", " + fmt(l) + ")";
     return "";
   }
   if (double(m) != m_ref) return where + ": m = " + fmt(m) + ", the row's max is " + fmt(m_ref);
@@ -454,7 +453,8 @@ std::vector<Case> merge_cases(Rng& rng) {
       exact_state(x, n, m, l);
       const bool swap = uniform(rng, 0, 1) == 1;
       const float sa[2] = {float(ma), float(la)}, sb[2] = {float(mb), float(lb)};
-      for (float v : swap ? std::vector<float>{sb[0], sb[1], sa[0], sa[1]} : std::vector<float>{sa[0], sa[1], sb[0], sb[1]})
+      for (float v :
+           swap ? std::vector<float>{sb[0], sb[1], sa[0], sa[1]} : std::vector<float>{sa[0], sa[1], sb[0], sb[1]})
         c.input.push_back(v);
       want.push_back(m);
       want.push_back(l);
@@ -463,7 +463,8 @@ std::vector<Case> merge_cases(Rng& rng) {
     c.expect_values = std::size_t(pairs) * 2;
     c.judge = [=](const std::vector<float>& out) -> std::string {
       for (int i = 0; i < pairs; ++i) {
-        const std::string why = judge_state(out[2 * i], out[2 * i + 1], want[2 * i], want[2 * i + 1], "pair " + std::to_string(i));
+        const std::string why =
+            judge_state(out[2 * i], out[2 * i + 1], want[2 * i], want[2 * i + 1], "pair " + std::to_string(i));
         if (!why.empty()) return why;
       }
       return "";
@@ -500,7 +501,8 @@ std::vector<Case> forward_cases(Rng& rng, const std::vector<std::map<std::string
     AttentionShape one;
     one.head_dim = dims.front();
     cases.push_back(forward_case(rng, one, "forward", dtype, 0, extra));
-    for (int i = 0; i < n; ++i) cases.push_back(forward_case(rng, draw_shape(rng, lo, hi, dims), "forward", dtype, 1, extra));
+    for (int i = 0; i < n; ++i)
+      cases.push_back(forward_case(rng, draw_shape(rng, lo, hi, dims), "forward", dtype, 1, extra));
   }
   return cases;
 }
@@ -527,7 +529,8 @@ std::vector<Case> scores_cases(Rng& rng) {
         for (int bh = 0; bh < s.batch * s.heads_q; ++bh)
           for (int i = 0; i < s.seq_q; ++i)
             for (int j = 0; j < s.seq_kv; ++j, ++at) {
-              const std::string where = "S[" + std::to_string(bh) + "][" + std::to_string(i) + "][" + std::to_string(j) + "]";
+              const std::string where =
+                  "S[" + std::to_string(bh) + "][" + std::to_string(i) + "][" + std::to_string(j) + "]";
               if (!s.visible(i, j)) {
                 if (out[at] != -INFINITY) return where + " is masked and must be -inf, got " + fmt(out[at]);
                 continue;
@@ -573,8 +576,8 @@ std::vector<Case> tail_pieces_cases(Rng& rng) {
     c.judge = [=](const std::vector<float>& out) -> std::string {
       for (int i = 0; i < n; ++i)
         if (out[i] != float(want[i]))
-          return "tail_pieces(" + fmt(in[3 * i]) + ", " + fmt(in[3 * i + 1]) + ", " + fmt(in[3 * i + 2]) + ") = " +
-                 fmt(out[i]) + ", expected " + std::to_string(want[i]);
+          return "tail_pieces(" + fmt(in[3 * i]) + ", " + fmt(in[3 * i + 1]) + ", " + fmt(in[3 * i + 2]) +
+                 ") = " + fmt(out[i]) + ", expected " + std::to_string(want[i]);
       return "";
     };
     cases.push_back(c);
@@ -590,12 +593,14 @@ Case backward_case(Rng& rng, const AttentionShape& s, const std::string& kernel,
   c.name = (kernel.empty() ? std::string("backward") : kernel) + " " + s.to_string();
   c.weight = weight;
   const std::vector<float> q = rounded(normal(rng, s.q_elems()), dtype), k = rounded(normal(rng, s.kv_elems()), dtype),
-                           v = rounded(normal(rng, s.kv_elems()), dtype), d_o = rounded(normal(rng, s.q_elems()), dtype);
+                           v = rounded(normal(rng, s.kv_elems()), dtype),
+                           d_o = rounded(normal(rng, s.q_elems()), dtype);
   const BackwardReference ref = reference_backward(s, q.data(), k.data(), v.data(), d_o.data());
   std::vector<float> o(ref.o.begin(), ref.o.end()), lse(ref.lse.begin(), ref.lse.end());
   o = rounded(o, dtype);
   c.input = q;
-  for (const std::vector<float>* part : std::initializer_list<const std::vector<float>*>{&k, &v, &o, &lse, &d_o}) c.input.insert(c.input.end(), part->begin(), part->end());
+  for (const std::vector<float>* part : std::initializer_list<const std::vector<float>*>{&k, &v, &o, &lse, &d_o})
+    c.input.insert(c.input.end(), part->begin(), part->end());
   c.header.args["in"] = std::to_string(c.input.size());
   c.expect_values = std::size_t(s.q_elems() + 2 * s.kv_elems());
   const double tol = dtype == DType::F32 ? 2e-4 : 2e-2;
@@ -650,12 +655,18 @@ Case decode_case(Rng& rng, const std::string& kernel, DType dtype, int d, int ma
                            kc = rounded(normal(rng, cache), dtype), vc = rounded(normal(rng, cache), dtype);
   c.header.task = "decode";
   if (!kernel.empty()) c.header.args["kernel"] = kernel;
-  c.header.args.insert({{"seqs", std::to_string(seqs)}, {"hq", std::to_string(heads_q)}, {"hkv", std::to_string(heads_kv)},
-                        {"d", std::to_string(d)}, {"block_size", std::to_string(block_size)},
-                        {"blocks", std::to_string(num_blocks)}, {"max_blocks", std::to_string(max_blocks)},
-                        {"max_context", std::to_string(max_context)}, {"partition", std::to_string(block_size * uniform(rng, 1, 8))}});
+  c.header.args.insert({{"seqs", std::to_string(seqs)},
+                        {"hq", std::to_string(heads_q)},
+                        {"hkv", std::to_string(heads_kv)},
+                        {"d", std::to_string(d)},
+                        {"block_size", std::to_string(block_size)},
+                        {"blocks", std::to_string(num_blocks)},
+                        {"max_blocks", std::to_string(max_blocks)},
+                        {"max_context", std::to_string(max_context)},
+                        {"partition", std::to_string(block_size * uniform(rng, 1, 8))}});
   c.input = q;
-  for (const std::vector<float>* part : std::initializer_list<const std::vector<float>*>{&kc, &vc, &table_in}) c.input.insert(c.input.end(), part->begin(), part->end());
+  for (const std::vector<float>* part : std::initializer_list<const std::vector<float>*>{&kc, &vc, &table_in})
+    c.input.insert(c.input.end(), part->begin(), part->end());
   for (int len : lens) c.input.push_back(float(len));
   c.header.args["in"] = std::to_string(c.input.size());
   c.expect_values = std::size_t(seqs) * heads_q * (d + 1);
@@ -697,9 +708,10 @@ std::vector<Case> block_manager_cases(Rng& rng) {
     const int blocks = round == 0 ? 4 : uniform(rng, 6, 40), block_size = 1 << uniform(rng, 0, 4);
     const int ops = round == 0 ? 2 : uniform(rng, 60, 200);
     c.header.task = "block_manager";
-    c.header.args = {{"blocks", std::to_string(blocks)}, {"block_size", std::to_string(block_size)}, {"ops", std::to_string(ops)}};
-    c.name = "block_manager blocks=" + std::to_string(blocks) + " block_size=" + std::to_string(block_size) + " ops=" +
-             std::to_string(ops);
+    c.header.args = {
+        {"blocks", std::to_string(blocks)}, {"block_size", std::to_string(block_size)}, {"ops", std::to_string(ops)}};
+    c.name = "block_manager blocks=" + std::to_string(blocks) + " block_size=" + std::to_string(block_size) +
+             " ops=" + std::to_string(ops);
     c.weight = round == 0 ? 0 : 1;
     // The trace the instructor's BlockManager gives for the same script.
     paged::BlockManager bm(blocks, block_size);
@@ -709,7 +721,8 @@ std::vector<Case> block_manager_cases(Rng& rng) {
       int op = round == 0 ? (i == 0 ? 0 : 2) : uniform(rng, 0, 9);
       op = op == 0 ? 0 : op <= 2 ? 1 : op <= 7 ? 2 : 3;
       if (next_id == 0) op = 0;
-      const int a = next_id ? uniform(rng, 0, next_id - 1) : 0, b = round == 0 ? 1 : uniform(rng, 0, 2 * block_size + 1);
+      const int a = next_id ? uniform(rng, 0, next_id - 1) : 0,
+                b = round == 0 ? 1 : uniform(rng, 0, 2 * block_size + 1);
       c.input.insert(c.input.end(), {float(op), float(a), float(b)});
       try {
         if (op == 0) next_id = bm.add_sequence() + 1;
@@ -738,8 +751,10 @@ std::vector<Case> block_manager_cases(Rng& rng) {
       for (std::size_t i = 0; i < n; ++i)
         if (out[i] != want[i])
           return "the trace differs from the expected one at value " + std::to_string(i) + " (got " + fmt(out[i]) +
-                 ", expected " + fmt(want[i]) + "): tables, copies or free blocks are not what fork/append/release give";
-      if (out.size() != want.size()) return "the trace has " + std::to_string(out.size()) + " values, expected " + std::to_string(want.size());
+                 ", expected " + fmt(want[i]) +
+                 "): tables, copies or free blocks are not what fork/append/release give";
+      if (out.size() != want.size())
+        return "the trace has " + std::to_string(out.size()) + " values, expected " + std::to_string(want.size());
       return "";
     };
     cases.push_back(c);
@@ -757,10 +772,12 @@ std::vector<Case> cases_for(const std::string& id, Rng& rng) {
   if (id == "ch03_online_update") return softmax_row_cases(rng, "online_update");
   if (id == "ch03_online_merge") return merge_cases(rng);
   if (id == "ch04_row_update_cpu")
-    return forward_cases(rng, {M{{"order", "kv_outer"}}, M{{"order", "q_outer"}}}, DType::F32, 65, 260, {16, 32, 64}, 2);
+    return forward_cases(rng, {M{{"order", "kv_outer"}}, M{{"order", "q_outer"}}}, DType::F32, 65, 260, {16, 32, 64},
+                         2);
   if (id == "ch04_row_update")
-    return forward_cases(rng, {M{{"kernel", "ch04_kv_outer"}}, M{{"kernel", "ch04_q_outer"}}, M{{"kernel", "ch04_registers"}}},
-                         DType::F32, 65, 600, {64, 128}, 2);
+    return forward_cases(
+        rng, {M{{"kernel", "ch04_kv_outer"}}, M{{"kernel", "ch04_q_outer"}}, M{{"kernel", "ch04_registers"}}},
+        DType::F32, 65, 600, {64, 128}, 2);
   if (id == "ch05_tile_cpu") return forward_cases(rng, {M{}}, DType::F32, 65, 260, {16, 32, 64});
   if (id == "ch06_tail_pieces") return tail_pieces_cases(rng);
   if (id == "ch07_ds_cpu") return backward_cases(rng, "", DType::F32, {16, 32, 64});
@@ -771,7 +788,8 @@ std::vector<Case> cases_for(const std::string& id, Rng& rng) {
     const std::string kernel = gpu ? "ch08_split_kv_bf16" : "";
     const DType dtype = gpu ? DType::BF16 : DType::F32;
     std::vector<Case> cases = {decode_case(rng, kernel, dtype, 64, 1, true)};
-    for (int i = 0; i < 4; ++i) cases.push_back(decode_case(rng, kernel, dtype, i % 2 ? 128 : 64, gpu ? 9000 : 700, false));
+    for (int i = 0; i < 4; ++i)
+      cases.push_back(decode_case(rng, kernel, dtype, i % 2 ? 128 : 64, gpu ? 9000 : 700, false));
     return cases;
   }
   throw std::runtime_error("the checker knows no exercise '" + id + "'");
@@ -797,7 +815,8 @@ int check(const Options& opt) {
     const Reply r = ask(opt, opt.runner, c.header, c.input);
     std::string why = r.ok ? "" : r.error;
     if (r.ok && c.expect_values && r.out.size() != c.expect_values)
-      why = "the runner answered " + std::to_string(r.out.size()) + " values, expected " + std::to_string(c.expect_values);
+      why = "the runner answered " + std::to_string(r.out.size()) + " values, expected " +
+            std::to_string(c.expect_values);
     if (r.ok && why.empty()) {
       try {
         why = c.judge(r.out);
@@ -806,7 +825,8 @@ int check(const Options& opt) {
       }
     }
     json += std::string(i ? ", " : "") + "{\"name\": " + json_string(c.name) + ", \"weight\": " + fmt(c.weight) +
-            ", \"passed\": " + (why.empty() ? "true" : "false") + ", \"detail\": " + json_string(why.substr(0, 600)) + "}";
+            ", \"passed\": " + (why.empty() ? "true" : "false") + ", \"detail\": " + json_string(why.substr(0, 600)) +
+            "}";
   }
   json += "]";
   json += "}\n";

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "protocol.h"
 #include "problem.h"
+#include "protocol.h"
 
 #if FA_RUNNER_CHAPTER == 1
 #include "../../chapters/01_naive_attention/algorithm.h"
@@ -156,7 +156,7 @@ std::vector<float> run(const Header& h, const std::vector<float>& in) {
                                std::size_t(seqs) * max_blocks, std::size_t(seqs)});
     cache.k = p[1];
     cache.v = p[2];
-    std::vector<std::vector<int>> tables(seqs);
+    std::vector<std::vector<int> > tables(seqs);
     std::vector<int> lens(seqs);
     for (int s = 0; s < seqs; ++s) {
       lens[s] = int(p[4][s]);
