@@ -102,7 +102,9 @@ class SubmissionTest(unittest.TestCase):
         self.assertNotIn("fake", graded)
         self.assertTrue(taken.get("ch03_online_update"))
         self.assertIn("FA_NOT_IMPLEMENTED", open(os.path.join(tree, "chapters/02_safe_softmax/safe_softmax.cu")).read())
-        bad = self.text.replace("const float m_new = fmaxf(state.m, score);", "abort();", 1)
+        # (in the instructor's tree or in a handout: the line goes right after the BEGIN line)
+        begin = self.text.index("\n", self.text.index("// BEGIN SOLUTION ch03_online_update")) + 1
+        bad = self.text[:begin] + "  abort();\n" + self.text[begin:]
         path = self.write("b/" + ALGORITHM, bad)
         problems, taken = grade.splice(ROOT, os.path.join(self.tmp.name, "graded2"), {ALGORITHM: path}, EXERCISES)
         self.assertIn("'abort'", problems["ch03_online_update"][0])
