@@ -146,8 +146,9 @@ Reply ask(const Options& opt, const std::string& runner, const Header& header, c
   close(in_pipe[0]);
   close(out_pipe[1]);
   close(err_pipe[1]);
-  const std::string head = header.line();
-  std::string request = head;
+  Header sized = header;  // the value count goes with the values, so it is never out of step
+  sized.args["in"] = std::to_string(input.size());
+  std::string request = sized.line();
   request.append(reinterpret_cast<const char*>(input.data()), input.size() * sizeof(float));
   std::string out, err;
   std::size_t written = 0;
@@ -260,16 +261,6 @@ std::vector<float> normal(Rng& rng, std::size_t n, float sigma = 1.0f) {
 std::vector<float> rounded(std::vector<float> v, DType dtype) {
   for (auto& x : v) x = round_to_dtype(x, dtype);
   return v;
-}
-
-void put_shape(Header& h, const AttentionShape& s) {
-  h.args["b"] = std::to_string(s.batch);
-  h.args["hq"] = std::to_string(s.heads_q);
-  h.args["hkv"] = std::to_string(s.heads_kv);
-  h.args["sq"] = std::to_string(s.seq_q);
-  h.args["skv"] = std::to_string(s.seq_kv);
-  h.args["d"] = std::to_string(s.head_dim);
-  h.args["causal"] = s.causal ? "1" : "0";
 }
 
 /// A shape with seq lengths in [lo, hi], head_dim from `dims`, GQA/MQA or not, causal or not.
@@ -388,7 +379,6 @@ std::vector<Case> softmax_row_cases(Rng& rng, const std::string& task) {
     c.header.task = task;
     c.header.args = {{"rows", std::to_string(rows)}, {"n", std::to_string(n)}};
     c.input = softmax_rows(rng, rows, n);
-    c.header.args["in"] = std::to_string(c.input.size());
     const std::vector<float> x = c.input;
     if (task == "safe_row") {
       c.expect_values = std::size_t(rows) * n + rows;
@@ -459,7 +449,6 @@ std::vector<Case> merge_cases(Rng& rng) {
       want.push_back(m);
       want.push_back(l);
     }
-    c.header.args["in"] = std::to_string(c.input.size());
     c.expect_values = std::size_t(pairs) * 2;
     c.judge = [=](const std::vector<float>& out) -> std::string {
       for (int i = 0; i < pairs; ++i) {
@@ -487,7 +476,6 @@ Case forward_case(Rng& rng, const AttentionShape& s, const std::string& task_ker
   c.input = q;
   c.input.insert(c.input.end(), k.begin(), k.end());
   c.input.insert(c.input.end(), v.begin(), v.end());
-  c.header.args["in"] = std::to_string(c.input.size());
   c.expect_values = std::size_t(s.q_elems() + s.lse_elems());
   c.judge = judge_forward(s, q, k, v, dtype);
   return c;
@@ -521,7 +509,6 @@ std::vector<Case> scores_cases(Rng& rng) {
       const std::vector<float> q = normal(rng, s.q_elems()), k = normal(rng, s.kv_elems());
       c.input = q;
       c.input.insert(c.input.end(), k.begin(), k.end());
-      c.header.args["in"] = std::to_string(c.input.size());
       c.expect_values = std::size_t(s.batch) * s.heads_q * s.seq_q * s.seq_kv;
       c.judge = [=](const std::vector<float>& out) -> std::string {
         const double scale = s.softmax_scale();
@@ -570,7 +557,6 @@ std::vector<Case> tail_pieces_cases(Rng& rng) {
       c.input.insert(c.input.end(), {float(blocks), float(slots), float(tiles)});
       want.push_back(flash3::tail_pieces(blocks, slots, tiles));  // the instructor's
     }
-    c.header.args["in"] = std::to_string(c.input.size());
     c.expect_values = std::size_t(n);
     const std::vector<float> in = c.input;
     c.judge = [=](const std::vector<float>& out) -> std::string {
@@ -601,7 +587,6 @@ Case backward_case(Rng& rng, const AttentionShape& s, const std::string& kernel,
   c.input = q;
   for (const std::vector<float>* part : std::initializer_list<const std::vector<float>*>{&k, &v, &o, &lse, &d_o})
     c.input.insert(c.input.end(), part->begin(), part->end());
-  c.header.args["in"] = std::to_string(c.input.size());
   c.expect_values = std::size_t(s.q_elems() + 2 * s.kv_elems());
   const double tol = dtype == DType::F32 ? 2e-4 : 2e-2;
   c.judge = [=](const std::vector<float>& out) -> std::string {
@@ -668,7 +653,6 @@ Case decode_case(Rng& rng, const std::string& kernel, DType dtype, int d, int ma
   for (const std::vector<float>* part : std::initializer_list<const std::vector<float>*>{&kc, &vc, &table_in})
     c.input.insert(c.input.end(), part->begin(), part->end());
   for (int len : lens) c.input.push_back(float(len));
-  c.header.args["in"] = std::to_string(c.input.size());
   c.expect_values = std::size_t(seqs) * heads_q * (d + 1);
   c.name = (kernel.empty() ? std::string("decode") : kernel) + " seqs=" + std::to_string(seqs) + " h" +
            std::to_string(heads_q) + "/" + std::to_string(heads_kv) + " d" + std::to_string(d) +
@@ -744,7 +728,6 @@ std::vector<Case> block_manager_cases(Rng& rng) {
       for (int b : bm.block_table(seq)) want.push_back(float(b));
     }
     want.push_back(float(bm.free_blocks()));
-    c.header.args["in"] = std::to_string(c.input.size());
     c.expect_values = 0;  // the trace's length depends on what happened
     c.judge = [=](const std::vector<float>& out) -> std::string {
       const std::size_t n = std::min(out.size(), want.size());

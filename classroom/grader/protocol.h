@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "problem.h"
+
 namespace fa::grader {
 
 struct Header {
@@ -81,6 +83,72 @@ inline bool read_floats(std::FILE* f, std::vector<float>& out, std::size_t n) {
 
 inline bool write_floats(std::FILE* f, const std::vector<float>& v) {
   return v.empty() || std::fwrite(v.data(), sizeof(float), v.size(), f) == v.size();
+}
+
+/// An attention shape as the header words b, hq, hkv, sq, skv, d, causal carry it.
+inline void put_shape(Header& h, const AttentionShape& s) {
+  h.args["b"] = std::to_string(s.batch);
+  h.args["hq"] = std::to_string(s.heads_q);
+  h.args["hkv"] = std::to_string(s.heads_kv);
+  h.args["sq"] = std::to_string(s.seq_q);
+  h.args["skv"] = std::to_string(s.seq_kv);
+  h.args["d"] = std::to_string(s.head_dim);
+  h.args["causal"] = s.causal ? "1" : "0";
+}
+
+inline AttentionShape shape_of(const Header& h) {
+  AttentionShape s;
+  s.batch = int(h.num("b"));
+  s.heads_q = int(h.num("hq"));
+  s.heads_kv = int(h.num("hkv"));
+  s.seq_q = int(h.num("sq"));
+  s.seq_kv = int(h.num("skv"));
+  s.head_dim = int(h.num("d"));
+  s.causal = h.num("causal") != 0;
+  return s;
+}
+
+/// `in` split into consecutive pieces of the given sizes.
+inline std::vector<const float*> pieces(const std::vector<float>& in, const std::vector<std::size_t>& sizes) {
+  std::vector<const float*> out;
+  std::size_t at = 0;
+  for (std::size_t n : sizes) {
+    if (at + n > in.size()) throw std::runtime_error("request holds fewer values than its header says");
+    out.push_back(in.data() + at);
+    at += n;
+  }
+  return out;
+}
+
+/// What a runner answers: the output values and, when it timed the launches, the median time.
+struct Answer {
+  std::vector<float> out;
+  double ms = -1;
+  int iters = 0;
+};
+
+/// A runner's main: one request from stdin, `run(header, inputs)` (which returns an Answer),
+/// the answer (or "error MESSAGE" for whatever it throws) on stdout.
+template <class Run>
+int serve(Run run) {
+  std::string line;
+  try {
+    if (!read_line(stdin, line)) throw std::runtime_error("no request header");
+    const Header h = parse_header(line);
+    std::vector<float> in;
+    if (!read_floats(stdin, in, std::size_t(h.num("in")))) throw std::runtime_error("request ends early");
+    const Answer a = run(h, in);
+    if (a.ms >= 0) std::printf("ok out=%zu ms=%.6f iters=%d\n", a.out.size(), a.ms, a.iters);
+    else std::printf("ok out=%zu\n", a.out.size());
+    write_floats(stdout, a.out);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    for (char& c : what)
+      if (c == '\n') c = ' ';
+    std::printf("error %s\n", what.c_str());
+  }
+  std::fflush(stdout);
+  return 0;
 }
 
 }  // namespace fa::grader

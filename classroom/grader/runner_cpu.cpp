@@ -37,30 +37,6 @@
 namespace fa::grader {
 namespace {
 
-[[maybe_unused]] AttentionShape shape_of(const Header& h) {
-  AttentionShape s;
-  s.batch = int(h.num("b"));
-  s.heads_q = int(h.num("hq"));
-  s.heads_kv = int(h.num("hkv"));
-  s.seq_q = int(h.num("sq"));
-  s.seq_kv = int(h.num("skv"));
-  s.head_dim = int(h.num("d"));
-  s.causal = h.num("causal") != 0;
-  return s;
-}
-
-/// `in` split into consecutive pieces of the given sizes.
-std::vector<const float*> pieces(const std::vector<float>& in, const std::vector<std::size_t>& sizes) {
-  std::vector<const float*> out;
-  std::size_t at = 0;
-  for (std::size_t n : sizes) {
-    if (at + n > in.size()) throw std::runtime_error("request holds fewer values than its header says");
-    out.push_back(in.data() + at);
-    at += n;
-  }
-  return out;
-}
-
 std::vector<float> run(const Header& h, const std::vector<float>& in) {
   std::vector<float> out;
 #if FA_RUNNER_CHAPTER == 1
@@ -213,22 +189,7 @@ std::vector<float> run(const Header& h, const std::vector<float>& in) {
 }  // namespace fa::grader
 
 int main() {
-  using namespace fa::grader;
-  std::string line;
-  try {
-    if (!read_line(stdin, line)) throw std::runtime_error("no request header");
-    const Header h = parse_header(line);
-    std::vector<float> in;
-    if (!read_floats(stdin, in, std::size_t(h.num("in")))) throw std::runtime_error("request ends early");
-    const std::vector<float> out = run(h, in);
-    std::printf("ok out=%zu\n", out.size());
-    write_floats(stdout, out);
-  } catch (const std::exception& e) {
-    std::string what = e.what();
-    for (char& c : what)
-      if (c == '\n') c = ' ';
-    std::printf("error %s\n", what.c_str());
-  }
-  std::fflush(stdout);
-  return 0;
+  return fa::grader::serve([](const fa::grader::Header& h, const std::vector<float>& in) {
+    return fa::grader::Answer{fa::grader::run(h, in)};
+  });
 }

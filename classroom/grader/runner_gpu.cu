@@ -23,30 +23,6 @@
 namespace fa::grader {
 namespace {
 
-AttentionShape shape_of(const Header& h) {
-  AttentionShape s;
-  s.batch = int(h.num("b"));
-  s.heads_q = int(h.num("hq"));
-  s.heads_kv = int(h.num("hkv"));
-  s.seq_q = int(h.num("sq"));
-  s.seq_kv = int(h.num("skv"));
-  s.head_dim = int(h.num("d"));
-  s.causal = h.num("causal") != 0;
-  s.validate();
-  return s;
-}
-
-std::vector<const float*> pieces(const std::vector<float>& in, const std::vector<std::size_t>& sizes) {
-  std::vector<const float*> out;
-  std::size_t at = 0;
-  for (std::size_t n : sizes) {
-    if (at + n > in.size()) throw std::runtime_error("request holds fewer values than its header says");
-    out.push_back(in.data() + at);
-    at += n;
-  }
-  return out;
-}
-
 DeviceBuffer upload(DType dtype, const float* values, std::size_t n) {
   return upload_as(dtype, std::vector<float>(values, values + n));
 }
@@ -87,19 +63,14 @@ double time_ms(Launch launch, int iters) {
   return ms[ms.size() / 2];
 }
 
-struct Response {
-  std::vector<float> out;
-  double ms = -1;
-  int iters = 0;
-};
-
-Response run(const Header& h, const std::vector<float>& in) {
-  Response r;
+Answer run(const Header& h, const std::vector<float>& in) {
+  Answer r;
   const std::string name = h.str("kernel");
   const bool timed = h.args.count("time") && h.num("time") != 0;
   r.iters = timed ? int(std::clamp<long long>(h.num("iters"), 1, 200)) : 0;
   if (h.task == "forward") {
     const AttentionShape s = shape_of(h);
+    s.validate();
     const ForwardKernel* k = nullptr;
     for (const auto& kernel : forward_kernels())
       if (kernel.name == name) k = &kernel;
@@ -129,6 +100,7 @@ Response run(const Header& h, const std::vector<float>& in) {
   }
   if (h.task == "backward") {
     const AttentionShape s = shape_of(h);
+    s.validate();
     const BackwardKernel* k = nullptr;
     for (const auto& kernel : backward_kernels())
       if (kernel.name == name) k = &kernel;
@@ -212,24 +184,4 @@ Response run(const Header& h, const std::vector<float>& in) {
 }  // namespace
 }  // namespace fa::grader
 
-int main() {
-  using namespace fa::grader;
-  std::string line;
-  try {
-    if (!read_line(stdin, line)) throw std::runtime_error("no request header");
-    const Header h = parse_header(line);
-    std::vector<float> in;
-    if (!read_floats(stdin, in, std::size_t(h.num("in")))) throw std::runtime_error("request ends early");
-    const Response r = run(h, in);
-    if (r.ms >= 0) std::printf("ok out=%zu ms=%.6f iters=%d\n", r.out.size(), r.ms, r.iters);
-    else std::printf("ok out=%zu\n", r.out.size());
-    write_floats(stdout, r.out);
-  } catch (const std::exception& e) {
-    std::string what = e.what();
-    for (char& c : what)
-      if (c == '\n') c = ' ';
-    std::printf("error %s\n", what.c_str());
-  }
-  std::fflush(stdout);
-  return 0;
-}
+int main() { return fa::grader::serve(fa::grader::run); }
