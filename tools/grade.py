@@ -186,6 +186,14 @@ def strip_comments_and_strings(text):
             j = text.find("*/", i + 2)
             i = n if j < 0 else j + 2
             out.append(" ")
+        elif text.startswith('R"', i) and re.search(r'(?<![A-Za-z0-9_])(u8|[LuU])?$', text[max(0, i - 3):i]):
+            # A raw string R"delim( ... )delim": its text, then the code after it is read on.
+            open_paren = text.find("(", i + 2)
+            close = -1 if open_paren < 0 else text.find(")" + text[i + 2:open_paren] + '"', open_paren)
+            end = n if close < 0 else close + len(text[i + 2:open_paren]) + 2
+            strings.append(text[open_paren + 1:close] if close >= 0 else text[i:])
+            out.append('""')
+            i = end
         elif c in "\"'":
             j = i + 1
             while j < n and text[j] != c:
@@ -193,10 +201,6 @@ def strip_comments_and_strings(text):
             strings.append(text[i + 1:j])
             out.append(c + c)
             i = j + 1
-        elif text.startswith('R"', i):
-            j = text.find('"', i + 2)
-            strings.append(text[i:])
-            break
         else:
             out.append(c)
             i += 1
@@ -214,8 +218,6 @@ def lint_region(body, chapter):
             return f"a preprocessor line ('{stripped[:40]}'): regions may hold code only (#pragma unroll is allowed)"
         if "%:" in line or "??=" in line or "<%" in line or "%>" in line:
             return "digraphs and trigraphs are not allowed"
-    if "R\"" in body and "R\"" not in code:
-        pass
     for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", code):
         if word in BANNED_WORDS:
             return f"'{word}' is not allowed in an exercise region (no processes, files, allocation, exits, asm or statics)"

@@ -45,6 +45,7 @@ class LintTest(unittest.TestCase):
             ("asm volatile(\"trap;\");\n", "'asm'"),
             ("float* x = new float[4];\n", "'new'"),
             ("_Pragma(\"once\")\n", "_Pragma"),
+            ('auto s = u8R"x(a"b)x"; exit(0);\n', "'exit'"),  # code after a raw string is still read
         ]:
             self.assertIn(why, grade.lint_region(body, 3), body)
 
