@@ -688,58 +688,67 @@ Case decode_case(Rng& rng, const std::string& kernel, DType dtype, int d, int ma
 std::vector<Case> block_manager_cases(Rng& rng) {
   std::vector<Case> cases;
   for (int round = 0; round < 4; ++round) {
+    // A weighted script must make the instructor's manager copy on write at least once: without
+    // a copy, a stub that throws on the copy (or skips it) gives the same trace. Scripts are
+    // drawn until one does; block_size 1 never copies (a block is full after one token).
     Case c;
-    const int blocks = round == 0 ? 4 : uniform(rng, 6, 40), block_size = 1 << uniform(rng, 0, 4);
-    const int ops = round == 0 ? 2 : uniform(rng, 60, 200);
-    c.header.task = "block_manager";
-    c.header.args = {
-        {"blocks", std::to_string(blocks)}, {"block_size", std::to_string(block_size)}, {"ops", std::to_string(ops)}};
-    c.name = "block_manager blocks=" + std::to_string(blocks) + " block_size=" + std::to_string(block_size) +
-             " ops=" + std::to_string(ops);
-    c.weight = round == 0 ? 0 : 1;
-    // The trace the instructor's BlockManager gives for the same script.
-    paged::BlockManager bm(blocks, block_size);
-    std::vector<float> want;
-    int next_id = 0;
-    for (int i = 0; i < ops; ++i) {
-      int op = round == 0 ? (i == 0 ? 0 : 2) : uniform(rng, 0, 9);
-      op = op == 0 ? 0 : op <= 2 ? 1 : op <= 7 ? 2 : 3;
-      if (next_id == 0) op = 0;
-      const int a = next_id ? uniform(rng, 0, next_id - 1) : 0,
-                b = round == 0 ? 1 : uniform(rng, 0, 2 * block_size + 1);
-      c.input.insert(c.input.end(), {float(op), float(a), float(b)});
-      try {
-        if (op == 0) next_id = bm.add_sequence() + 1;
-        else if (op == 1) next_id = bm.fork(a) + 1;
-        else if (op == 2) bm.append(a, b);
-        else bm.release(a);
-        want.push_back(1.0f);
-      } catch (const std::exception&) {
-        want.push_back(0.0f);
+    int copies_made = 0;
+    do {
+      c = Case{};
+      copies_made = 0;
+      const int blocks = round == 0 ? 4 : uniform(rng, 6, 40), block_size = 1 << uniform(rng, round == 0 ? 0 : 1, 4);
+      const int ops = round == 0 ? 2 : uniform(rng, 60, 200);
+      c.header.task = "block_manager";
+      c.header.args = {
+          {"blocks", std::to_string(blocks)}, {"block_size", std::to_string(block_size)}, {"ops", std::to_string(ops)}};
+      c.name = "block_manager blocks=" + std::to_string(blocks) + " block_size=" + std::to_string(block_size) +
+               " ops=" + std::to_string(ops);
+      c.weight = round == 0 ? 0 : 1;
+      // The trace the instructor's BlockManager gives for the same script.
+      paged::BlockManager bm(blocks, block_size);
+      std::vector<float> want;
+      int next_id = 0;
+      for (int i = 0; i < ops; ++i) {
+        int op = round == 0 ? (i == 0 ? 0 : 2) : uniform(rng, 0, 9);
+        op = op == 0 ? 0 : op <= 2 ? 1 : op <= 7 ? 2 : 3;
+        if (next_id == 0) op = 0;
+        const int a = next_id ? uniform(rng, 0, next_id - 1) : 0,
+                  b = round == 0 ? 1 : uniform(rng, 0, 2 * block_size + 1);
+        c.input.insert(c.input.end(), {float(op), float(a), float(b)});
+        try {
+          if (op == 0) next_id = bm.add_sequence() + 1;
+          else if (op == 1) next_id = bm.fork(a) + 1;
+          else if (op == 2) bm.append(a, b);
+          else bm.release(a);
+          want.push_back(1.0f);
+        } catch (const std::exception&) {
+          want.push_back(0.0f);
+        }
+        if (op == 2) {
+          const auto copies = bm.take_copies();
+          copies_made += int(copies.size());
+          want.push_back(float(copies.size()));
+          for (const auto& cp : copies) want.insert(want.end(), {float(cp.from), float(cp.to)});
+        }
       }
-      if (op == 2) {
-        const auto copies = bm.take_copies();
-        want.push_back(float(copies.size()));
-        for (const auto& cp : copies) want.insert(want.end(), {float(cp.from), float(cp.to)});
+      for (int seq : bm.sequences()) {
+        want.insert(want.end(), {float(seq), float(bm.length(seq)), float(bm.block_table(seq).size())});
+        for (int b : bm.block_table(seq)) want.push_back(float(b));
       }
-    }
-    for (int seq : bm.sequences()) {
-      want.insert(want.end(), {float(seq), float(bm.length(seq)), float(bm.block_table(seq).size())});
-      for (int b : bm.block_table(seq)) want.push_back(float(b));
-    }
-    want.push_back(float(bm.free_blocks()));
-    c.expect_values = 0;  // the trace's length depends on what happened
-    c.judge = [=](const std::vector<float>& out) -> std::string {
-      const std::size_t n = std::min(out.size(), want.size());
-      for (std::size_t i = 0; i < n; ++i)
-        if (out[i] != want[i])
-          return "the trace differs from the expected one at value " + std::to_string(i) + " (got " + fmt(out[i]) +
-                 ", expected " + fmt(want[i]) +
-                 "): tables, copies or free blocks are not what fork/append/release give";
-      if (out.size() != want.size())
-        return "the trace has " + std::to_string(out.size()) + " values, expected " + std::to_string(want.size());
-      return "";
-    };
+      want.push_back(float(bm.free_blocks()));
+      c.expect_values = 0;  // the trace's length depends on what happened
+      c.judge = [=](const std::vector<float>& out) -> std::string {
+        const std::size_t n = std::min(out.size(), want.size());
+        for (std::size_t i = 0; i < n; ++i)
+          if (out[i] != want[i])
+            return "the trace differs from the expected one at value " + std::to_string(i) + " (got " + fmt(out[i]) +
+                   ", expected " + fmt(want[i]) +
+                   "): tables, copies or free blocks are not what fork/append/release give";
+        if (out.size() != want.size())
+          return "the trace has " + std::to_string(out.size()) + " values, expected " + std::to_string(want.size());
+        return "";
+      };
+    } while (round > 0 && copies_made == 0);
     cases.push_back(c);
   }
   return cases;
