@@ -389,12 +389,13 @@ def cpu_runner_builder(tree, chapter, out_dir):
     return exe, build
 
 
-def gpu_runner_builder(tree, build_dir, chapters, cmake_args):
+def gpu_runner_builder(tree, build_dir, chapters, cmake_args, fresh=True):
     def build():
-        # Each grading tree is a fresh folder: a cache made for another one is of no use.
-        shutil.rmtree(os.path.join(build_dir, "CMakeFiles"), ignore_errors=True)
-        if os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
-            os.remove(os.path.join(build_dir, "CMakeCache.txt"))
+        if fresh:
+            # Each grading tree is a fresh folder: a cache made for another one is of no use.
+            shutil.rmtree(os.path.join(build_dir, "CMakeFiles"), ignore_errors=True)
+            if os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
+                os.remove(os.path.join(build_dir, "CMakeCache.txt"))
         conf = subprocess.run(["cmake", "-S", tree, "-B", build_dir, "-DFA_BUILD_TESTS=OFF"] + cmake_args.split(),
                               capture_output=True, text=True)
         if conf.returncode != 0:
@@ -420,7 +421,8 @@ def score_verdict(ex, verdict):
     lines = [f"{passed} of {len(cases)} cases passed (inputs drawn at grading time; cases of weight 0 are trivial shapes)"]
     for c in cases:
         mark = "ok  " if c["passed"] else "FAIL"
-        lines.append(f"{mark} {c['name']}" + ("" if c["passed"] else f"\n     {c['detail']}"))
+        lines.append(f"{mark} {c['name']}" + ("" if c["passed"] else f"\n     {c['detail']}")
+                     + (f"\n     {c['note']}" if c.get("note") and c["passed"] else ""))
     return value, lines
 
 
@@ -467,6 +469,12 @@ def read_junit(path):
     return cases
 
 
+# A handout (tools/handout.py leaves classroom/instructor/ out) grades its own copy as a
+# self-check: the exercises whose expected answers come from the solution, and the speed parts,
+# are not checked there.
+STUDENT_COPY = not os.path.isdir(os.path.join(ROOT, "classroom", "instructor"))
+
+
 def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args="", seed=None, log=print):
     exercises = handout.load_config(config)
     outcomes = {}
@@ -488,7 +496,7 @@ def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args
                 restub(tree, rel, [ex_id])
     has_gpu = not cpu_only and gpu_available()
     checker = build_checker(work)
-    runners, build_errors = {}, {}
+    runners, build_errors, reference_runners = {}, {}, {}
     cpu_chapters = sorted({ex["chapter"] for ex in exercises if ex["device"] == "cpu"})
     for chapter in cpu_chapters:
         exe, build = cpu_runner_builder(tree, chapter, work)
@@ -511,6 +519,21 @@ def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args
                 exe = os.path.join(work, f"runner_gpu_ch{chapter:02d}")
                 shutil.copy2(os.path.join(gpu_build, "bin", f"fa_runner_ch{chapter:02d}"), exe)
                 runners[("gpu", chapter)] = exe
+        # The speed parts compare with the instructor's own kernels, built from this tree (kept
+        # between gradings: it does not change) and timed in the same run.
+        timed = sorted({ex["chapter"] for ex in exercises if ex["device"] == "gpu" and ex.get("timed")})
+        if STUDENT_COPY:
+            timed = []  # no reference solution to time against
+        if timed:
+            ref_build = gpu_build.rstrip("/") + ".reference"
+            log(f"grade: building the reference runners of chapters {', '.join(f'{c:02d}' for c in timed)} in {ref_build}")
+            ok, out = gpu_runner_builder(ROOT, ref_build, timed, cmake_args, fresh=False)()
+            if not ok:
+                raise RuntimeError("the reference runners do not build (an instructor's tree problem):\n" + out[-3000:])
+            for chapter in timed:
+                exe = os.path.join(work, f"reference_gpu_ch{chapter:02d}")
+                shutil.copy2(os.path.join(ref_build, "bin", f"fa_runner_ch{chapter:02d}"), exe)
+                reference_runners[chapter] = exe
     for ex in exercises:
         key = (ex["device"], ex["chapter"])
         if ex["device"] == "gpu" and not has_gpu:
@@ -528,8 +551,13 @@ def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args
             continue
         run_seed = seed if seed is not None else secrets.randbits(63)
         log(f"grade: checking {ex['id']}")
-        done = subprocess.run([checker, "--exercise", ex["id"], "--runner", runners[key], "--seed", str(run_seed),
-                               "--timeout", str(timeout)], capture_output=True, text=True)
+        cmd = [checker, "--exercise", ex["id"], "--runner", runners[key], "--seed", str(run_seed),
+               "--timeout", str(timeout)]
+        if ex["device"] == "gpu" and ex["chapter"] in reference_runners:
+            cmd += ["--reference-runner", reference_runners[ex["chapter"]]]
+        if STUDENT_COPY:
+            cmd.append("--student-copy")
+        done = subprocess.run(cmd, capture_output=True, text=True)
         try:
             verdict = json.loads(done.stdout)
         except json.JSONDecodeError:

@@ -22,6 +22,7 @@
 #include "cuda_check.h"
 #include "log2_units.h"
 #include "mma_variants.h"
+#include "not_implemented.h"
 #include "online_softmax.cuh"
 #include "registry.h"
 #include "static_switch.h"
@@ -141,10 +142,12 @@ __global__ void __launch_bounds__(kSplitThreads)
     // warp w adds m-tile (w + r) % 4: the four warps touch disjoint rows, and every row receives
     // the warps' parts in the same order on every run (shared-memory atomics would not, and are
     // slower). A barrier separates the steps.
-    const int b_row_offset = (key0 + (lane / 8 % 2) * 8 + lane % 8) * kLd + (lane / 16) * 8;
 #pragma unroll 1
     for (int step = 0; step < kSplitWarps; ++step) {
       const int my_mt = (warp + step) % kSplitWarps;
+      float acc[kD / 8][4] = {};
+      // BEGIN SOLUTION ch05_pv (device): acc = P V for m-tile my_mt over this warp's 16 keys (key0 ..): P's A fragment packed to T from s[my_mt] (selected with a compile-time loop, no run-time register index), V's B fragments by ldmatrix_x4_trans, two Mma<T>::run per 16 output columns
+      const int b_row_offset = (key0 + (lane / 8 % 2) * 8 + lane % 8) * kLd + (lane / 16) * 8;
       uint32_t p_frag[4];
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt) {  // select m-tile my_mt without indexing registers at run time
@@ -155,7 +158,6 @@ __global__ void __launch_bounds__(kSplitThreads)
           p_frag[3] = Mma<T>::pack(s[mt][1][2], s[mt][1][3]);
         }
       }
-      float acc[kD / 8][4] = {};
 #pragma unroll
       for (int db = 0; db < kD / 8; db += 2) {
         uint32_t b[4];
@@ -163,6 +165,7 @@ __global__ void __launch_bounds__(kSplitThreads)
         Mma<T>::run(acc[db], p_frag, b[0], b[1]);
         Mma<T>::run(acc[db + 1], p_frag, b[2], b[3]);
       }
+      // END SOLUTION
 #pragma unroll
       for (int db = 0; db < kD / 8; ++db) {
 #pragma unroll
@@ -210,6 +213,8 @@ constexpr int kv_split_shared_bytes() {
 
 template <class T, int kD>
 void launch_kv_split_dim(const ForwardParams& p) {
+  // BEGIN SOLUTION ch05_pv: write the P V step (tuned_pv in tuned_tile.cuh, the mma_pv block of flash_attention_v2_mma.cu, the warp's P V in flash_attention_v2_kv_split.cu), then delete this line
+  // END SOLUTION
   const AttentionShape& s = p.shape;
   constexpr int bytes = kv_split_shared_bytes<kD>();
   auto kernel = flash2_kv_split_kernel<T, kD>;

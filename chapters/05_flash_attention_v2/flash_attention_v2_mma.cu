@@ -24,6 +24,7 @@
 #include "cuda_check.h"
 #include "log2_units.h"
 #include "mma_variants.h"
+#include "not_implemented.h"
 #include "online_softmax.cuh"
 #include "registry.h"
 #include "static_switch.h"
@@ -176,6 +177,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     //! [mma_pv]
     // O += P V_j. The C fragments of two neighbouring S n-blocks are exactly the A fragment of
     // one 16-key step of P: P never leaves registers.
+    // BEGIN SOLUTION ch05_pv (device): O += P V_j, P packed to T from the S accumulators (s[2kk] and s[2kk + 1] are the A fragment of key step kk); V's B fragments by ldmatrix_x4_trans when kPipelined, else two pack16 of V[key k][dim n] per mma
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
       const uint32_t p_frag[4] = {Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]), Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]),
@@ -199,6 +201,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         }
       }
     }
+    // END SOLUTION
     //! [mma_pv]
     if constexpr (kPipelined) __syncthreads();  // the next iteration's copy overwrites this stage
   }
@@ -232,6 +235,8 @@ __global__ void __launch_bounds__(kMmaThreads)
 
 template <class T, int kD, bool kPipelined>
 void launch_mma_dim(const ForwardParams& p) {
+  // BEGIN SOLUTION ch05_pv: write the P V step (tuned_pv in tuned_tile.cuh, the mma_pv block of flash_attention_v2_mma.cu, the warp's P V in flash_attention_v2_kv_split.cu), then delete this line
+  // END SOLUTION
   const AttentionShape& s = p.shape;
   const int stages = kPipelined ? 2 : 1;
   const int bytes = int((kRows + stages * 2 * kKeys) * (kD + 8) * sizeof(T));

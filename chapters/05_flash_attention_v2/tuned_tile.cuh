@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "ampere.cuh"
+#include "not_implemented.h"
 #include "online_softmax.cuh"
 #include "problem.h"
 
@@ -91,6 +92,7 @@ __device__ inline void tuned_softmax(float (&s)[2][kKeys / 8][4], float (&out)[2
 /// O += P V_j: P from registers (as in variant 3), each ldmatrix.trans of V feeds four mma.
 template <class T, int kD, int kKeys, class VLayout>
 __device__ inline void tuned_pv(float (&out)[2][kD / 8][4], const float (&s)[2][kKeys / 8][4], const T* v_s, int lane) {
+  // BEGIN SOLUTION ch05_pv (device): O += P V_j for the warp's two m-tiles: P's fragments packed to T straight from the S accumulators (two neighbouring n-blocks of S are one 16-key A fragment), V's B fragments by ldmatrix_x4_trans through VLayout::at, one Mma<T>::run per 8 output columns
 #pragma unroll
   for (int kk = 0; kk < kKeys / 16; ++kk) {
     uint32_t p_frag[2][4];
@@ -112,6 +114,7 @@ __device__ inline void tuned_pv(float (&out)[2][kD / 8][4], const float (&s)[2][
       }
     }
   }
+  // END SOLUTION
 }
 
 }  // namespace fa::flash2

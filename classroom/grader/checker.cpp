@@ -6,7 +6,7 @@
 // words, not its files. Its verdict (JSON on stdout) is what tools/grade.py scores.
 //
 //   fa_check --exercise ID --runner PATH [--reference-runner PATH] [--seed N] [--timeout S]
-//            [--uid U]
+//            [--uid U] [--student-copy]
 //
 // The runner runs in a process group of its own, in an empty folder, with a cleared environment, no core
 // files, no file writes (RLIMIT_FSIZE 0) and a CPU-time limit; as root the checker first drops
@@ -55,6 +55,7 @@ struct Options {
   uint64_t seed = 0;
   double timeout_s = 60;
   int uid = 65534;
+  bool student_copy = false;  // built from a handout: no reference solution in it
 };
 
 struct Reply {
@@ -63,6 +64,7 @@ struct Reply {
   std::vector<float> out;
   double ms = -1, wall_ms = 0;
   int iters = 0;
+  bool timed_out = false;
 };
 
 void kill_leftovers(const Options& opt) {
@@ -203,6 +205,7 @@ Reply ask(const Options& opt, const std::string& runner, const Header& header, c
   rmdir(jail);
   reply.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (timed_out) {
+    reply.timed_out = true;
     reply.error = "the runner ran past the time limit (" + std::to_string(int(opt.timeout_s)) + " s)";
     return reply;
   }
@@ -285,6 +288,7 @@ struct Case {
   std::vector<float> input;
   std::size_t expect_values = 0;
   std::function<std::string(const std::vector<float>&)> judge;  // "" when right, else why not
+  double min_speed = 0;                                         // > 0: a speed case, run by both runners (check_speed)
 };
 
 std::string fmt(double x) {
@@ -297,9 +301,10 @@ std::string fmt(double x) {
 /// O and LSE against the oracle, with the tolerance of `dtype`.
 std::function<std::string(const std::vector<float>&)> judge_forward(const AttentionShape& s, std::vector<float> q,
                                                                     std::vector<float> k, std::vector<float> v,
-                                                                    DType dtype) {
+                                                                    DType dtype, uint64_t sample_seed = 0) {
   return [=](const std::vector<float>& out) -> std::string {
-    const CheckPlan plan = full_check_plan(s);
+    // Every row, or (for a speed case's large shape) rows drawn from sample_seed.
+    const CheckPlan plan = sample_seed ? sampled_check_plan(s, sample_seed) : full_check_plan(s);
     const ForwardReference ref = reference_forward(s, q.data(), k.data(), v.data(), plan);
     std::vector<unsigned char> o_raw(std::size_t(s.q_elems()) * sizeof(float));
     std::memcpy(o_raw.data(), out.data(), o_raw.size());
@@ -479,6 +484,29 @@ Case forward_case(Rng& rng, const AttentionShape& s, const std::string& task_ker
   c.expect_values = std::size_t(s.q_elems() + s.lse_elems());
   c.judge = judge_forward(s, q, k, v, dtype);
   return c;
+}
+
+/// The speed part of an exercise: one large shape, run by the reference runner (the instructor's
+/// code) and the student's, each timing its own launches; it passes when the student's kernel is
+/// right there too and reaches `min_speed` of the reference's speed. `weight`: the speed part's
+/// share of the exercise, given the other cases' total weight.
+Case speed_case(Rng& rng, const AttentionShape& s, const std::string& kernel, DType dtype, double weight,
+                double min_speed) {
+  Case c = forward_case(rng, s, "forward", dtype, weight, {{"kernel", kernel}});
+  c.name = "speed: " + c.name + ", at least " + fmt(min_speed) + " of the reference solution's speed";
+  c.min_speed = min_speed;
+  const std::vector<float> q(c.input.begin(), c.input.begin() + s.q_elems()),
+      k(c.input.begin() + s.q_elems(), c.input.begin() + s.q_elems() + s.kv_elems()),
+      v(c.input.begin() + s.q_elems() + s.kv_elems(), c.input.end());
+  c.judge = judge_forward(s, q, k, v, dtype, rng() | 1);
+  return c;
+}
+
+/// Weight for a speed case worth `share` of an exercise whose other cases are `cases`.
+double speed_weight(const std::vector<Case>& cases, double share) {
+  double total = 0;
+  for (const Case& c : cases) total += c.weight;
+  return total * share / (1 - share);
 }
 
 /// The trivial shape (weight 0) and `n` drawn ones for each of `variants` (extra header args).
@@ -766,11 +794,39 @@ std::vector<Case> cases_for(const std::string& id, Rng& rng) {
   if (id == "ch04_row_update_cpu")
     return forward_cases(rng, {M{{"order", "kv_outer"}}, M{{"order", "q_outer"}}}, DType::F32, 65, 260, {16, 32, 64},
                          2);
+  // The speed cases: a fifth of the exercise for 0.7 of the reference solution's speed.
+  auto with_speed = [&](std::vector<Case> cases, const std::string& kernel, DType dtype, AttentionShape s) {
+    const double w = speed_weight(cases, 0.2);
+    cases.push_back(speed_case(rng, s, kernel, dtype, w, 0.7));
+    return cases;
+  };
+  auto big = [](int heads, int seq, int d) {
+    AttentionShape s;
+    s.heads_q = s.heads_kv = heads;
+    s.seq_q = s.seq_kv = seq;
+    s.head_dim = d;
+    return s;
+  };
   if (id == "ch04_row_update")
-    return forward_cases(
-        rng, {M{{"kernel", "ch04_kv_outer"}}, M{{"kernel", "ch04_q_outer"}}, M{{"kernel", "ch04_registers"}}},
-        DType::F32, 65, 600, {64, 128}, 2);
+    return with_speed(
+        forward_cases(rng,
+                      {M{{"kernel", "ch04_kv_outer"}}, M{{"kernel", "ch04_q_outer"}}, M{{"kernel", "ch04_registers"}}},
+                      DType::F32, 65, 600, {64, 128}, 2),
+        "ch04_registers", DType::F32, big(8, 2048, 64));
   if (id == "ch05_tile_cpu") return forward_cases(rng, {M{}}, DType::F32, 65, 260, {16, 32, 64});
+  if (id == "ch05_pv") {
+    std::vector<Case> cases = forward_cases(rng, {M{{"kernel", "ch05_tuned_bf16"}}, M{{"kernel", "ch05_mma_bf16"}}},
+                                            DType::BF16, 65, 700, {64, 128}, 2);
+    const std::vector<Case> fp16 =
+        forward_cases(rng, {M{{"kernel", "ch05_pipelined_fp16"}}, M{{"kernel", "ch05_kv_split_fp16"}}}, DType::F16, 65,
+                      700, {64, 128}, 2);
+    cases.insert(cases.end(), fp16.begin(), fp16.end());
+    return with_speed(cases, "ch05_tuned_bf16", DType::BF16, big(16, 4096, 128));
+  }
+  if (id == "ch06_producer")
+    return with_speed(forward_cases(rng, {M{{"kernel", "ch06_specialized_bf16"}}, M{{"kernel", "ch06_pingpong_bf16"}}},
+                                    DType::BF16, 65, 2500, {64, 128}, 3),
+                      "ch06_pingpong_bf16", DType::BF16, big(16, 4096, 128));
   if (id == "ch06_tail_pieces") return tail_pieces_cases(rng);
   if (id == "ch07_ds_cpu") return backward_cases(rng, "", DType::F32, {16, 32, 64});
   if (id == "ch07_ds") return backward_cases(rng, "ch07_fp32", DType::F32, {32, 64, 128});
@@ -798,27 +854,80 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
+/// "" when the runner's answer to `c` is right, else why not.
+std::string judged(const Case& c, const Reply& r) {
+  if (!r.ok) return r.error;
+  if (c.expect_values && r.out.size() != c.expect_values)
+    return "the runner answered " + std::to_string(r.out.size()) + " values, expected " +
+           std::to_string(c.expect_values);
+  try {
+    return c.judge(r.out);
+  } catch (const std::exception& e) {
+    return std::string("could not judge the answer: ") + e.what();
+  }
+}
+
+/// A speed case: the reference runner and the student's, alternately, twice each, each timing
+/// its own launches (CUDA events, the median of a launch count drawn here, so a kernel cannot
+/// tell which launch is the last; the runner poisons the outputs again before the last, whose
+/// outputs are judged). The best time of each counts. A time below what the runner's own
+/// wall-clock time allows is not believed. Returns why not ("" when fast enough); `note` says
+/// what was measured.
+std::string check_speed(const Options& opt, const Case& c, Rng& rng, std::string& note) {
+  if (opt.reference_runner.empty())
+    return "not measured: no reference solution here to time against (a student copy's self-check leaves the speed "
+           "part out)";
+  double best[2] = {INFINITY, INFINITY};
+  for (int round = 0; round < 2; ++round)
+    for (int who = 0; who < 2; ++who) {
+      Header h = c.header;
+      h.args["time"] = "1";
+      h.args["iters"] = std::to_string(uniform(rng, 20, 40));
+      const Reply r = ask(opt, who == 0 ? opt.reference_runner : opt.runner, h, c.input);
+      const std::string why = judged(c, r);
+      if (!why.empty()) return who == 0 ? "the reference solution failed here (an instructor's problem): " + why : why;
+      if (!(r.ms > 0) || r.iters < 20 || r.wall_ms < 0.9 * r.ms * r.iters)
+        return "the runner's time (" + fmt(r.ms) + " ms x " + std::to_string(r.iters) +
+               ") does not fit its wall-clock time (" + fmt(r.wall_ms) + " ms)";
+      best[who] = std::min(best[who], r.ms);
+    }
+  const double speed = best[0] / best[1];
+  note = "reference " + fmt(best[0]) + " ms, yours " + fmt(best[1]) + " ms: " + fmt(speed) + " of its speed";
+  return speed >= c.min_speed ? "" : "too slow: " + note + " (at least " + fmt(c.min_speed) + " earns this part)";
+}
+
 int check(const Options& opt) {
   Rng rng(opt.seed);
+  if (opt.student_copy && (opt.exercise == "ch06_tail_pieces" || opt.exercise == "ch08_cow_cpu")) {
+    // These cases take their expected answers from the solution itself, which a student copy holds
+    // only as the student's own code.
+    std::fputs(("{\"exercise\": " + json_string(opt.exercise) +
+                ", \"cases\": [{\"name\": \"self-check\", \"weight\": 1, \"passed\": false, \"detail\": \"not "
+                "checked in a student copy: the checker takes this exercise's expected answers from the reference "
+                "solution, which only the instructor's grader has; the visible tests still check it\", \"note\": "
+                "\"\"}]}\n")
+                   .c_str(),
+               stdout);
+    return 0;
+  }
   const std::vector<Case> cases = cases_for(opt.exercise, rng);
   std::string json = "{\"exercise\": " + json_string(opt.exercise) + ", \"cases\": [";
+  bool timed_out = false;
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
-    const Reply r = ask(opt, opt.runner, c.header, c.input);
-    std::string why = r.ok ? "" : r.error;
-    if (r.ok && c.expect_values && r.out.size() != c.expect_values)
-      why = "the runner answered " + std::to_string(r.out.size()) + " values, expected " +
-            std::to_string(c.expect_values);
-    if (r.ok && why.empty()) {
-      try {
-        why = c.judge(r.out);
-      } catch (const std::exception& e) {
-        why = std::string("could not judge the answer: ") + e.what();
-      }
+    std::string why, note;
+    if (timed_out) {
+      why = "not run: an earlier case ran past the time limit";
+    } else if (c.min_speed > 0) {
+      why = check_speed(opt, c, rng, note);
+    } else {
+      const Reply r = ask(opt, opt.runner, c.header, c.input);
+      why = judged(c, r);
+      timed_out = r.timed_out;
     }
     json += std::string(i ? ", " : "") + "{\"name\": " + json_string(c.name) + ", \"weight\": " + fmt(c.weight) +
             ", \"passed\": " + (why.empty() ? "true" : "false") + ", \"detail\": " + json_string(why.substr(0, 600)) +
-            "}";
+            ", \"note\": " + json_string(note) + "}";
   }
   json += "]";
   json += "}\n";
@@ -847,6 +956,7 @@ int main(int argc, char** argv) {
     else if (a == "--seed") opt.seed = std::strtoull(value().c_str(), nullptr, 10);
     else if (a == "--timeout") opt.timeout_s = std::atof(value().c_str());
     else if (a == "--uid") opt.uid = std::atoi(value().c_str());
+    else if (a == "--student-copy") opt.student_copy = true;
     else {
       std::fprintf(stderr, "fa_check: unknown argument '%s'\n", a.c_str());
       return 2;

@@ -3,7 +3,8 @@
 // request from stdin (protocol.h): the inputs the checker drew, already rounded to the kernel's
 // dtype; it launches the kernel on outputs filled with NaN first, and writes O and LSE (or dQ,
 // dK, dV) back as float32. With time=1 it also times the launches (CUDA events, median of
-// `iters` after 3 warm-ups) for the speed part of an exercise. CMake builds it once per chapter
+// `iters` after 3 warm-ups) for the speed part of an exercise, then launches once more onto
+// outputs filled with NaN again and answers with those. CMake builds it once per chapter
 // (fa_runner_chNN, classroom/grader/CMakeLists.txt).
 #include <cuda_runtime.h>
 
@@ -91,8 +92,15 @@ Answer run(const Header& h, const std::vector<float>& in) {
     fp.workspace = ws.get();
     k->launch(fp);
     CUDA_CHECK(cudaDeviceSynchronize());
-    if (timed) r.ms = time_ms([&] { k->launch(fp); }, r.iters);
-    // The outputs read back are those of the last launch.
+    if (timed) {
+      r.ms = time_ms([&] { k->launch(fp); }, r.iters);
+      // One more launch onto poisoned outputs: those are read back, so a kernel that skipped
+      // work on some launches shows it.
+      CUDA_CHECK(cudaMemset(o.get(), 0xFF, o.bytes()));
+      CUDA_CHECK(cudaMemset(lse.get(), 0xFF, lse.bytes()));
+      k->launch(fp);
+      CUDA_CHECK(cudaDeviceSynchronize());
+    }
     r.out = download(k->dtype, o, s.q_elems());
     const std::vector<float> l = download(DType::F32, lse, s.lse_elems());
     r.out.insert(r.out.end(), l.begin(), l.end());
