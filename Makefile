@@ -8,6 +8,7 @@
 #   make docs    the HTML site (Doxygen, offline MathJax) into $(BUILD_DIR)/docs/html
 #   make handout DEST=dir   a student copy with the exercises of classroom/exercises.json stubbed
 #   make grade   build, run the tests, score the exercises: results.json (Gradescope's schema)
+#   make autograder  $(BUILD_DIR)/autograder.zip for Gradescope (CPU exercises; AUTOGRADER=path elsewhere)
 #   make format  clang-format (Debian's, 14) every tracked *.cu/*.cuh/*.h/*.cpp in place, then the
 #                docs' code blocks; `make format-check` (CI) only lists what is not formatted
 BUILD_DIR ?= build
@@ -15,7 +16,7 @@ CMAKE_ARGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PYTHON ?= python3
 
-.PHONY: all setup setup-docs configure build run test bench sanitize docs handout grade format format-check clean
+.PHONY: all setup setup-docs configure build run test bench sanitize docs handout grade autograder format format-check clean
 
 all: build
 
@@ -52,6 +53,9 @@ handout:
 
 grade:
 	$(PYTHON) tools/grade.py --build-dir $(BUILD_DIR) --out $(or $(RESULTS),results.json) --cmake-args="$(CMAKE_ARGS)"
+
+autograder:
+	$(PYTHON) tools/autograder.py --out $(or $(AUTOGRADER),$(BUILD_DIR)/autograder.zip)
 
 format:
 	bash tools/format.sh
