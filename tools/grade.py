@@ -497,7 +497,9 @@ def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args
     has_gpu = not cpu_only and gpu_available()
     checker = build_checker(work)
     runners, build_errors, reference_runners = {}, {}, {}
-    cpu_chapters = sorted({ex["chapter"] for ex in exercises if ex["device"] == "cpu"})
+    # Runners only for chapters with an exercise the submission holds code for.
+    wanted = [ex for ex in exercises if ex["id"] in taken and ex["id"] not in broken]
+    cpu_chapters = sorted({ex["chapter"] for ex in wanted if ex["device"] == "cpu"})
     for chapter in cpu_chapters:
         exe, build = cpu_runner_builder(tree, chapter, work)
         log(f"grade: building chapter {chapter:02d}'s CPU runner")
@@ -506,7 +508,7 @@ def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args
             build_errors[("cpu", chapter)] = error
         else:
             runners[("cpu", chapter)] = exe
-    gpu_chapters = sorted({ex["chapter"] for ex in exercises if ex["device"] == "gpu"})
+    gpu_chapters = sorted({ex["chapter"] for ex in wanted if ex["device"] == "gpu"})
     if has_gpu and gpu_chapters:
         gpu_build = os.path.abspath(build_dir)
         log(f"grade: building the GPU runners of chapters {', '.join(f'{c:02d}' for c in gpu_chapters)} in {gpu_build}")
@@ -521,7 +523,7 @@ def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args
                 runners[("gpu", chapter)] = exe
         # The speed parts compare with the instructor's own kernels, built from this tree (kept
         # between gradings: it does not change) and timed in the same run.
-        timed = sorted({ex["chapter"] for ex in exercises if ex["device"] == "gpu" and ex.get("timed")})
+        timed = sorted({ex["chapter"] for ex in wanted if ex["device"] == "gpu" and ex.get("timed")})
         if STUDENT_COPY:
             timed = []  # no reference solution to time against
         if timed:
