@@ -65,9 +65,9 @@ __device__ inline void init_ring(uint64_t* q_full, uint64_t* k_full, uint64_t* v
 /// load_k(j, stage) and load_v(j, stage) announce the bytes on the full barrier and issue the copies.
 template <int kStages, class LoadK, class LoadV>
 __device__ inline void produce_kv(int n_tiles, uint64_t* k_empty, uint64_t* v_empty, LoadK load_k, LoadV load_v) {
-  //! [produce_kv]
-  // BEGIN SOLUTION ch06_producer (device): for each tile j, in order: its stage (hopper::Ring<kStages>); from the second round of the ring on, wait on that stage's K "empty" barrier (the parity of the consumers' previous release) before load_k, and on its V "empty" barrier before load_v
   using R = hopper::Ring<kStages>;
+  //! [produce_kv]
+  // BEGIN SOLUTION ch06_producer (device): for each tile j, in order: its stage (R::stage); from the second round of the ring on, wait on that stage's K "empty" barrier (the parity of the consumers' previous release, R::empty_parity) before load_k, and on its V "empty" barrier before load_v
   for (int j = 0; j < n_tiles; ++j) {
     const int stage = R::stage(j);
     if (j >= kStages) hopper::mbarrier_wait(&k_empty[stage], R::empty_parity(j));
