@@ -167,7 +167,7 @@ BANNED_WORDS = (
     "thread_local extern ifstream ofstream fstream FILE thread jthread cudaMalloc cudaMallocManaged "
     "cudaMallocHost cudaHostAlloc cudaFree cudaMemcpy cudaMemcpyAsync cudaDeviceReset cudaSetDevice "
     "goto friend namespace using typeid register volatile").split()
-BANNED_NAMESPACES = ("naive", "safe", "online", "flash1", "flash2", "flash3", "backward", "paged", "hopper", "grader")
+BANNED_NAMESPACES = ("naive", "safe", "online", "flash1", "flash2", "flash3", "backward", "paged", "grader")
 CHAPTER_NAMESPACES = {1: "naive", 2: "safe", 3: "online", 4: "flash1", 5: "flash2", 6: "flash3", 7: "backward", 8: "paged"}
 BANNED_PARTS = re.compile(r"reference|oracle|registry|_kernels\b|cpu_algorithms|find_|Problem|run_forward|"
                           r"run_backward|launch_", re.I)
