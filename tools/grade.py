@@ -234,13 +234,21 @@ def lint_region(body, chapter):
     return ""
 
 
+def blank(body):
+    """True for a region with no code in the solution: a marker in a launcher that only says where
+    the exercise's code is (its stub throws "not implemented" before the launch)."""
+    return not strip_comments_and_strings(body)[0].strip()
+
+
 def splice(root, tree, student_files, exercises):
     """Writes into `tree` a copy of the instructor's tree `root` in which every exercise region
     holds the student's body (when the submission has the file and its markers) or else the
-    handout's stub. Returns ({id: [problems]}, {id: True when some student code was taken})."""
+    handout's stub. A region that is blank in the solution is never the student's: it is left
+    blank once some code of its exercise was taken (wherever it is), else stubbed. Returns
+    ({id: [problems]}, {id: True when some student code was taken})."""
     ids = {ex["id"] for ex in exercises}
     chapter_of = {ex["id"]: ex["chapter"] for ex in exercises}
-    problems, taken = {}, {}
+    problems, taken, pending = {}, {}, []
     for rel in handout.tracked_files(root):
         src = os.path.join(root, rel)
         if not os.path.isfile(src) or rel.startswith("classroom/instructor/"):
@@ -256,13 +264,14 @@ def splice(root, tree, student_files, exercises):
         if not found:
             shutil.copy2(src, target)
             continue
-        bodies = None
+        solution = regions_in(text, rel)
+        bodies = [None] * len(solution)
         if rel in student_files:
             try:
                 with open(student_files[rel], encoding="utf-8") as f:
                     student = regions_in(f.read(), rel)
-                if [r[0] for r in student] == [r[0] for r in regions_in(text, rel)]:
-                    bodies = student
+                if [r[0] for r in student] == [r[0] for r in solution]:
+                    bodies = [body for _, body in student]
                 else:
                     for ex_id in found:
                         problems.setdefault(ex_id, []).append(
@@ -270,16 +279,35 @@ def splice(root, tree, student_files, exercises):
             except (OSError, UnicodeDecodeError, handout.HandoutError) as e:
                 for ex_id in found:
                     problems.setdefault(ex_id, []).append(f"{rel}: unreadable ({e})")
-        out = stubbed
-        if bodies is not None:
-            out = fill_regions(stubbed, rel, bodies, chapter_of, problems, taken)
+        # Every region stubbed, markers kept; regions of exercises not in the config keep the solution.
+        stubbed, _ = handout.stub_regions(text, rel, {ex_id for ex_id, _ in solution})
+        stubs = [body for _, body in regions_in(stubbed, rel)]
+        for k, ((ex_id, body), mine) in enumerate(zip(solution, bodies)):
+            if ex_id not in ids:
+                bodies[k] = body
+            elif blank(body):
+                bodies[k] = None  # filled below, once every file is read
+            elif mine is not None and mine.strip() == stubs[k].strip():
+                bodies[k] = None  # the handout's stub, left as it was
+            elif mine is not None:
+                why = lint_region(mine, chapter_of.get(ex_id, 0))
+                if why:
+                    problems.setdefault(ex_id, []).append(f"{rel}: {why}")
+                    bodies[k] = None
+                else:
+                    taken[ex_id] = True
+        pending.append((target, stubbed, solution, bodies))
+    for target, stubbed, solution, bodies in pending:
+        for k, (ex_id, body) in enumerate(solution):
+            if bodies[k] is None and blank(body) and ex_id in taken:
+                bodies[k] = body
         with open(target, "w", encoding="utf-8") as f:
-            f.write(out)
+            f.write(fill_regions(stubbed, bodies))
     return problems, taken
 
 
-def fill_regions(stubbed, rel, bodies, chapter_of, problems, taken):
-    """The stubbed text with each region's stub replaced by the student's body (lint permitting)."""
+def fill_regions(stubbed, bodies):
+    """The stubbed text with the stub of region k replaced by bodies[k] where that is not None."""
     lines = stubbed.splitlines(keepends=True)
     out, k, i = [], 0, 0
     while i < len(lines):
@@ -292,15 +320,8 @@ def fill_regions(stubbed, rel, bodies, chapter_of, problems, taken):
         j = i + 1
         while not handout.END.match(lines[j]):
             j += 1
-        ex_id, body = bodies[k]
+        out.extend(lines[i + 1:j] if bodies[k] is None else [bodies[k]])
         k += 1
-        why = lint_region(body, chapter_of.get(ex_id, 0))
-        if why:
-            problems.setdefault(ex_id, []).append(f"{rel}: {why}")
-            out.extend(lines[i + 1:j])
-        else:
-            out.append(body)
-            taken[ex_id] = True
         out.append(lines[j])
         i = j + 1
     return "".join(out)
