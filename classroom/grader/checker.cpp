@@ -823,9 +823,10 @@ std::vector<Case> cases_for(const std::string& id, Rng& rng) {
     cases.insert(cases.end(), fp16.begin(), fp16.end());
     return with_speed(cases, "ch05_tuned_bf16", DType::BF16, big(16, 4096, 128));
   }
+  // Chapter 06: at least 400 keys, so the producer refills stages (more tiles than the ring's 2).
   if (id == "ch06_producer")
     return with_speed(forward_cases(rng, {M{{"kernel", "ch06_specialized_bf16"}}, M{{"kernel", "ch06_pingpong_bf16"}}},
-                                    DType::BF16, 65, 2500, {64, 128}, 3),
+                                    DType::BF16, 400, 2500, {64, 128}, 3),
                       "ch06_pingpong_bf16", DType::BF16, big(16, 4096, 128));
   if (id == "ch06_tail_pieces") return tail_pieces_cases(rng);
   if (id == "ch07_ds_cpu") return backward_cases(rng, "", DType::F32, {16, 32, 64});
