@@ -172,6 +172,18 @@ CHAPTER_NAMESPACES = {1: "naive", 2: "safe", 3: "online", 4: "flash1", 5: "flash
 BANNED_PARTS = re.compile(r"reference|oracle|registry|_kernels\b|cpu_algorithms|find_|Problem|run_forward|"
                           r"run_backward|launch_", re.I)
 BANNED_STRINGS = ("/proc", "/dev", "/sys", "/autograder", "/tmp", "/etc", "/home", "/root", "/usr")
+# Families of names no kernel exercise needs: compiler builtins and attributes, and the C and
+# POSIX calls that reach files, processes, memory maps, IPC, the network or the environment.
+BANNED_NAME_PATTERN = re.compile(
+    r"(__builtin\w*|__attribute\w*|__asm\w*|__sync\w*|__atomic\w*|__declspec|f?open(64|at|at64)?|freopen(64)?|"
+    r"fdopen|popen|mk[a-z]*temps?\w*|mkdir(at)?|mkfifo(at)?|mknod(at)?|rmdir|unlink(at)?|rename(at2?)?|"
+    r"(sym)?link(at)?|remove|exec\w*|posix_spawnp?|fork|vfork|clone3?|wait(pid|id|3|4)?|kill(pg)?|tgkill|"
+    r"signal|sigaction|raise|ptrace|syscall|system|shm\w*|sem(get|op|ctl|_open|_unlink)|msg(get|snd|rcv|ctl)|"
+    r"mmap(64)?|munmap|mprotect|dlopen|dlsym|(secure_)?getenv|setenv|putenv|socket|connect|bind|listen|"
+    r"accept4?|f?chdir|f?chmod(at)?|f?chown(at)?|chroot|set[re]*[ug]id|prctl|ioctl|pipe2?|dup[23]?|read|write|"
+    r"p(read|write)(64)?|lseek(64)?|fread|fwrite|fgets|fputs|fputc|v?f?printf|puts|putchar|[sf]?scanf|"
+    r"snprintf|sprintf|perror|cout|cerr|clog|cin|w?[io]?fstream|filebuf|stdin|stdout|stderr|FILE|"
+    r"errno|f?close|opendir|readdir|[lf]?stat(64)?|access|f?truncate|u?sleep|nanosleep)")
 
 
 def strip_comments_and_strings(text):
@@ -194,6 +206,10 @@ def strip_comments_and_strings(text):
             strings.append(text[open_paren + 1:close] if close >= 0 else text[i:])
             out.append('""')
             i = end
+        elif c == "'" and i > 0 and re.match(r"[0-9A-Za-z_]", text[i - 1]) and not re.search(
+                r"(?<![0-9A-Za-z_])(u8|[LuU])$", text[max(0, i - 3):i]):
+            out.append(" ")  # a digit separator (1'000), not a character literal
+            i += 1
         elif c in "\"'":
             j = i + 1
             while j < n and text[j] != c:
@@ -211,15 +227,33 @@ def lint_region(body, chapter):
     """The first reason this region body may not be graded, or "" when it is fine."""
     if len(body) > MAX_REGION:
         return f"the region holds {len(body)} characters; at most {MAX_REGION} are graded"
+    if re.search(r"\\[ \t]*\r?\n", body):
+        return "a backslash at the end of a line (line splicing) is not allowed in an exercise region"
+    if "??" in body:
+        return "'??' is not allowed in an exercise region (trigraphs)"
     code, strings = strip_comments_and_strings(body)
     for line in code.splitlines():
         stripped = line.strip()
-        if stripped.startswith(("#", "%:", "??=")) and not re.fullmatch(r"#\s*pragma\s+unroll(\s+\d+)?", stripped):
+        if stripped.startswith(("#", "%:")) and not re.fullmatch(r"#\s*pragma\s+unroll(\s+\d+)?", stripped):
             return f"a preprocessor line ('{stripped[:40]}'): regions may hold code only (#pragma unroll is allowed)"
-        if "%:" in line or "??=" in line or "<%" in line or "%>" in line:
-            return "digraphs and trigraphs are not allowed"
+        if "%:" in line or "<%" in line or "%>" in line or "<:" in line or ":>" in line:
+            return "digraphs are not allowed"
+        if "#" in line and not re.fullmatch(r"#\s*pragma\s+unroll(\s+\d+)?", stripped):
+            return "'#' is not allowed in an exercise region outside '#pragma unroll'"
+    # The region is a function body (or a part of one): it may not close what it sits in.
+    depth = {"{": 0, "(": 0, "[": 0}
+    closer = {"}": "{", ")": "(", "]": "["}
+    for ch in code:
+        if ch in depth:
+            depth[ch] += 1
+        elif ch in closer:
+            depth[closer[ch]] -= 1
+            if depth[closer[ch]] < 0:
+                return f"an unmatched '{ch}': a region may not close the function or block it sits in"
+    if any(depth.values()):
+        return "unbalanced braces or brackets: a region's braces, parentheses and brackets must pair up inside it"
     for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", code):
-        if word in BANNED_WORDS:
+        if word in BANNED_WORDS or BANNED_NAME_PATTERN.fullmatch(word):
             return f"'{word}' is not allowed in an exercise region (no processes, files, allocation, exits, asm or statics)"
         if BANNED_PARTS.search(word):
             return f"'{word}' is not allowed in an exercise region (no oracle, registry or other launchers)"
@@ -227,7 +261,7 @@ def lint_region(body, chapter):
     for ns in re.findall(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*::", code):
         if ns in BANNED_NAMESPACES and ns != own:
             return f"'{ns}::' is another chapter's code; an exercise is written in its own chapter"
-    for s in strings:
+    for s in strings + ["".join(strings)]:  # adjacent literals are joined by the compiler
         for bad in BANNED_STRINGS:
             if bad in s:
                 return f"the string \"{s[:40]}\" names a system path"
@@ -388,14 +422,20 @@ def gpu_available():
 
 
 def build_checker(out_dir):
-    """fa_check from the instructor's tree (this one), with g++."""
-    exe = os.path.join(out_dir, "fa_check")
+    """fa_check from the instructor's tree (this one), with g++, in a folder only this user can
+    enter (a runner of another user cannot run it to learn answers)."""
+    own = os.path.join(out_dir, "checker")
+    os.makedirs(own, mode=0o700)
+    exe = os.path.join(own, "fa_check")
     sources = ["classroom/grader/checker.cpp"] + [f"common/{n}.cpp" for n in ("reference", "problem", "compare", "dtype", "fp8")]
     cmd = ["g++", "-O2", "-std=c++17", "-I", os.path.join(ROOT, "common"), "-I", "/usr/include/eigen3", "-o", exe]
     done = subprocess.run(cmd + [os.path.join(ROOT, s) for s in sources], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError("the checker does not build (an instructor's tree problem):\n" + done.stderr[-3000:])
     return exe
+
+
+BUILD_TIMEOUT = 300  # seconds for one chapter's CPU runner (a compile-time loop cannot hold the grader)
 
 
 def cpu_runner_builder(tree, chapter, out_dir):
@@ -405,7 +445,10 @@ def cpu_runner_builder(tree, chapter, out_dir):
     cmd = ["g++", "-O2", "-std=c++17", f"-DFA_RUNNER_CHAPTER={chapter}", "-I", os.path.join(tree, "common"), "-o", exe] + sources
 
     def build():
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            return False, f"the build ran past {BUILD_TIMEOUT} s and was stopped"
         return done.returncode == 0, done.stdout + done.stderr
     return exe, build
 
@@ -424,8 +467,11 @@ def gpu_runner_builder(tree, build_dir, chapters, cmake_args, fresh=True):
         targets = []
         for c in chapters:
             targets += ["--target", f"fa_runner_ch{c:02d}"]
-        done = subprocess.run(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2)] + targets,
-                              capture_output=True, text=True, timeout=3600)
+        try:
+            done = subprocess.run(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2)] + targets,
+                                  capture_output=True, text=True, timeout=3600)
+        except subprocess.TimeoutExpired:
+            return False, "the GPU runners' build ran past 3600 s and was stopped"
         return done.returncode == 0, done.stdout + done.stderr
     return build
 
@@ -574,13 +620,13 @@ def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args
             continue
         run_seed = seed if seed is not None else secrets.randbits(63)
         log(f"grade: checking {ex['id']}")
-        cmd = [checker, "--exercise", ex["id"], "--runner", runners[key], "--seed", str(run_seed),
-               "--timeout", str(timeout)]
+        cmd = [checker, "--exercise", ex["id"], "--runner", runners[key], "--timeout", str(timeout)]
         if ex["device"] == "gpu" and ex["chapter"] in reference_runners:
             cmd += ["--reference-runner", reference_runners[ex["chapter"]]]
         if STUDENT_COPY:
             cmd.append("--student-copy")
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        # The seed goes in the environment: other users can read a command line, not that.
+        done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, FA_CHECK_SEED=str(run_seed)))
         try:
             verdict = json.loads(done.stdout)
         except json.JSONDecodeError:

@@ -18,8 +18,12 @@
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -67,6 +71,71 @@ struct Reply {
   bool timed_out = false;
 };
 
+/// As root, after the runner's user has no process left: what that user made in the shared
+/// writable places (empty files, folders, FIFOs, links: RLIMIT_FSIZE 0 stops only data) and its
+/// System V IPC objects go, so nothing a runner leaves outlives its case.
+void remove_owned(const std::string& path, uid_t uid, int depth = 0) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return;
+  if (S_ISDIR(st.st_mode) && depth < 32) {
+    if (DIR* d = opendir(path.c_str())) {
+      std::vector<std::string> names;
+      while (dirent* e = readdir(d))
+        if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) names.push_back(e->d_name);
+      closedir(d);
+      for (const std::string& n : names) remove_owned(path + "/" + n, uid, depth + 1);
+    }
+  }
+  if (st.st_uid == uid && depth > 0) S_ISDIR(st.st_mode) ? rmdir(path.c_str()) : unlink(path.c_str());
+}
+
+void sweep_user(uid_t uid) {
+  for (const char* place : {"/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue"}) {
+    struct stat st;
+    if (lstat(place, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    if (DIR* d = opendir(place)) {
+      std::vector<std::string> mine;
+      while (dirent* e = readdir(d)) {
+        const std::string path = std::string(place) + "/" + e->d_name;
+        struct stat es;
+        if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..") && lstat(path.c_str(), &es) == 0 &&
+            es.st_uid == uid)
+          mine.push_back(path);
+      }
+      closedir(d);
+      for (const std::string& p : mine) remove_owned(p, uid, 1);
+    }
+  }
+  // System V shared memory, semaphores and message queues of that user (/proc/sysvipc lists
+  // id and uid; the columns differ, so each table's header names them).
+  for (const char* table : {"shm", "sem", "msg"}) {
+    std::FILE* f = std::fopen((std::string("/proc/sysvipc/") + table).c_str(), "r");
+    if (!f) continue;
+    char line[1024];
+    int id_col = -1, uid_col = -1;
+    if (std::fgets(line, sizeof line, f)) {
+      std::istringstream head(line);
+      std::string w;
+      for (int i = 0; head >> w; ++i) {
+        if (w == (std::string(table) == "shm" ? "shmid" : std::string(table) == "sem" ? "semid" : "msqid")) id_col = i;
+        if (w == "uid") uid_col = i;
+      }
+    }
+    while (id_col >= 0 && uid_col >= 0 && std::fgets(line, sizeof line, f)) {
+      std::istringstream row(line);
+      std::vector<long long> v;
+      for (long long x; row >> x;) v.push_back(x);
+      if (int(v.size()) <= std::max(id_col, uid_col) || uid_t(v[std::size_t(uid_col)]) != uid) continue;
+      const int id = int(v[std::size_t(id_col)]);
+      const std::string kind = table;
+      if (kind == "shm") shmctl(id, IPC_RMID, nullptr);
+      else if (kind == "sem") semctl(id, 0, IPC_RMID);
+      else msgctl(id, IPC_RMID, nullptr);
+    }
+    std::fclose(f);
+  }
+}
+
 void kill_leftovers(const Options& opt) {
   if (geteuid() == 0) {
     // Every process of the runner's user: a helper takes that uid and signals them all.
@@ -77,6 +146,7 @@ void kill_leftovers(const Options& opt) {
       _exit(0);
     }
     if (killer > 0) waitpid(killer, nullptr, 0);
+    sweep_user(uid_t(opt.uid));
   }
   // Orphans re-parented to this subreaper: signal the children still listed, then reap.
   for (int round = 0; round < 50; ++round) {
@@ -102,7 +172,8 @@ void kill_leftovers(const Options& opt) {
 }
 
 /// Runs `runner` with `request` on its stdin; returns what it answered.
-Reply ask(const Options& opt, const std::string& runner, const Header& header, const std::vector<float>& input) {
+Reply ask(const Options& opt, const std::string& runner, const Header& header, const std::vector<float>& input,
+          std::size_t expect_values) {
   Reply reply;
   int in_pipe[2], out_pipe[2], err_pipe[2];
   if (pipe(in_pipe) || pipe(out_pipe) || pipe(err_pipe)) {
@@ -156,7 +227,9 @@ Reply ask(const Options& opt, const std::string& runner, const Header& header, c
   std::size_t written = 0;
   fcntl(in_pipe[1], F_SETFL, O_NONBLOCK);
   bool out_open = true, err_open = true, in_open = true, timed_out = false;
-  const std::size_t max_out = 64 + (std::size_t(1) << 31);
+  // An answer is its header line and the values expected; a runner that writes much more is cut off.
+  const std::size_t max_out = 4096 + (expect_values ? expect_values * sizeof(float) : std::size_t(1) << 28);
+  bool flooded = false;
   while (out_open || err_open) {
     const double left = opt.timeout_s * 1000 -
                         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -189,7 +262,11 @@ Reply ask(const Options& opt, const std::string& runner, const Header& header, c
         continue;
       }
       if (fds[i].fd == out_pipe[0]) {
-        if (out.size() < max_out) out.append(buf, std::size_t(r));
+        out.append(buf, std::size_t(r));
+        if (out.size() > max_out) {
+          flooded = true;
+          out_open = err_open = false;
+        }
       } else if (err.size() < 2000) {
         err.append(buf, std::size_t(r));
       }
@@ -204,6 +281,10 @@ Reply ask(const Options& opt, const std::string& runner, const Header& header, c
   kill_leftovers(opt);
   rmdir(jail);
   reply.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (flooded) {
+    reply.error = "the runner wrote more than an answer holds (" + std::to_string(max_out) + " bytes) and was stopped";
+    return reply;
+  }
   if (timed_out) {
     reply.timed_out = true;
     reply.error = "the runner ran past the time limit (" + std::to_string(int(opt.timeout_s)) + " s)";
@@ -884,7 +965,7 @@ std::string check_speed(const Options& opt, const Case& c, Rng& rng, std::string
       Header h = c.header;
       h.args["time"] = "1";
       h.args["iters"] = std::to_string(uniform(rng, 20, 40));
-      const Reply r = ask(opt, who == 0 ? opt.reference_runner : opt.runner, h, c.input);
+      const Reply r = ask(opt, who == 0 ? opt.reference_runner : opt.runner, h, c.input, c.expect_values);
       const std::string why = judged(c, r);
       if (!why.empty()) return who == 0 ? "the reference solution failed here (an instructor's problem): " + why : why;
       if (!(r.ms > 0) || r.iters < 20 || r.wall_ms < 0.9 * r.ms * r.iters)
@@ -922,7 +1003,7 @@ int check(const Options& opt) {
     } else if (c.min_speed > 0) {
       why = check_speed(opt, c, rng, note);
     } else {
-      const Reply r = ask(opt, opt.runner, c.header, c.input);
+      const Reply r = ask(opt, opt.runner, c.header, c.input, c.expect_values);
       why = judged(c, r);
       timed_out = r.timed_out;
     }
@@ -963,6 +1044,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // grade.py passes the seed in the environment, which other users cannot read (a command line
+  // they can); the runner gets an empty environment.
+  if (const char* seed = std::getenv("FA_CHECK_SEED")) opt.seed = std::strtoull(seed, nullptr, 10);
+  unsetenv("FA_CHECK_SEED");
   if (opt.exercise.empty() || opt.runner.empty() || opt.timeout_s <= 0) {
     std::fprintf(stderr, "fa_check: give --exercise ID --runner PATH (and --timeout > 0)\n");
     return 2;

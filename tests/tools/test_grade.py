@@ -46,8 +46,25 @@ class LintTest(unittest.TestCase):
             ("float* x = new float[4];\n", "'new'"),
             ("_Pragma(\"once\")\n", "_Pragma"),
             ('auto s = u8R"x(a"b)x"; exit(0);\n', "'exit'"),  # code after a raw string is still read
+            # A digit separator is not a character literal: what follows it is read.
+            ("int a = 1'0;\n#include <unistd.h>\nint b = 1'0;\n", "preprocessor"),
+            # Line splicing joins lines before anything else; a lint that reads lines would miss it.
+            ("fla\\\nsh1::flash_attention_v1_cpu(s);\n", "line splicing"),
+            ("/\\\n* x */ #include \"a.h\"\n", "line splicing"),
+            ("int x = 1; ??=define y\n", "trigraphs"),
+            # A region may not close the function it sits in (to add code at file scope).
+            ("return 1; }\nstruct Forge { Forge() {} } forge;\ninline int tail() {\n", "unmatched"),
+            ("__builtin_execv(\"/bin/sh\", nullptr);\n", "'__builtin_execv'"),
+            ("auto f = fopen64(\"x\", \"r\");\n", "'fopen64'"),
+            ("printf(\"ok out=0\\n\");\n", "'printf'"),
+            ("const char* p = \"/pro\" \"c/self/cmdline\";\n", "system path"),
         ]:
             self.assertIn(why, grade.lint_region(body, 3), body)
+
+    def test_kernel_code_passes(self):
+        body = ("  const uint32_t mask = 0xffff'ffffu;\n  auto row = [&](int j) -> float& { return s[j / 2][2 * h + j % 2]; };\n"
+                "#pragma unroll\n  for (int i = 0; i < 4; ++i) { float sigma = row(i); reader[i] = sigma; }\n")
+        self.assertEqual(grade.lint_region(body, 5), "")
 
     def test_a_comment_or_string_may_say_anything(self):
         self.assertEqual(grade.lint_region("  // exit early? no: static analysis says abort() is bad\n  int x = 1;\n", 3), "")
