@@ -563,7 +563,7 @@ def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args
                 restub(tree, rel, [ex_id])
     has_gpu = not cpu_only and gpu_available()
     checker = build_checker(work)
-    runners, build_errors, reference_runners = {}, {}, {}
+    runners, build_errors, reference_runners, cleanup = {}, {}, {}, [work]
     # Runners only for chapters with an exercise the submission holds code for.
     wanted = [ex for ex in exercises if ex["id"] in taken and ex["id"] not in broken]
     cpu_chapters = sorted({ex["chapter"] for ex in wanted if ex["device"] == "cpu"})
@@ -577,6 +577,11 @@ def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args
             runners[("cpu", chapter)] = exe
     gpu_chapters = sorted({ex["chapter"] for ex in wanted if ex["device"] == "gpu"})
     if has_gpu and gpu_chapters:
+        # Default: a new folder only this user can enter (a predictable path in /tmp could be
+        # made beforehand by someone else, e.g. as a link).
+        if not build_dir:
+            build_dir = os.path.join(tempfile.mkdtemp(prefix="fa_gpu_"), "build")
+            cleanup.append(os.path.dirname(build_dir))
         gpu_build = os.path.abspath(build_dir)
         log(f"grade: building the GPU runners of chapters {', '.join(f'{c:02d}' for c in gpu_chapters)} in {gpu_build}")
         error = build_until_clean(gpu_runner_builder(tree, gpu_build, gpu_chapters, cmake_args), tree, files_of, broken,
@@ -634,15 +639,16 @@ def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args
             continue
         value, lines = score_verdict(ex, verdict)
         outcomes[ex["id"]] = ("graded", value, lines)
-    shutil.rmtree(work, ignore_errors=True)
+    for folder in cleanup:
+        shutil.rmtree(folder, ignore_errors=True)
     return results_json(exercises, outcomes), None
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--submission", help="the student's tree, a zip of it, or the files they edited")
-    parser.add_argument("--build-dir", default=os.path.join(tempfile.gettempdir(), "fa_grade_build"),
-                        help="where CMake builds the GPU runners (default: a folder in /tmp)")
+    parser.add_argument("--build-dir", default=None,
+                        help="where CMake builds the GPU runners (default: a new folder in /tmp, removed after)")
     parser.add_argument("--out", default="results.json")
     parser.add_argument("--config", default=os.path.join(ROOT, "classroom", "exercises.json"))
     parser.add_argument("--cpu-only", action="store_true", help="grade the CPU exercises only, even with a GPU")

@@ -20,6 +20,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -116,8 +117,9 @@ def main():
     parser.add_argument("--out", required=True, help="where results.json per student and gradebook.csv go")
     parser.add_argument("--time-limit", type=int, default=1800, help="seconds per student, build included (default 1800)")
     parser.add_argument("--timeout", type=int, default=120, help="seconds per runner process (default 120)")
-    parser.add_argument("--build-dir", default=os.path.join("/tmp", "fa_grade_batch_build"),
-                        help="where CMake builds the GPU runners, reused from student to student")
+    parser.add_argument("--build-dir", default=None,
+                        help="where CMake builds the GPU runners, reused from student to student (default: a new "
+                             "folder only this user can enter)")
     parser.add_argument("--cmake-args", default="", help='passed to CMake, e.g. "-DFA_CUDA_ARCHITECTURES=90"')
     parser.add_argument("--cpu-only", action="store_true", help="grade the CPU exercises only, even with a GPU")
     parser.add_argument("--config", default=os.path.join(ROOT, "classroom", "exercises.json"))
@@ -137,6 +139,8 @@ def main():
         return 2
     exercises = handout.load_config(args.config)
     os.makedirs(args.out, exist_ok=True)
+    if args.build_dir is None:
+        args.build_dir = os.path.join(tempfile.mkdtemp(prefix="fa_grade_batch_"), "build")
     rows, used = [], set()
     for name, path in found:
         folder = safe_name(name)
