@@ -7,7 +7,7 @@
 #   make sanitize  (GPU) every kernel on small shapes under compute-sanitizer's four tools
 #   make docs    the HTML site (Doxygen, offline MathJax) into $(BUILD_DIR)/docs/html
 #   make handout DEST=dir   a student copy with the exercises of classroom/exercises.json stubbed
-#   make grade   build, run the tests, score the exercises: results.json (Gradescope's schema)
+#   make grade   score the exercises with the grader's checker: results.json (Gradescope's schema)
 #   make autograder  $(BUILD_DIR)/autograder.zip for Gradescope (CPU exercises; AUTOGRADER=path elsewhere)
 #   make format  clang-format (Debian's, 14) every tracked *.cu/*.cuh/*.h/*.cpp in place, then the
 #                docs' code blocks; `make format-check` (CI) only lists what is not formatted
@@ -52,7 +52,7 @@ handout:
 	$(PYTHON) tools/handout.py $(DEST)
 
 grade:
-	$(PYTHON) tools/grade.py --build-dir $(BUILD_DIR) --out $(or $(RESULTS),results.json) --cmake-args="$(CMAKE_ARGS)"
+	$(PYTHON) tools/grade.py --build-dir $(BUILD_DIR)/grade --out $(or $(RESULTS),results.json) --cmake-args="$(CMAKE_ARGS)"
 
 autograder:
 	$(PYTHON) tools/autograder.py --out $(or $(AUTOGRADER),$(BUILD_DIR)/autograder.zip)

@@ -493,6 +493,15 @@ def score_verdict(ex, verdict):
     return value, lines
 
 
+NOT_HERE = "needs an NVIDIA GPU; grade it with tools/grade_batch.py on a GPU machine"
+
+
+def refused_outcomes(exercises, has_gpu, why):
+    """Every exercise 0 with `why`; GPU exercises, where there is no GPU, not graded here."""
+    return {ex["id"]: ("not graded here", NOT_HERE) if ex["device"] == "gpu" and not has_gpu else ("graded", 0, [why])
+            for ex in exercises}
+
+
 def results_json(exercises, outcomes):
     """Gradescope's results.json from {id: ("graded", score, lines) | ("not graded here", reason)}."""
     tests, total, possible, elsewhere = [], 0.0, 0.0, 0.0
@@ -548,10 +557,11 @@ def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args
     work = tempfile.mkdtemp(prefix="fa_grade_")
     os.chmod(work, 0o755)
     tree = os.path.join(work, "tree")
+    has_gpu = not cpu_only and gpu_available()
     try:
         student_files = locate(submission or ROOT, ROOT)
     except SubmissionError as e:
-        return results_json(exercises, {ex["id"]: ("graded", 0, [str(e)]) for ex in exercises}), str(e)
+        return results_json(exercises, refused_outcomes(exercises, has_gpu, str(e))), str(e)
     log("grade: the submission's " + ", ".join(sorted(student_files)))
     problems, taken = splice(ROOT, tree, student_files, exercises)
     files_of = exercise_files(ROOT)
@@ -561,7 +571,6 @@ def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args
         for rel, held in files_of.items():
             if ex_id in held:
                 restub(tree, rel, [ex_id])
-    has_gpu = not cpu_only and gpu_available()
     checker = build_checker(work)
     runners, build_errors, reference_runners, cleanup = {}, {}, {}, [work]
     # Runners only for chapters with an exercise the submission holds code for.
@@ -611,7 +620,7 @@ def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args
     for ex in exercises:
         key = (ex["device"], ex["chapter"])
         if ex["device"] == "gpu" and not has_gpu:
-            outcomes[ex["id"]] = ("not graded here", "needs an NVIDIA GPU; grade it with tools/grade_batch.py on a GPU machine")
+            outcomes[ex["id"]] = ("not graded here", NOT_HERE)
             continue
         if ex["id"] in broken:
             outcomes[ex["id"]] = ("graded", 0, broken[ex["id"]])

@@ -52,10 +52,11 @@ def safe_name(name):
     return cleaned or "student"
 
 
-def failed_results(exercises, why):
-    """results.json for a grading that did not finish: every exercise 0, with the reason."""
-    outcomes = {ex["id"]: ("graded", 0, [why]) for ex in exercises}
-    return grade.results_json(exercises, outcomes)
+def failed_results(exercises, why, cpu_only):
+    """results.json for a grading that did not finish: every exercise 0, with the reason (GPU
+    exercises not graded here where there is no GPU)."""
+    has_gpu = not cpu_only and grade.gpu_available()
+    return grade.results_json(exercises, grade.refused_outcomes(exercises, has_gpu, why))
 
 
 def grade_one(path, out_dir, args):
@@ -79,7 +80,7 @@ def grade_one(path, out_dir, args):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             results = failed_results(exercises, f"grading stopped: it ran past the time limit of {args.time_limit} s "
-                                                 "(build and every exercise together)")
+                                                 "(build and every exercise together)", args.cpu_only)
             with open(results_path, "w") as f:
                 json.dump(results, f, indent=1)
             return results
@@ -88,7 +89,7 @@ def grade_one(path, out_dir, args):
             return json.load(f)
     except (OSError, json.JSONDecodeError):
         results = failed_results(exercises, f"the grader stopped with status {proc.returncode} before writing a score; "
-                                            "see grade.log")
+                                            "see grade.log", args.cpu_only)
         with open(results_path, "w") as f:
             json.dump(results, f, indent=1)
         return results

@@ -26,9 +26,11 @@ and its stub is the TODO comment alone: an empty body, which compiles and writes
 exercise with a device region must also have a host region (its launcher, say), which throws
 before the launch, so the tests still say "not implemented" rather than "never written".
 Regions of exercises not in the config keep their code; their marker lines go. Everything else
-is copied as is, docs included (they keep the full text), and DEST/.handout lists the
-exercises, which tells tools/check_snippets.py that the docs now show code the sources no
-longer hold. Bad markers or config are one-line errors and exit 1, and nothing is written.
+is copied as is but classroom/instructor/ (the written questions' answers; classroom/questions.md
+gets the questions alone), and the docs' snippets are made again from the stubbed sources, so
+they show the stubs. DEST/.handout lists the exercises. A copy in which a distinctive solution
+line survives is refused and removed. Bad markers or config are one-line errors and exit 1, and
+nothing is written.
 """
 import argparse
 import json
