@@ -34,6 +34,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -104,6 +105,9 @@ def regions_in(text, rel):
     return found
 
 
+UNPACKED = []  # folders zips were unpacked into
+
+
 def locate(submission, root):
     """{path in the tree: the student's file} for the exercise files the submission holds.
     A tree (or a zip of one) is matched by path; loose files by the exercise markers inside."""
@@ -113,6 +117,7 @@ def locate(submission, root):
         if not submission.endswith(".zip"):
             return locate_loose([submission], wanted)
         work = tempfile.mkdtemp(prefix="fa_upload_")
+        UNPACKED.append(work)  # removed when the grading ends
         safe_unzip(submission, work)
         submission = work
     if not os.path.isdir(submission):
@@ -183,7 +188,21 @@ BANNED_NAME_PATTERN = re.compile(
     r"accept4?|f?chdir|f?chmod(at)?|f?chown(at)?|chroot|set[re]*[ug]id|prctl|ioctl|pipe2?|dup[23]?|read|write|"
     r"p(read|write)(64)?|lseek(64)?|fread|fwrite|fgets|fputs|fputc|v?f?printf|puts|putchar|[sf]?scanf|"
     r"snprintf|sprintf|perror|cout|cerr|clog|cin|w?[io]?fstream|filebuf|stdin|stdout|stderr|FILE|"
-    r"errno|f?close|opendir|readdir|[lf]?stat(64)?|access|f?truncate|u?sleep|nanosleep)")
+    r"errno|f?close|opendir|readdir|[lf]?stat(64)?|access|f?truncate|u?sleep|nanosleep|v?dprintf|putc|getc|"
+    r"fgetc|getline|getchar|gets|tmpfile|tmpnam|fmemopen|open_memstream|fopencookie|realpath|\w+_unlocked|"
+    r"alloca|aligned_alloc|posix_memalign|allocator|allocate|set_terminate|set_unexpected|filesystem|"
+    r"make_unique|make_shared|unique_ptr|shared_ptr|vector|string|basic_string|ostringstream|istringstream|"
+    r"stringstream)")
+
+
+def number_start(text, i):
+    """The token that ends just before text[i], from its first character: a digit separator
+    follows a number token (one that starts with a digit, or a '.' and a digit), while after a
+    name or keyword (sizeof'x') a quote opens a character literal."""
+    j = i
+    while j > 0 and re.match(r"[0-9A-Za-z_.']", text[j - 1]):
+        j -= 1
+    return text[j:i]
 
 
 def strip_comments_and_strings(text):
@@ -206,9 +225,8 @@ def strip_comments_and_strings(text):
             strings.append(text[open_paren + 1:close] if close >= 0 else text[i:])
             out.append('""')
             i = end
-        elif c == "'" and i > 0 and re.match(r"[0-9A-Za-z_]", text[i - 1]) and not re.search(
-                r"(?<![0-9A-Za-z_])(u8|[LuU])$", text[max(0, i - 3):i]):
-            out.append(" ")  # a digit separator (1'000), not a character literal
+        elif c == "'" and re.match(r"(\.?[0-9])", number_start(text, i)):
+            out.append(" ")  # a digit separator (1'000, 0xffff'ffff), not a character literal
             i += 1
         elif c in "\"'":
             j = i + 1
@@ -438,6 +456,21 @@ def build_checker(out_dir):
 BUILD_TIMEOUT = 300  # seconds for one chapter's CPU runner (a compile-time loop cannot hold the grader)
 
 
+def run_build(cmd, timeout, tmp):
+    """(ok, output) of a build command run in a process group of its own, every process of which is
+    killed when it runs past `timeout` seconds (the compiler's own children too); its temporary
+    files go in `tmp`."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            env=dict(os.environ, TMPDIR=tmp))
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode == 0, out
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return False, f"the build ran past {timeout} s and was stopped"
+
+
 def cpu_runner_builder(tree, chapter, out_dir):
     exe = os.path.join(out_dir, f"runner_cpu_ch{chapter:02d}")
     sources = [os.path.join(tree, "classroom/grader/runner_cpu.cpp")] + [os.path.join(tree, f"common/{n}.cpp")
@@ -445,11 +478,7 @@ def cpu_runner_builder(tree, chapter, out_dir):
     cmd = ["g++", "-O2", "-std=c++17", f"-DFA_RUNNER_CHAPTER={chapter}", "-I", os.path.join(tree, "common"), "-o", exe] + sources
 
     def build():
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            return False, f"the build ran past {BUILD_TIMEOUT} s and was stopped"
-        return done.returncode == 0, done.stdout + done.stderr
+        return run_build(cmd, BUILD_TIMEOUT, out_dir)
     return exe, build
 
 
@@ -467,12 +496,7 @@ def gpu_runner_builder(tree, build_dir, chapters, cmake_args, fresh=True):
         targets = []
         for c in chapters:
             targets += ["--target", f"fa_runner_ch{c:02d}"]
-        try:
-            done = subprocess.run(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2)] + targets,
-                                  capture_output=True, text=True, timeout=3600)
-        except subprocess.TimeoutExpired:
-            return False, "the GPU runners' build ran past 3600 s and was stopped"
-        return done.returncode == 0, done.stdout + done.stderr
+        return run_build(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2)] + targets, 3600, build_dir)
     return build
 
 
@@ -553,15 +577,25 @@ STUDENT_COPY = not os.path.isdir(os.path.join(ROOT, "classroom", "instructor"))
 
 def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args="", seed=None, log=print):
     exercises = handout.load_config(config)
-    outcomes = {}
     work = tempfile.mkdtemp(prefix="fa_grade_")
     os.chmod(work, 0o755)
-    tree = os.path.join(work, "tree")
     has_gpu = not cpu_only and gpu_available()
     try:
-        student_files = locate(submission or ROOT, ROOT)
-    except SubmissionError as e:
-        return results_json(exercises, refused_outcomes(exercises, has_gpu, str(e))), str(e)
+        try:
+            student_files = locate(submission or ROOT, ROOT)
+        except SubmissionError as e:
+            return results_json(exercises, refused_outcomes(exercises, has_gpu, str(e))), str(e)
+        return grade_files(exercises, student_files, work, os.path.join(work, "tree"), has_gpu, build_dir, timeout,
+                           cmake_args, seed, log)
+    finally:
+        for folder in UNPACKED + [work]:
+            shutil.rmtree(folder, ignore_errors=True)
+        UNPACKED.clear()
+
+
+def grade_files(exercises, student_files, work, tree, has_gpu, build_dir, timeout, cmake_args, seed, log):
+    """grade() once the submission's files are found."""
+    outcomes = {}
     log("grade: the submission's " + ", ".join(sorted(student_files)))
     problems, taken = splice(ROOT, tree, student_files, exercises)
     files_of = exercise_files(ROOT)
@@ -572,7 +606,7 @@ def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args
             if ex_id in held:
                 restub(tree, rel, [ex_id])
     checker = build_checker(work)
-    runners, build_errors, reference_runners, cleanup = {}, {}, {}, [work]
+    runners, build_errors, reference_runners, cleanup = {}, {}, {}, []
     # Runners only for chapters with an exercise the submission holds code for.
     wanted = [ex for ex in exercises if ex["id"] in taken and ex["id"] not in broken]
     cpu_chapters = sorted({ex["chapter"] for ex in wanted if ex["device"] == "cpu"})

@@ -72,62 +72,67 @@ struct Reply {
 };
 
 /// As root, after the runner's user has no process left: what that user made in the shared
-/// writable places (empty files, folders, FIFOs, links: RLIMIT_FSIZE 0 stops only data) and its
-/// System V IPC objects go, so nothing a runner leaves outlives its case.
-void remove_owned(const std::string& path, uid_t uid, int depth = 0) {
-  struct stat st;
-  if (lstat(path.c_str(), &st) != 0) return;
-  if (S_ISDIR(st.st_mode) && depth < 32) {
-    if (DIR* d = opendir(path.c_str())) {
-      std::vector<std::string> names;
-      while (dirent* e = readdir(d))
-        if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) names.push_back(e->d_name);
-      closedir(d);
-      for (const std::string& n : names) remove_owned(path + "/" + n, uid, depth + 1);
-    }
+/// writable places (empty files, folders, FIFOs, links: RLIMIT_FSIZE 0 stops only data), at any
+/// depth, and its System V IPC objects go, so nothing a runner leaves outlives its case.
+/// `dir` is an open folder; with `all`, everything in it goes (it is the user's own folder).
+void sweep_dir(int dir, uid_t uid, bool all, int depth) {
+  const int listing = dup(dir);
+  DIR* d = listing >= 0 ? fdopendir(listing) : nullptr;
+  if (!d) {
+    if (listing >= 0) close(listing);
+    return;
   }
-  if (st.st_uid == uid && depth > 0) S_ISDIR(st.st_mode) ? rmdir(path.c_str()) : unlink(path.c_str());
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d))
+    if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) names.push_back(e->d_name);
+  closedir(d);
+  for (const std::string& name : names) {
+    struct stat st;
+    if (fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    const bool mine = all || st.st_uid == uid;
+    if (S_ISDIR(st.st_mode) && depth < 800) {  // one open folder per level
+      const int sub = openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub >= 0) {
+        sweep_dir(sub, uid, mine, depth + 1);
+        close(sub);
+      }
+    }
+    if (mine) unlinkat(dir, name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
+  }
 }
 
 void sweep_user(uid_t uid) {
-  for (const char* place : {"/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue"}) {
-    struct stat st;
-    if (lstat(place, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
-    if (DIR* d = opendir(place)) {
-      std::vector<std::string> mine;
-      while (dirent* e = readdir(d)) {
-        const std::string path = std::string(place) + "/" + e->d_name;
-        struct stat es;
-        if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..") && lstat(path.c_str(), &es) == 0 &&
-            es.st_uid == uid)
-          mine.push_back(path);
-      }
-      closedir(d);
-      for (const std::string& p : mine) remove_owned(p, uid, 1);
-    }
+  for (const char* place : {"/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock"}) {
+    const int dir = open(place, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dir < 0) continue;
+    sweep_dir(dir, uid, false, 0);
+    close(dir);
   }
-  // System V shared memory, semaphores and message queues of that user (/proc/sysvipc lists
-  // id and uid; the columns differ, so each table's header names them).
+  // System V shared memory, semaphores and message queues the user made or owns (/proc/sysvipc
+  // lists id, uid and cuid; each table's header names its columns).
   for (const char* table : {"shm", "sem", "msg"}) {
     std::FILE* f = std::fopen((std::string("/proc/sysvipc/") + table).c_str(), "r");
     if (!f) continue;
+    const std::string kind = table;
     char line[1024];
-    int id_col = -1, uid_col = -1;
+    int id_col = -1;
+    std::vector<int> uid_cols;
     if (std::fgets(line, sizeof line, f)) {
       std::istringstream head(line);
       std::string w;
       for (int i = 0; head >> w; ++i) {
-        if (w == (std::string(table) == "shm" ? "shmid" : std::string(table) == "sem" ? "semid" : "msqid")) id_col = i;
-        if (w == "uid") uid_col = i;
+        if (w == (kind == "shm" ? "shmid" : kind == "sem" ? "semid" : "msqid")) id_col = i;
+        if (w == "uid" || w == "cuid") uid_cols.push_back(i);
       }
     }
-    while (id_col >= 0 && uid_col >= 0 && std::fgets(line, sizeof line, f)) {
+    while (id_col >= 0 && !uid_cols.empty() && std::fgets(line, sizeof line, f)) {
       std::istringstream row(line);
       std::vector<long long> v;
       for (long long x; row >> x;) v.push_back(x);
-      if (int(v.size()) <= std::max(id_col, uid_col) || uid_t(v[std::size_t(uid_col)]) != uid) continue;
+      bool owned = false;
+      for (int c : uid_cols) owned |= c < int(v.size()) && uid_t(v[std::size_t(c)]) == uid;
+      if (id_col >= int(v.size()) || !owned) continue;
       const int id = int(v[std::size_t(id_col)]);
-      const std::string kind = table;
       if (kind == "shm") shmctl(id, IPC_RMID, nullptr);
       else if (kind == "sem") semctl(id, 0, IPC_RMID);
       else msgctl(id, IPC_RMID, nullptr);
@@ -142,7 +147,8 @@ void kill_leftovers(const Options& opt) {
     const pid_t killer = fork();
     if (killer == 0) {
       if (setgid(gid_t(opt.uid)) != 0 || setuid(uid_t(opt.uid)) != 0) _exit(1);
-      kill(-1, SIGKILL);
+      // Until none is left (one that was forking as the first signal went out is caught by the next).
+      for (int round = 0; round < 1000 && kill(-1, SIGKILL) == 0; ++round) usleep(1000);
       _exit(0);
     }
     if (killer > 0) waitpid(killer, nullptr, 0);

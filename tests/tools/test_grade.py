@@ -48,6 +48,11 @@ class LintTest(unittest.TestCase):
             ('auto s = u8R"x(a"b)x"; exit(0);\n', "'exit'"),  # code after a raw string is still read
             # A digit separator is not a character literal: what follows it is read.
             ("int a = 1'0;\n#include <unistd.h>\nint b = 1'0;\n", "preprocessor"),
+            # After a name or keyword a quote opens a character literal, which hides nothing.
+            ("(void)sizeof'//'; std::system(\"id\");\n", "'system'"),
+            ("return sizeof'{'+'a' + b;\n}\nstruct E {} e;\ninline int f(int b) {\n  return b + sizeof'}'+'a';\n",
+             "unmatched"),
+            ("dprintf(1, \"error x\\n\");\n", "'dprintf'"),
             # Line splicing joins lines before anything else; a lint that reads lines would miss it.
             ("fla\\\nsh1::flash_attention_v1_cpu(s);\n", "line splicing"),
             ("/\\\n* x */ #include \"a.h\"\n", "line splicing"),
