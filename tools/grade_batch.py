@@ -17,6 +17,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -140,8 +141,10 @@ def main():
         return 2
     exercises = handout.load_config(args.config)
     os.makedirs(args.out, exist_ok=True)
+    own_build = None
     if args.build_dir is None:
-        args.build_dir = os.path.join(tempfile.mkdtemp(prefix="fa_grade_batch_"), "build")
+        own_build = tempfile.mkdtemp(prefix="fa_grade_batch_")
+        args.build_dir = os.path.join(own_build, "build")
     rows, used = [], set()
     for name, path in found:
         folder = safe_name(name)
@@ -152,6 +155,8 @@ def main():
         results = grade_one(os.path.abspath(path), os.path.join(args.out, folder), args)
         rows.append(gradebook_row(name, exercises, results))
         print(f"grade_batch: {name}: {results.get('output', '')}", flush=True)
+    if own_build:
+        shutil.rmtree(own_build, ignore_errors=True)
     book = os.path.join(args.out, "gradebook.csv")
     with open(book, "w", newline="") as f:
         writer = csv.writer(f)
