@@ -1,0 +1,458 @@
+// The C interface of c_api.h over the registry: look a kernel up by name, check the shape,
+// launch it, and turn every exception into a status and one line of text.
+#include "c_api.h"
+
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "cuda_check.h"
+#include "registry.h"
+
+namespace fa {
+
+namespace {
+
+thread_local std::string last_error;
+
+fa_status fail(fa_status status, std::string message) {
+  last_error = std::move(message);
+  return status;
+}
+
+fa_status ok() {
+  last_error.clear();
+  return FA_OK;
+}
+
+// Runs `body`, which returns FA_OK or fails itself; every exception becomes a status.
+template <class Body>
+fa_status guarded(Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::invalid_argument& e) {
+    return fail(FA_ERR_INVALID_ARGUMENT, e.what());
+  } catch (const CudaError& e) {
+    return fail(FA_ERR_CUDA, e.what());
+  } catch (const std::exception& e) {
+    return fail(FA_ERR_INTERNAL, e.what());
+  } catch (...) {
+    return fail(FA_ERR_INTERNAL, "a launcher threw something that is not a std::exception");
+  }
+}
+
+const char* kind_name(fa_kind kind) {
+  switch (kind) {
+    case FA_KIND_FORWARD: return "forward";
+    case FA_KIND_BACKWARD: return "backward";
+    case FA_KIND_DECODE: return "decode";
+  }
+  return "?";
+}
+
+fa_dtype to_c(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return FA_DTYPE_F32;
+    case DType::F16: return FA_DTYPE_F16;
+    case DType::BF16: return FA_DTYPE_BF16;
+  }
+  return FA_DTYPE_F32;
+}
+
+AttentionShape to_shape(const fa_shape& c) {
+  if (c.causal != 0 && c.causal != 1) throw std::invalid_argument("causal must be 0 or 1, got " + std::to_string(c.causal));
+  AttentionShape s;
+  s.batch = c.batch;
+  s.heads_q = c.heads_q;
+  s.heads_kv = c.heads_kv;
+  s.seq_q = c.seq_q;
+  s.seq_kv = c.seq_kv;
+  s.head_dim = c.head_dim;
+  s.causal = c.causal == 1;
+  s.scale = c.scale;
+  s.validate();
+  return s;
+}
+
+DecodeShape to_shape(const fa_decode_shape& c) {
+  DecodeShape s;
+  s.num_seqs = c.num_seqs;
+  s.heads_q = c.heads_q;
+  s.heads_kv = c.heads_kv;
+  s.head_dim = c.head_dim;
+  s.query_len = c.query_len;
+  s.block_size = c.block_size;
+  s.num_blocks = c.num_blocks;
+  s.max_blocks_per_seq = c.max_blocks_per_seq;
+  s.max_context = c.max_context;
+  s.validate();
+  return s;
+}
+
+// The probe shapes for the listing: one small problem per head_dim.
+AttentionShape probe_shape(int head_dim) {
+  AttentionShape s;
+  s.batch = 1;
+  s.heads_q = s.heads_kv = 1;
+  s.seq_q = s.seq_kv = 128;
+  s.head_dim = head_dim;
+  return s;
+}
+
+DecodeShape probe_decode_shape(int head_dim) {
+  DecodeShape s;
+  s.num_seqs = 1;
+  s.heads_q = s.heads_kv = 1;
+  s.head_dim = head_dim;
+  s.block_size = 16;
+  s.num_blocks = s.max_blocks_per_seq = 8;
+  s.max_context = 128;
+  return s;
+}
+
+// "64,128" or "1-128": the accepted head_dim values from 1 to 256, runs written as ranges.
+template <class Accepts>
+std::string head_dim_list(Accepts&& accepts) {
+  std::string out;
+  int d = 1;
+  while (d <= 256) {
+    if (!accepts(d)) {
+      ++d;
+      continue;
+    }
+    int last = d;
+    while (last + 1 <= 256 && accepts(last + 1)) ++last;
+    if (!out.empty()) out += ",";
+    out += last == d ? std::to_string(d) : std::to_string(d) + "-" + std::to_string(last);
+    d = last + 1;
+  }
+  return out;
+}
+
+// The listing's strings, computed once per kernel and kept for the library's lifetime.
+struct Listing {
+  std::string head_dims;
+  std::string unavailable;
+};
+
+template <class Entry, class Probe>
+const Listing& listing_of(const Entry& entry, Probe&& probe) {
+  static std::mutex mutex;
+  static std::map<const void*, Listing> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = cache.find(&entry);
+  if (found != cache.end()) return found->second;
+  Listing listing;
+  // head_dim 64 is the one every kernel of the tutorial takes: a reason there is not about
+  // head_dim but about the machine (the GPU's architecture, or no GPU at all).
+  listing.head_dims = head_dim_list([&](int d) { return support_reason(entry, probe(d)).empty(); });
+  listing.unavailable = support_reason(entry, probe(64));
+  const GpuInfo& gpu = detect_gpu();
+  if (!gpu.available) listing.unavailable = describe_gpu(gpu);
+  return cache.emplace(&entry, std::move(listing)).first->second;
+}
+
+template <class Entry>
+void fill_common(const Entry& entry, fa_kernel_info* info) {
+  *info = fa_kernel_info{};
+  info->name = entry.name.c_str();
+  info->variant = entry.variant.c_str();
+  info->summary = entry.summary.c_str();
+  info->chapter = entry.chapter;
+  info->number = entry.number;
+}
+
+void fill_tolerance(const Tolerance& tolerance, fa_kernel_info* info) {
+  info->tolerance_rel_fro = tolerance.rel_fro;
+  info->tolerance_max_abs = tolerance.max_abs;
+  info->tolerance_lse_abs = tolerance.lse_abs;
+}
+
+void fill(const ForwardKernel& k, fa_kernel_info* info) {
+  fill_common(k, info);
+  info->dtype = to_c(k.dtype);
+  const Listing& listing = listing_of(k, probe_shape);
+  info->head_dims = listing.head_dims.c_str();
+  info->unavailable = listing.unavailable.c_str();
+  fill_tolerance(k.tolerance ? *k.tolerance : tolerance_for(k.dtype), info);
+  info->coarse_arithmetic = k.tolerance ? 1 : 0;
+}
+
+void fill(const BackwardKernel& k, fa_kernel_info* info) {
+  fill_common(k, info);
+  info->dtype = to_c(k.dtype);
+  info->deterministic = k.deterministic ? 1 : 0;
+  const Listing& listing = listing_of(k, probe_shape);
+  info->head_dims = listing.head_dims.c_str();
+  info->unavailable = listing.unavailable.c_str();
+}
+
+void fill(const DecodeKernel& k, fa_kernel_info* info) {
+  fill_common(k, info);
+  info->dtype = to_c(k.dtype);
+  const Listing& listing = listing_of(k, probe_decode_shape);
+  info->head_dims = listing.head_dims.c_str();
+  info->unavailable = listing.unavailable.c_str();  fill_tolerance(tolerance_for(k.dtype), info);
+}
+
+template <class Entry>
+const Entry* find_in(const std::vector<Entry>& list, const char* name) {
+  for (const Entry& entry : list) {
+    if (entry.name == name) return &entry;
+  }
+  return nullptr;
+}
+
+template <class Entry>
+std::string names_of(const std::vector<Entry>& list) {
+  std::string out;
+  for (const Entry& entry : list) out += (out.empty() ? "" : ", ") + entry.name;
+  return out;
+}
+
+// The kernel called `name` in `list`, or a failure naming the value and the choices.
+template <class Entry>
+fa_status lookup(const std::vector<Entry>& list, fa_kind kind, const char* name, const Entry** found) {
+  if (name == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "the kernel name is null");
+  *found = find_in(list, name);
+  if (*found == nullptr) {
+    return fail(FA_ERR_UNKNOWN_KERNEL, std::string("unknown ") + kind_name(kind) + " kernel '" + name +
+                                           "'; registered: " + names_of(list));
+  }
+  return FA_OK;
+}
+
+// Shape and machine checks shared by the *_check functions and the launches.
+template <class Entry, class Shape>
+fa_status check_entry(const Entry& entry, const Shape& shape, std::size_t* workspace_bytes) {
+  const std::string reason = support_reason(entry, shape);
+  if (!reason.empty()) return fail(FA_ERR_UNSUPPORTED, entry.name + " does not take " + shape.to_string() + ": " + reason);
+  if (workspace_bytes) *workspace_bytes = entry.workspace_bytes ? entry.workspace_bytes(shape) : 0;
+  return FA_OK;
+}
+
+fa_status require_gpu() {
+  const GpuInfo& gpu = detect_gpu();
+  if (!gpu.available) return fail(FA_ERR_NO_GPU, describe_gpu(gpu));
+  return FA_OK;
+}
+
+fa_status require_pointers(std::initializer_list<std::pair<const char*, const void*>> pointers) {
+  for (const auto& [name, pointer] : pointers) {
+    if (pointer == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, std::string(name) + " is a null pointer");
+  }
+  return FA_OK;
+}
+
+fa_status require_workspace(const void* workspace, std::size_t given, std::size_t needed) {
+  if (given < needed) {
+    return fail(FA_ERR_INVALID_ARGUMENT, "workspace_bytes is " + std::to_string(given) + ", the kernel needs at least " +
+                                             std::to_string(needed));
+  }
+  if (needed > 0 && workspace == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "workspace is a null pointer");
+  return FA_OK;
+}
+
+#define FA_RETURN_IF_FAILED(call)             \
+  do {                                        \
+    const fa_status fa_status_ = (call);      \
+    if (fa_status_ != FA_OK) return fa_status_; \
+  } while (0)
+
+}  // namespace
+
+}  // namespace fa
+
+using namespace fa;
+
+extern "C" {
+
+int fa_api_version(void) { return FA_API_VERSION; }
+
+const char* fa_last_error(void) { return last_error.c_str(); }
+
+int fa_kernel_count(fa_kind kind) {
+  switch (kind) {
+    case FA_KIND_FORWARD: return int(forward_kernels().size());
+    case FA_KIND_BACKWARD: return int(backward_kernels().size());
+    case FA_KIND_DECODE: return int(decode_kernels().size());
+  }
+  return 0;
+}
+
+fa_status fa_kernel_at(fa_kind kind, int index, fa_kernel_info* info) {
+  return guarded([&] {
+    if (info == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "info is a null pointer");
+    const int count = fa_kernel_count(kind);
+    if (kind != FA_KIND_FORWARD && kind != FA_KIND_BACKWARD && kind != FA_KIND_DECODE)
+      return fail(FA_ERR_INVALID_ARGUMENT, "kind must be 0 (forward), 1 (backward) or 2 (decode), got " +
+                                               std::to_string(int(kind)));
+    if (index < 0 || index >= count) {
+      return fail(FA_ERR_INVALID_ARGUMENT, std::string("index must be between 0 and ") + std::to_string(count - 1) +
+                                               " for " + kind_name(kind) + " kernels, got " + std::to_string(index));
+    }
+    switch (kind) {
+      case FA_KIND_FORWARD: fill(forward_kernels()[index], info); break;
+      case FA_KIND_BACKWARD: fill(backward_kernels()[index], info); break;
+      case FA_KIND_DECODE: fill(decode_kernels()[index], info); break;
+    }
+    return ok();
+  });
+}
+
+fa_status fa_kernel_find(fa_kind kind, const char* name, fa_kernel_info* info) {
+  return guarded([&] {
+    if (info == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "info is a null pointer");
+    switch (kind) {
+      case FA_KIND_FORWARD: {
+        const ForwardKernel* k = nullptr;
+        FA_RETURN_IF_FAILED(lookup(forward_kernels(), kind, name, &k));
+        fill(*k, info);
+        return ok();
+      }
+      case FA_KIND_BACKWARD: {
+        const BackwardKernel* k = nullptr;
+        FA_RETURN_IF_FAILED(lookup(backward_kernels(), kind, name, &k));
+        fill(*k, info);
+        return ok();
+      }
+      case FA_KIND_DECODE: {
+        const DecodeKernel* k = nullptr;
+        FA_RETURN_IF_FAILED(lookup(decode_kernels(), kind, name, &k));
+        fill(*k, info);
+        return ok();
+      }
+    }
+    return fail(FA_ERR_INVALID_ARGUMENT,
+                "kind must be 0 (forward), 1 (backward) or 2 (decode), got " + std::to_string(int(kind)));
+  });
+}
+
+fa_status fa_forward_check(const char* name, const fa_shape* shape, size_t* workspace_bytes) {
+  return guarded([&] {
+    const ForwardKernel* k = nullptr;
+    FA_RETURN_IF_FAILED(lookup(forward_kernels(), FA_KIND_FORWARD, name, &k));
+    if (shape == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "shape is a null pointer");
+    FA_RETURN_IF_FAILED(check_entry(*k, to_shape(*shape), workspace_bytes));
+    return ok();
+  });
+}
+
+fa_status fa_backward_check(const char* name, const fa_shape* shape, size_t* workspace_bytes) {
+  return guarded([&] {
+    const BackwardKernel* k = nullptr;
+    FA_RETURN_IF_FAILED(lookup(backward_kernels(), FA_KIND_BACKWARD, name, &k));
+    if (shape == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "shape is a null pointer");
+    FA_RETURN_IF_FAILED(check_entry(*k, to_shape(*shape), workspace_bytes));
+    return ok();
+  });
+}
+
+fa_status fa_decode_check(const char* name, const fa_decode_shape* shape, size_t* workspace_bytes) {
+  return guarded([&] {
+    const DecodeKernel* k = nullptr;
+    FA_RETURN_IF_FAILED(lookup(decode_kernels(), FA_KIND_DECODE, name, &k));
+    if (shape == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "shape is a null pointer");
+    FA_RETURN_IF_FAILED(check_entry(*k, to_shape(*shape), workspace_bytes));
+    return ok();
+  });
+}
+
+fa_status fa_forward(const char* name, const fa_shape* shape, const void* q, const void* k, const void* v, void* o,
+                     float* lse, void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    const ForwardKernel* kernel = nullptr;
+    FA_RETURN_IF_FAILED(lookup(forward_kernels(), FA_KIND_FORWARD, name, &kernel));
+    if (shape == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "shape is a null pointer");
+    const AttentionShape s = to_shape(*shape);
+    FA_RETURN_IF_FAILED(require_gpu());
+    std::size_t needed = 0;
+    FA_RETURN_IF_FAILED(check_entry(*kernel, s, &needed));
+    FA_RETURN_IF_FAILED(require_pointers({{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"lse", lse}}));
+    FA_RETURN_IF_FAILED(require_workspace(workspace, workspace_bytes, needed));
+    ForwardParams p;
+    p.shape = s;
+    p.q = q;
+    p.k = k;
+    p.v = v;
+    p.o = o;
+    p.lse = lse;
+    p.workspace = workspace;
+    p.stream = static_cast<cudaStream_t>(stream);
+    kernel->launch(p);
+    CUDA_CHECK_LAUNCH();
+    return ok();
+  });
+}
+
+fa_status fa_backward(const char* name, const fa_shape* shape, const void* q, const void* k, const void* v,
+                      const void* o, const void* d_o, const float* lse, void* dq, void* dk, void* dv, void* workspace,
+                      size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    const BackwardKernel* kernel = nullptr;
+    FA_RETURN_IF_FAILED(lookup(backward_kernels(), FA_KIND_BACKWARD, name, &kernel));
+    if (shape == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "shape is a null pointer");
+    const AttentionShape s = to_shape(*shape);
+    FA_RETURN_IF_FAILED(require_gpu());
+    std::size_t needed = 0;
+    FA_RETURN_IF_FAILED(check_entry(*kernel, s, &needed));
+    FA_RETURN_IF_FAILED(require_pointers(
+        {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"d_o", d_o}, {"lse", lse}, {"dq", dq}, {"dk", dk}, {"dv", dv}}));
+    FA_RETURN_IF_FAILED(require_workspace(workspace, workspace_bytes, needed));
+    BackwardParams p;
+    p.shape = s;
+    p.q = q;
+    p.k = k;
+    p.v = v;
+    p.o = o;
+    p.d_o = d_o;
+    p.lse = lse;
+    p.dq = dq;
+    p.dk = dk;
+    p.dv = dv;
+    p.workspace = workspace;
+    p.stream = static_cast<cudaStream_t>(stream);
+    kernel->launch(p);
+    CUDA_CHECK_LAUNCH();
+    return ok();
+  });
+}
+
+fa_status fa_decode(const char* name, const fa_decode_shape* shape, const void* q, const void* k_cache,
+                    const void* v_cache, const int* block_tables, const int* context_lens, void* o, float* lse,
+                    void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    const DecodeKernel* kernel = nullptr;
+    FA_RETURN_IF_FAILED(lookup(decode_kernels(), FA_KIND_DECODE, name, &kernel));
+    if (shape == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "shape is a null pointer");
+    const DecodeShape s = to_shape(*shape);
+    FA_RETURN_IF_FAILED(require_gpu());
+    std::size_t needed = 0;
+    FA_RETURN_IF_FAILED(check_entry(*kernel, s, &needed));
+    FA_RETURN_IF_FAILED(require_pointers({{"q", q},
+                                          {"k_cache", k_cache},
+                                          {"v_cache", v_cache},
+                                          {"block_tables", block_tables},
+                                          {"context_lens", context_lens},
+                                          {"o", o},
+                                          {"lse", lse}}));
+    FA_RETURN_IF_FAILED(require_workspace(workspace, workspace_bytes, needed));
+    DecodeParams p;
+    p.shape = s;
+    p.q = q;
+    p.k_cache = k_cache;
+    p.v_cache = v_cache;
+    p.block_tables = block_tables;
+    p.context_lens = context_lens;
+    p.o = o;
+    p.lse = lse;
+    p.workspace = workspace;
+    p.stream = static_cast<cudaStream_t>(stream);
+    kernel->launch(p);
+    CUDA_CHECK_LAUNCH();
+    return ok();
+  });
+}
+
+}  // extern "C"

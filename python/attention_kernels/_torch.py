@@ -1,0 +1,323 @@
+"""The kernels on torch tensors: checks, allocation, the current stream, and autograd.
+
+Layout: the kernels read and write dense [batch, heads, seq, head_dim] tensors, which is also
+the shape torch.nn.functional.scaled_dot_product_attention takes. With layout="bhsd" (the
+default) nothing is copied and a tensor that is not contiguous in that layout is refused.
+layout="bshd" takes [batch, seq, heads, head_dim] tensors (flash-attn's layout, and what a
+linear projection's .view(B, S, H, D) gives): Q, K and V are copied into [batch, heads, seq,
+head_dim] before the launch and the output comes back as a [batch, seq, heads, head_dim] view
+of the kernel's output (no copy); in the backward pass the gradients take the same copies.
+"""
+import math
+
+import torch
+
+from . import _library as lib
+
+_TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+_DTYPE_NAMES = {v: k for k, v in _TORCH_DTYPES.items()}
+_ALLOWED_DTYPES = "torch.float32, torch.float16, torch.bfloat16"
+_LAYOUTS = ("bhsd", "bshd")
+
+# The kernel used when none is named: the first of each list this machine can run.
+_DEFAULT_FORWARD = {
+    "bf16": ("ch06_pingpong_bf16", "ch05_tuned_bf16"),
+    "fp16": ("ch05_tuned_fp16",),
+    "fp32": ("ch04_registers",),
+}
+_DEFAULT_BACKWARD = {
+    "bf16": ("ch07_wgmma_bf16", "ch07_mma_bf16"),
+    "fp16": ("ch07_mma_fp16",),
+    "fp32": ("ch07_fp32",),
+}
+
+
+def _resolve(kind, name, dtype_name, what):
+    """The KernelInfo to run: `name` exactly, or name + "_" + dtype ("ch06_pingpong" on bf16),
+    or the default for the dtype when name is None."""
+    library = lib.load()
+    if name is None:
+        defaults = (_DEFAULT_FORWARD if kind == lib.FORWARD else _DEFAULT_BACKWARD)[dtype_name]
+        infos = [library.find(kind, n) for n in defaults]
+        for info in infos:
+            if info.available:
+                return info
+        return infos[0]  # its launch will say why it cannot run here
+    if not isinstance(name, str):
+        raise TypeError(f"{what} must be a kernel name (str) or None, got {type(name).__name__}")
+    try:
+        info = library.find(kind, name)
+    except lib.UnknownKernelError:
+        try:
+            info = library.find(kind, f"{name}_{dtype_name}")
+        except lib.UnknownKernelError:
+            others = [k for k in library.kernels(kind) if k.name.startswith(name + "_")]
+            if others:
+                dtypes = ", ".join(sorted({str(_TORCH_DTYPES[k.dtype]) for k in others}))
+                raise TypeError(f"{what} '{name}' comes in {dtypes} only, got {_TORCH_DTYPES[dtype_name]} tensors")
+            library.find(kind, name)  # raises with the list of registered names
+            raise
+    if info.dtype != dtype_name:
+        twin = f"{name.rsplit('_', 1)[0]}_{dtype_name}"
+        raise TypeError(f"{what} '{info.name}' takes {_TORCH_DTYPES[info.dtype]} tensors, got "
+                        f"{_TORCH_DTYPES[dtype_name]}" + (f" (try '{twin}')" if _exists(kind, twin) else ""))
+    return info
+
+
+def _exists(kind, name):
+    try:
+        lib.load().find(kind, name)
+        return True
+    except lib.UnknownKernelError:
+        return False
+
+
+def _check_tensor(name, t, ndim, what):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cuda":
+        raise ValueError(f"{name} is on device '{t.device}'; the kernels run on a CUDA device: move it with {name}.cuda()")
+    if t.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions {what}, got shape {tuple(t.shape)}")
+
+
+def _check_float(name, t):
+    if t.dtype not in _DTYPE_NAMES:
+        raise TypeError(f"{name} has dtype {t.dtype}; allowed: {_ALLOWED_DTYPES}")
+
+
+def _check_contiguous(name, t, hint):
+    if not t.is_contiguous():
+        raise ValueError(f"{name} is not contiguous (shape {tuple(t.shape)}, strides {t.stride()}); the kernels "
+                         f"read dense tensors: {hint}")
+
+
+_BHSD_HINT = ("pass .contiguous() (a copy), or layout='bshd' for [batch, seq, heads, head_dim] tensors")
+
+
+def _same_device(names, tensors):
+    device = tensors[0].device
+    for name, t in zip(names[1:], tensors[1:]):
+        if t.device != device:
+            raise ValueError(f"{name} is on {t.device} but {names[0]} is on {device}; all tensors must be on one device")
+
+
+def _stream(device):
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def _workspace(nbytes, device):
+    if nbytes == 0:
+        return None, 0
+    buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    return buffer, buffer.data_ptr()
+
+
+def _attention_shape(q, k, v, causal, scale):
+    """The fa_shape of [batch, heads, seq, head_dim] q, k, v after every check of their shapes."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, t, 4, "[batch, heads, seq, head_dim]")
+        _check_float(name, t)
+    _same_device(("q", "k", "v"), (q, k, v))
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    batch, heads_q, seq_q, head_dim = q.shape
+    if k.shape[0] != batch or k.shape[3] != head_dim:
+        raise ValueError(f"k must be [batch={batch}, heads_kv, seq_kv, head_dim={head_dim}] like q "
+                         f"{tuple(q.shape)}, got {tuple(k.shape)}")
+    heads_kv, seq_kv = k.shape[1], k.shape[2]
+    if heads_q % heads_kv != 0:
+        raise ValueError(f"q's heads ({heads_q}) must be a multiple of k's heads ({heads_kv}) (GQA/MQA)")
+    if scale is None:
+        scale = 0.0
+    elif not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale must be a finite number > 0 or None (1/sqrt(head_dim)), got {scale!r}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
+    return lib.load().shape(batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, causal, scale)
+
+
+def _output(name, given, shape, dtype, device):
+    """A new output tensor, or the caller's `given` after checking it matches."""
+    if given is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    _check_tensor(name, given, len(shape), str(list(shape)))
+    if tuple(given.shape) != tuple(shape) or given.dtype != dtype or given.device != device:
+        raise ValueError(f"{name} must be a {dtype} tensor of shape {tuple(shape)} on {device}, got "
+                         f"{given.dtype} {tuple(given.shape)} on {given.device}")
+    _check_contiguous(name, given, "pass a new tensor")
+    return given
+
+
+def forward(q, k, v, *, causal=False, scale=None, kernel=None, out=None, lse=None):
+    """O and LSE of [batch, heads, seq, head_dim] tensors, no autograd; out/lse: tensors to
+    write into (O like q; LSE float32 [batch, heads_q, seq_q], natural log)."""
+    shape = _attention_shape(q, k, v, causal, scale)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_contiguous(name, t, _BHSD_HINT)
+    info = _resolve(lib.FORWARD, kernel, _DTYPE_NAMES[q.dtype], "kernel")
+    library = lib.load()
+    nbytes = library.check(lib.FORWARD, info.name, shape)
+    out = _output("out", out, q.shape, q.dtype, q.device)
+    lse = _output("lse", lse, q.shape[:3], torch.float32, q.device)
+    with torch.cuda.device(q.device):
+        work, work_ptr = _workspace(nbytes, q.device)
+        library.forward(info.name, shape, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                        work_ptr, nbytes, _stream(q.device))
+        del work  # returned to the caching allocator in stream order
+    return out, lse
+
+
+def backward(q, k, v, o, lse, d_o, *, causal=False, scale=None, kernel=None, dq=None, dk=None, dv=None):
+    """dQ, dK, dV from a forward's O and LSE and the output gradient dO, no autograd."""
+    shape = _attention_shape(q, k, v, causal, scale)
+    _check_tensor("o", o, 4, "[batch, heads, seq, head_dim]")
+    _check_tensor("d_o", d_o, 4, "[batch, heads, seq, head_dim]")
+    _check_tensor("lse", lse, 3, "[batch, heads_q, seq_q]")
+    for name, t in (("o", o), ("d_o", d_o)):
+        if t.shape != q.shape or t.dtype != q.dtype:
+            raise ValueError(f"{name} must be {q.dtype} {tuple(q.shape)} like q, got {t.dtype} {tuple(t.shape)}")
+    if lse.shape != q.shape[:3] or lse.dtype != torch.float32:
+        raise ValueError(f"lse must be torch.float32 {tuple(q.shape[:3])}, got {lse.dtype} {tuple(lse.shape)}")
+    _same_device(("q", "o", "d_o", "lse"), (q, o, d_o, lse))
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o), ("lse", lse)):
+        _check_contiguous(name, t, _BHSD_HINT)
+    info = _resolve(lib.BACKWARD, kernel, _DTYPE_NAMES[q.dtype], "backward kernel")
+    library = lib.load()
+    nbytes = library.check(lib.BACKWARD, info.name, shape)
+    dq = _output("dq", dq, q.shape, q.dtype, q.device)
+    dk = _output("dk", dk, k.shape, k.dtype, k.device)
+    dv = _output("dv", dv, v.shape, v.dtype, v.device)
+    with torch.cuda.device(q.device):
+        work, work_ptr = _workspace(nbytes, q.device)
+        library.backward(info.name, shape, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), d_o.data_ptr(),
+                         lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), work_ptr, nbytes,
+                         _stream(q.device))
+        del work
+    return dq, dk, dv
+
+
+class _AttentionFunction(torch.autograd.Function):
+    """Our forward kernel, then our backward kernel on the saved Q, K, V, O and LSE."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, forward_name, backward_name):
+        o, lse = forward(q, k, v, causal=causal, scale=scale, kernel=forward_name)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.scale, ctx.backward_name = causal, scale, backward_name
+        return o
+
+    @staticmethod
+    def backward(ctx, d_o):
+        q, k, v, o, lse = ctx.saved_tensors
+        d_o = d_o.contiguous()  # a copy only when autograd hands over a strided gradient
+        dq, dk, dv = backward(q, k, v, o, lse, d_o, causal=ctx.causal, scale=ctx.scale, kernel=ctx.backward_name)
+        return dq, dk, dv, None, None, None, None
+
+
+def attention(q, k, v, *, causal=False, scale=None, kernel=None, backward_kernel=None, layout="bhsd"):
+    """softmax(scale q k^T + causal mask) v with a registered kernel; differentiable.
+
+    q [batch, heads_q, seq_q, head_dim], k and v [batch, heads_kv, seq_kv, head_dim] (GQA when
+    heads_kv divides heads_q), one dtype, contiguous, on one CUDA device: the same arguments as
+    scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=True), except
+    that causal is aligned bottom-right when seq_q != seq_kv (the last query sees every key).
+    kernel: a forward kernel's name ("ch06_pingpong_bf16", or "ch06_pingpong": the dtype is
+    added), or None for the fastest this machine runs. backward_kernel: the same for the
+    backward (chapter 07), used when any input requires grad. layout: "bhsd" or "bshd" (module
+    docstring: what is copied).
+    """
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout must be 'bhsd' ([batch, heads, seq, head_dim]) or 'bshd' ([batch, seq, heads, "
+                         f"head_dim]), got {layout!r}")
+    if layout == "bshd":
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            _check_tensor(name, t, 4, "[batch, seq, heads, head_dim]")
+        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    shape = _attention_shape(q, k, v, causal, scale)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_contiguous(name, t, _BHSD_HINT)
+    dtype_name = _DTYPE_NAMES[q.dtype]
+    forward_name = _resolve(lib.FORWARD, kernel, dtype_name, "kernel").name
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    backward_name = None
+    if needs_grad:  # fail now, not in the middle of loss.backward()
+        backward_name = _resolve(lib.BACKWARD, backward_kernel, dtype_name, "backward_kernel").name
+        lib.load().check(lib.BACKWARD, backward_name, shape)
+    o = _AttentionFunction.apply(q, k, v, causal, scale, forward_name, backward_name)
+    return o.transpose(1, 2) if layout == "bshd" else o
+
+
+def decode(q, k_cache, v_cache, block_table, context_lens, *, kernel=None, max_context=None, check=True, out=None,
+           lse=None):
+    """Attention of each sequence's newest query_len tokens over a paged K/V cache (chapter 08).
+
+    q [num_seqs, heads_q, query_len, head_dim]; k_cache and v_cache [num_blocks, heads_kv,
+    block_size, head_dim]; block_table int32 [num_seqs, max_blocks_per_seq]; context_lens int32
+    [num_seqs]: sequence s has context_lens[s] tokens, token t in row t % block_size of block
+    block_table[s, t // block_size]; its queries are its last query_len tokens (causal among
+    themselves). Scale 1/sqrt(head_dim). Returns O like q and LSE float32 [num_seqs, heads_q,
+    query_len]. max_context: the largest context length (read from context_lens when None, which
+    waits for the GPU). check: also verify context lengths and the block-table entries in use
+    (one more wait); a wrong entry otherwise reads outside the cache.
+    """
+    _check_tensor("q", q, 4, "[num_seqs, heads_q, query_len, head_dim]")
+    _check_tensor("k_cache", k_cache, 4, "[num_blocks, heads_kv, block_size, head_dim]")
+    _check_tensor("v_cache", v_cache, 4, "[num_blocks, heads_kv, block_size, head_dim]")
+    _check_tensor("block_table", block_table, 2, "[num_seqs, max_blocks_per_seq]")
+    _check_tensor("context_lens", context_lens, 1, "[num_seqs]")
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        _check_float(name, t)
+    for name, t in (("block_table", block_table), ("context_lens", context_lens)):
+        if t.dtype != torch.int32:
+            raise TypeError(f"{name} has dtype {t.dtype}; allowed: torch.int32")
+    names = ("q", "k_cache", "v_cache", "block_table", "context_lens")
+    tensors = (q, k_cache, v_cache, block_table, context_lens)
+    _same_device(names, tensors)
+    if not (q.dtype == k_cache.dtype == v_cache.dtype):
+        raise TypeError(f"q, k_cache and v_cache must have one dtype, got {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"k_cache and v_cache must have the same shape, got {tuple(k_cache.shape)} and "
+                         f"{tuple(v_cache.shape)}")
+    num_seqs, heads_q, query_len, head_dim = q.shape
+    num_blocks, heads_kv, block_size, cache_dim = k_cache.shape
+    if cache_dim != head_dim:
+        raise ValueError(f"k_cache's head_dim ({cache_dim}) must equal q's ({head_dim})")
+    if block_table.shape[0] != num_seqs or context_lens.shape[0] != num_seqs:
+        raise ValueError(f"block_table and context_lens must have num_seqs={num_seqs} rows like q, got "
+                         f"{tuple(block_table.shape)} and {tuple(context_lens.shape)}")
+    for name, t in zip(names, tensors):
+        _check_contiguous(name, t, "pass .contiguous() (a copy)")
+    max_blocks = block_table.shape[1]
+    if max_context is None:
+        max_context = int(context_lens.max().item()) if num_seqs > 0 else 0
+    if check:
+        lens = context_lens.to(torch.int64)
+        if bool((lens < 0).any()) or bool((lens > max_context).any()):
+            raise ValueError(f"context_lens must be between 0 and max_context ({max_context}), got "
+                             f"{context_lens.min().item()}..{context_lens.max().item()}")
+        used = torch.arange(max_blocks, device=q.device)[None, :] * block_size < lens[:, None]
+        bad = used & ((block_table < 0) | (block_table >= num_blocks))
+        if bool(bad.any()):
+            s, b = (int(x) for x in bad.nonzero()[0])
+            raise ValueError(f"block_table[{s}, {b}] is {int(block_table[s, b])}; entries in use must be between 0 "
+                             f"and num_blocks - 1 ({num_blocks - 1})")
+    library = lib.load()
+    shape = library.decode_shape(num_seqs=num_seqs, heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim,
+                                 query_len=query_len, block_size=block_size, num_blocks=num_blocks,
+                                 max_blocks_per_seq=max_blocks, max_context=int(max_context))
+    dtype_name = _DTYPE_NAMES[q.dtype]
+    if kernel is None:
+        kernel = "ch08_split_kv"
+    info = _resolve(lib.DECODE, kernel, dtype_name, "kernel")
+    nbytes = library.check(lib.DECODE, info.name, shape)
+    out = _output("out", out, q.shape, q.dtype, q.device)
+    lse = _output("lse", lse, q.shape[:3], torch.float32, q.device)
+    with torch.cuda.device(q.device):
+        work, work_ptr = _workspace(nbytes, q.device)
+        library.decode(info.name, shape, q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_table.data_ptr(),
+                       context_lens.data_ptr(), out.data_ptr(), lse.data_ptr(), work_ptr, nbytes, _stream(q.device))
+        del work
+    return out, lse

@@ -1,0 +1,133 @@
+"""libfa_kernels.so through ctypes, without torch: the listing, the checks and the errors.
+Runs on any machine (unittest, so no pytest is needed either)."""
+import os
+import subprocess
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import attention_kernels as ak  # noqa: E402
+from attention_kernels import _library  # noqa: E402
+
+
+class Listing(unittest.TestCase):
+    def setUp(self):
+        self.lib = ak.load()
+
+    def test_loads_the_library_next_to_the_package(self):
+        self.assertEqual(self.lib.path.parent, Path(ak.__file__).resolve().parent)
+
+    def test_names_match_fa_bench_list(self):
+        bench = os.environ.get("FA_BENCH")
+        if not bench:
+            self.skipTest("FA_BENCH (the fa_bench program) is not set")
+        listed = subprocess.run([bench, "--list"], capture_output=True, text=True, check=True).stdout.split("\n")
+        expected = [(line.split()[1], line.split()[2]) for line in listed if line.strip()]
+        ours = [(k.name, k.dtype) for k in ak.list_kernels()]
+        self.assertEqual(ours, expected)
+
+    def test_kinds_and_known_entries(self):
+        kinds = {k.name: k.kind for k in ak.list_kernels()}
+        self.assertEqual(kinds["ch06_pingpong_bf16"], "forward")
+        self.assertEqual(kinds["ch07_wgmma_bf16"], "backward")
+        self.assertEqual(kinds["ch08_split_kv_fp16"], "decode")
+        self.assertEqual(len(ak.list_kernels("decode")), 4)
+
+    def test_head_dims(self):
+        found = {k.name: k for k in ak.list_kernels()}
+        self.assertEqual(found["ch05_tuned_bf16"].head_dims, (64, 128))
+        self.assertEqual(found["ch07_fp32"].head_dims, (32, 64, 128))
+        self.assertIn(48, found["ch01_naive"].head_dims)
+
+    def test_tolerances(self):
+        found = {k.name: k for k in ak.list_kernels()}
+        self.assertTrue(found["ch06_fp8"].coarse_arithmetic)
+        self.assertFalse(found["ch06_pingpong_bf16"].coarse_arithmetic)
+        self.assertGreater(found["ch06_fp8"].tolerance[0], found["ch06_pingpong_bf16"].tolerance[0])
+        self.assertIsNone(found["ch07_fp32"].tolerance)
+
+    def test_deterministic_flags(self):
+        found = {k.name: k for k in ak.list_kernels("backward")}
+        self.assertTrue(found["ch07_deterministic_bf16"].deterministic)
+        self.assertFalse(found["ch07_mma_bf16"].deterministic)
+
+    def test_bad_kind(self):
+        with self.assertRaisesRegex(ValueError, "kind must be one of None, 'forward', 'backward', 'decode'; got 'sideways'"):
+            ak.list_kernels("sideways")
+
+
+class Checks(unittest.TestCase):
+    def setUp(self):
+        self.lib = ak.load()
+
+    def test_workspace_bytes(self):
+        # ch07_fp32 keeps D = rowsum(dO * O): one float per query row.
+        self.assertEqual(self.lib.check(_library.BACKWARD, "ch07_fp32", self.lib.shape(2, 3, 3, 5, 4, 64)), 2 * 3 * 5 * 4)
+        self.assertEqual(self.lib.check(_library.FORWARD, "ch05_tuned_bf16", self.lib.shape(1, 2, 2, 64, 64, 64)), 0)
+
+    def test_unknown_kernel(self):
+        with self.assertRaisesRegex(ak.UnknownKernelError, r"unknown forward kernel 'nope'; registered: ch01_naive, "):
+            self.lib.check(_library.FORWARD, "nope", self.lib.shape(1, 1, 1, 4, 4, 64))
+        with self.assertRaisesRegex(ak.UnknownKernelError, r"unknown decode kernel 'ch05_tuned_bf16'"):
+            self.lib.find(_library.DECODE, "ch05_tuned_bf16")
+
+    def test_unsupported_head_dim(self):
+        with self.assertRaisesRegex(ak.UnsupportedError, "ch05_tuned_bf16 does not take .* d96: head_dim must be 64 or 128, got 96"):
+            self.lib.check(_library.FORWARD, "ch05_tuned_bf16", self.lib.shape(1, 1, 1, 4, 4, 96))
+
+    def test_invalid_shapes(self):
+        cases = [
+            (self.lib.shape(1, 6, 4, 4, 4, 64), r"heads_q \(6\) must be a multiple of heads_kv \(4\)"),
+            (self.lib.shape(0, 1, 1, 4, 4, 64), "batch must be between 1 and 65536, got 0"),
+            (self.lib.shape(1, 1, 1, 4, 4, 64, scale=-1.0), "scale must be a finite number > 0"),
+        ]
+        for shape, message in cases:
+            with self.assertRaisesRegex(ak.InvalidArgumentError, message):
+                self.lib.check(_library.FORWARD, "ch01_naive", shape)
+        shape = self.lib.shape(1, 1, 1, 4, 4, 64)
+        shape.causal = 2
+        with self.assertRaisesRegex(ak.InvalidArgumentError, "causal must be 0 or 1, got 2"):
+            self.lib.check(_library.FORWARD, "ch01_naive", shape)
+
+    def test_invalid_decode_shape(self):
+        shape = self.lib.decode_shape(num_seqs=1, heads_q=4, heads_kv=2, head_dim=64, query_len=1, block_size=12,
+                                      num_blocks=4, max_blocks_per_seq=4, max_context=10)
+        with self.assertRaisesRegex(ak.InvalidArgumentError, "block_size must be a power of two from 1 to 1024, got 12"):
+            self.lib.check(_library.DECODE, "ch08_split_kv_bf16", shape)
+
+    def test_launch_errors(self):
+        shape = self.lib.shape(1, 1, 1, 4, 4, 64)
+        gpu = not ak.list_kernels("forward")[0].unavailable.startswith("no GPU")
+        if gpu:
+            # Checked before anything reaches the GPU: null pointers and a short workspace.
+            with self.assertRaisesRegex(ak.InvalidArgumentError, "q is a null pointer"):
+                self.lib.forward("ch01_naive", shape, 0, 0, 0, 0, 0, 0, 0, None)
+            with self.assertRaisesRegex(ak.InvalidArgumentError, "workspace_bytes is 0, the kernel needs at least 16"):
+                self.lib.backward("ch07_fp32", shape, *([1 << 20] * 9), 0, 0, None)
+        else:
+            with self.assertRaisesRegex(ak.NoGpuError, "^no GPU: "):
+                self.lib.forward("ch01_naive", shape, 0, 0, 0, 0, 0, 0, 0, None)
+
+    def test_error_text_is_per_call(self):
+        with self.assertRaises(ak.UnknownKernelError):
+            self.lib.find(_library.FORWARD, "nope")
+        self.lib.find(_library.FORWARD, "ch01_naive")
+        self.assertEqual(self.lib._lib.fa_last_error(), b"")
+
+
+class Exports(unittest.TestCase):
+    def test_only_the_c_interface_is_exported(self):
+        try:
+            out = subprocess.run(["nm", "-D", "--defined-only", str(ak.load().path)], capture_output=True, text=True,
+                                 check=True).stdout
+        except (OSError, subprocess.CalledProcessError) as e:
+            self.skipTest(f"nm did not run: {e}")
+        names = {line.split()[-1] for line in out.splitlines() if line.split()[1:2] == ["T"]}
+        self.assertIn("fa_forward", names)
+        self.assertEqual({n for n in names if not n.startswith("fa_")}, set())
+
+
+if __name__ == "__main__":
+    unittest.main()
