@@ -61,7 +61,8 @@ fa_dtype to_c(DType dtype) {
 }
 
 AttentionShape to_shape(const fa_shape& c) {
-  if (c.causal != 0 && c.causal != 1) throw std::invalid_argument("causal must be 0 or 1, got " + std::to_string(c.causal));
+  if (c.causal != 0 && c.causal != 1)
+    throw std::invalid_argument("causal must be 0 or 1, got " + std::to_string(c.causal));
   AttentionShape s;
   s.batch = c.batch;
   s.heads_q = c.heads_q;
@@ -193,7 +194,8 @@ void fill(const DecodeKernel& k, fa_kernel_info* info) {
   info->dtype = to_c(k.dtype);
   const Listing& listing = listing_of(k, probe_decode_shape);
   info->head_dims = listing.head_dims.c_str();
-  info->unavailable = listing.unavailable.c_str();  fill_tolerance(tolerance_for(k.dtype), info);
+  info->unavailable = listing.unavailable.c_str();
+  fill_tolerance(tolerance_for(k.dtype), info);
 }
 
 template <class Entry>
@@ -217,8 +219,8 @@ fa_status lookup(const std::vector<Entry>& list, fa_kind kind, const char* name,
   if (name == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "the kernel name is null");
   *found = find_in(list, name);
   if (*found == nullptr) {
-    return fail(FA_ERR_UNKNOWN_KERNEL, std::string("unknown ") + kind_name(kind) + " kernel '" + name +
-                                           "'; registered: " + names_of(list));
+    return fail(FA_ERR_UNKNOWN_KERNEL,
+                std::string("unknown ") + kind_name(kind) + " kernel '" + name + "'; registered: " + names_of(list));
   }
   return FA_OK;
 }
@@ -227,7 +229,8 @@ fa_status lookup(const std::vector<Entry>& list, fa_kind kind, const char* name,
 template <class Entry, class Shape>
 fa_status check_entry(const Entry& entry, const Shape& shape, std::size_t* workspace_bytes) {
   const std::string reason = support_reason(entry, shape);
-  if (!reason.empty()) return fail(FA_ERR_UNSUPPORTED, entry.name + " does not take " + shape.to_string() + ": " + reason);
+  if (!reason.empty())
+    return fail(FA_ERR_UNSUPPORTED, entry.name + " does not take " + shape.to_string() + ": " + reason);
   if (workspace_bytes) *workspace_bytes = entry.workspace_bytes ? entry.workspace_bytes(shape) : 0;
   return FA_OK;
 }
@@ -247,16 +250,16 @@ fa_status require_pointers(std::initializer_list<std::pair<const char*, const vo
 
 fa_status require_workspace(const void* workspace, std::size_t given, std::size_t needed) {
   if (given < needed) {
-    return fail(FA_ERR_INVALID_ARGUMENT, "workspace_bytes is " + std::to_string(given) + ", the kernel needs at least " +
-                                             std::to_string(needed));
+    return fail(FA_ERR_INVALID_ARGUMENT, "workspace_bytes is " + std::to_string(given) +
+                                             ", the kernel needs at least " + std::to_string(needed));
   }
   if (needed > 0 && workspace == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "workspace is a null pointer");
   return FA_OK;
 }
 
-#define FA_RETURN_IF_FAILED(call)             \
-  do {                                        \
-    const fa_status fa_status_ = (call);      \
+#define FA_RETURN_IF_FAILED(call)               \
+  do {                                          \
+    const fa_status fa_status_ = (call);        \
     if (fa_status_ != FA_OK) return fa_status_; \
   } while (0)
 
@@ -286,8 +289,8 @@ fa_status fa_kernel_at(fa_kind kind, int index, fa_kernel_info* info) {
     if (info == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "info is a null pointer");
     const int count = fa_kernel_count(kind);
     if (kind != FA_KIND_FORWARD && kind != FA_KIND_BACKWARD && kind != FA_KIND_DECODE)
-      return fail(FA_ERR_INVALID_ARGUMENT, "kind must be 0 (forward), 1 (backward) or 2 (decode), got " +
-                                               std::to_string(int(kind)));
+      return fail(FA_ERR_INVALID_ARGUMENT,
+                  "kind must be 0 (forward), 1 (backward) or 2 (decode), got " + std::to_string(int(kind)));
     if (index < 0 || index >= count) {
       return fail(FA_ERR_INVALID_ARGUMENT, std::string("index must be between 0 and ") + std::to_string(count - 1) +
                                                " for " + kind_name(kind) + " kernels, got " + std::to_string(index));

@@ -26,12 +26,12 @@ extern "C" {
 
 typedef enum fa_status {
   FA_OK = 0,
-  FA_ERR_UNKNOWN_KERNEL = 1, /* no kernel of that kind has that name */
+  FA_ERR_UNKNOWN_KERNEL = 1,   /* no kernel of that kind has that name */
   FA_ERR_INVALID_ARGUMENT = 2, /* a shape field out of range, a null pointer, a bad index or kind */
-  FA_ERR_UNSUPPORTED = 3,     /* a valid shape this kernel does not handle (head_dim, the GPU) */
-  FA_ERR_NO_GPU = 4,          /* no usable CUDA device */
-  FA_ERR_CUDA = 5,            /* a CUDA call failed during the launch */
-  FA_ERR_INTERNAL = 6         /* anything else thrown by a launcher */
+  FA_ERR_UNSUPPORTED = 3,      /* a valid shape this kernel does not handle (head_dim, the GPU) */
+  FA_ERR_NO_GPU = 4,           /* no usable CUDA device */
+  FA_ERR_CUDA = 5,             /* a CUDA call failed during the launch */
+  FA_ERR_INTERNAL = 6          /* anything else thrown by a launcher */
 } fa_status;
 
 typedef enum fa_kind { FA_KIND_FORWARD = 0, FA_KIND_BACKWARD = 1, FA_KIND_DECODE = 2 } fa_kind;
@@ -58,8 +58,8 @@ typedef struct fa_kernel_info {
   const char* variant; /* the chapter program's --variant */
   const char* summary; /* what this variant changes, one line */
   int chapter;
-  int number;       /* variant number inside the chapter */
-  fa_dtype dtype;   /* of Q, K, V, O (and dO, dQ, dK, dV; the caches) */
+  int number;        /* variant number inside the chapter */
+  fa_dtype dtype;    /* of Q, K, V, O (and dO, dQ, dK, dV; the caches) */
   int deterministic; /* backward: bitwise-identical gradients from run to run */
   /** The head_dim values from 1 to 256 it accepts, e.g. "64,128" or "1-128" ("" when none). */
   const char* head_dims;

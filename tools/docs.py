@@ -52,6 +52,7 @@ def pages():
                 out.append((os.path.relpath(extra, ROOT), f"ch{number}_{stem}"))
     for doc in sorted(glob.glob(os.path.join(ROOT, "docs", "concepts", "*.md"))):
         out.append((os.path.relpath(doc, ROOT), os.path.splitext(os.path.basename(doc))[0]))
+    out.append(("docs/python.md", "python"))
     out.append(("docs/course.md", "course"))
     out.append(("docs/grading.md", "grading"))
     return out

@@ -12,7 +12,8 @@ test, run in CI) rewrites nothing and fails, naming the page and the table, when
 from what the result files give, or when a page asks for a table that does not exist. After a new
 run: copy its files into docs/results/h100/, update run.txt, run this script, commit.
 
-Tables: tour, progression, ceilings, ch01 ... ch06, ch06_fp8, ch07, ch08.
+Tables: tour, progression, ceilings, ch01 ... ch06, ch06_fp8, ch07, ch08; python_errors and train_gpt
+(from the pytest suite's FA_RULE_CSV and examples/train_gpt.py, each file naming its own run).
 """
 import argparse
 import csv
@@ -240,6 +241,38 @@ def decode_table():
             "(K/V heads repeated, or `enable_gqa`).")
 
 
+def load_with_line(name):
+    """(the file's first line, a '# ' comment saying where it was measured; its CSV rows)."""
+    with open(os.path.join(RESULTS, name), newline="") as f:
+        line = f.readline()
+        if not line.startswith("# "):
+            raise SystemExit(f"tables: {name} must start with a '# ' line saying where it was measured")
+        return line[2:].strip(), list(csv.DictReader(f))
+
+
+def python_errors_table():
+    line, rows = load_with_line("python_errors.csv")
+    body = table(["kernel", "tensors compared", "median of ours ÷ PyTorch", "largest use of the bound"],
+                 [[f"`{r['kernel']}`", r["checks"], r["median_ours_over_pytorch"] or "–", r["max_ours_over_bound"]]
+                  for r in rows])
+    return (body + "\n\nOurs ÷ PyTorch: our largest error against the fp64 reference over PyTorch's own in the same "
+            "dtype, per compared tensor (O, or dQ, dK, dV). Use of the bound: our error over 2 × PyTorch's + the "
+            "rounding; the test fails above 1. FP8 kernels are held to their own tolerance instead and are not "
+            f"listed.\n\nMeasured on {line}.\n")
+
+
+def train_gpt_table():
+    line, rows = load_with_line("train_runs.csv")
+    flash = next(float(r["tokens_per_s"]) for r in rows if r["run"] == "sdpa-flash")
+    body = table(["run", "attention (forward + backward)", "final train loss", "validation loss", "tokens/s",
+                  "× SDPA FLASH", "largest gap to SDPA FLASH"],
+                 [[r["run"], r["attention"], r["final_train_loss"], r["val_loss"], f"{float(r['tokens_per_s']):,.0f}",
+                   f"{float(r['tokens_per_s']) / flash:.2f}×", r["gap_to_sdpa_flash"] if r["run"] != "sdpa-flash" else "–"]
+                  for r in rows])
+    return (body + "\n\nThe gap is the largest difference between two runs' training-loss curves (20-step means) "
+            f"over the second half of training.\n\nMeasured on {line}.\n")
+
+
 def tables():
     fw = Forward()
     out = {"tour": tour_table(), "progression": progression_table(fw), "ceilings": ceilings_table(),
@@ -247,7 +280,10 @@ def tables():
     for chapter in range(1, 7):
         out[f"ch{chapter:02d}"] = chapter_table(fw, chapter)
     line = run_line()
-    return {name: f"{body}\n\nMeasured on {line}\n" for name, body in out.items()}
+    out = {name: f"{body}\n\nMeasured on {line}\n" for name, body in out.items()}
+    out["python_errors"] = python_errors_table()
+    out["train_gpt"] = train_gpt_table()
+    return out
 
 
 def main():

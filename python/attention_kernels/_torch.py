@@ -8,6 +8,7 @@ linear projection's .view(B, S, H, D) gives): Q, K and V are copied into [batch,
 head_dim] before the launch and the output comes back as a [batch, seq, heads, head_dim] view
 of the kernel's output (no copy); in the backward pass the gradients take the same copies.
 """
+import functools
 import math
 
 import torch
@@ -32,6 +33,7 @@ _DEFAULT_BACKWARD = {
 }
 
 
+@functools.lru_cache(maxsize=None)
 def _resolve(kind, name, dtype_name, what):
     """The KernelInfo to run: `name` exactly, or name + "_" + dtype ("ch06_pingpong" on bf16),
     or the default for the dtype when name is None."""
@@ -62,6 +64,19 @@ def _resolve(kind, name, dtype_name, what):
         raise TypeError(f"{what} '{info.name}' takes {_TORCH_DTYPES[info.dtype]} tensors, got "
                         f"{_TORCH_DTYPES[dtype_name]}" + (f" (try '{twin}')" if _exists(kind, twin) else ""))
     return info
+
+
+@functools.lru_cache(maxsize=4096)
+def _check(kind, name, shape_key):
+    """Workspace bytes for a shape (a tuple of fa_shape's fields); raises if the kernel does not
+    take it. Cached: a model calls the same kernel on the same shape at every step."""
+    library = lib.load()
+    shape = (lib._DecodeShape if kind == lib.DECODE else lib._Shape)(*shape_key)
+    return library.check(kind, name, shape)
+
+
+def _key(shape):
+    return tuple(getattr(shape, f) for f, _ in shape._fields_)
 
 
 def _exists(kind, name):
@@ -159,7 +174,7 @@ def forward(q, k, v, *, causal=False, scale=None, kernel=None, out=None, lse=Non
         _check_contiguous(name, t, _BHSD_HINT)
     info = _resolve(lib.FORWARD, kernel, _DTYPE_NAMES[q.dtype], "kernel")
     library = lib.load()
-    nbytes = library.check(lib.FORWARD, info.name, shape)
+    nbytes = _check(lib.FORWARD, info.name, _key(shape))
     out = _output("out", out, q.shape, q.dtype, q.device)
     lse = _output("lse", lse, q.shape[:3], torch.float32, q.device)
     with torch.cuda.device(q.device):
@@ -186,7 +201,7 @@ def backward(q, k, v, o, lse, d_o, *, causal=False, scale=None, kernel=None, dq=
         _check_contiguous(name, t, _BHSD_HINT)
     info = _resolve(lib.BACKWARD, kernel, _DTYPE_NAMES[q.dtype], "backward kernel")
     library = lib.load()
-    nbytes = library.check(lib.BACKWARD, info.name, shape)
+    nbytes = _check(lib.BACKWARD, info.name, _key(shape))
     dq = _output("dq", dq, q.shape, q.dtype, q.device)
     dk = _output("dk", dk, k.shape, k.dtype, k.device)
     dv = _output("dv", dv, v.shape, v.dtype, v.device)
@@ -245,7 +260,7 @@ def attention(q, k, v, *, causal=False, scale=None, kernel=None, backward_kernel
     backward_name = None
     if needs_grad:  # fail now, not in the middle of loss.backward()
         backward_name = _resolve(lib.BACKWARD, backward_kernel, dtype_name, "backward_kernel").name
-        lib.load().check(lib.BACKWARD, backward_name, shape)
+        _check(lib.BACKWARD, backward_name, _key(shape))
     o = _AttentionFunction.apply(q, k, v, causal, scale, forward_name, backward_name)
     return o.transpose(1, 2) if layout == "bshd" else o
 
@@ -312,7 +327,7 @@ def decode(q, k_cache, v_cache, block_table, context_lens, *, kernel=None, max_c
     if kernel is None:
         kernel = "ch08_split_kv"
     info = _resolve(lib.DECODE, kernel, dtype_name, "kernel")
-    nbytes = library.check(lib.DECODE, info.name, shape)
+    nbytes = _check(lib.DECODE, info.name, _key(shape))
     out = _output("out", out, q.shape, q.dtype, q.device)
     lse = _output("lse", lse, q.shape[:3], torch.float32, q.device)
     with torch.cuda.device(q.device):

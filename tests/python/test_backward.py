@@ -79,7 +79,7 @@ def test_backward(kernel, case):
     pytorch_attention(*pt_leaves, causal).backward(d_o)
     torch.cuda.synchronize()
     for what, ours, pt, ref in zip(("dQ", "dK", "dV"), leaves, pt_leaves, (dq_ref, dk_ref, dv_ref)):
-        check_rule(f"{kernel.name} (forward {fwd.name}) {what}", ours.grad, pt.grad, ref, dtype)
+        check_rule(f"{kernel.name} (forward {fwd.name}) {what}", ours.grad, pt.grad, ref, dtype, max(sq, sk))
 
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
@@ -101,7 +101,7 @@ def test_backward_writes_every_element(kernel):
     pt_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     pytorch_attention(*pt_leaves, True).backward(d_o)
     for what, ours, pt, ref in zip(("dQ", "dK", "dV"), (dq, dk, dv), pt_leaves, refs):
-        check_rule(f"{kernel.name} {what}", ours, pt.grad, ref, dtype)
+        check_rule(f"{kernel.name} {what}", ours, pt.grad, ref, dtype, 190)
 
 
 def test_deterministic_kernels_repeat_bitwise():

@@ -68,7 +68,7 @@ def test_forward(kernel, case):
         rel = ((out.double() - o_ref).norm() / o_ref.norm().clamp_min(1e-30)).item()
         assert err <= max_abs and rel <= rel_fro, f"{kernel.name}: max {err:.3g} (<= {max_abs}), rel {rel:.3g} (<= {rel_fro})"
         return
-    check_rule(kernel.name, out, pytorch_attention(q, k, v, causal), o_ref, dtype)
+    check_rule(kernel.name, out, pytorch_attention(q, k, v, causal), o_ref, dtype, sk)
 
 
 def test_every_kernel_ran_somewhere():

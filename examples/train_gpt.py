@@ -1,0 +1,239 @@
+"""Train a small GPT twice from the same seed: once with PyTorch's attention, once with the
+tutorial's kernels (forward and backward), and compare the loss curves and the speed.
+
+    PYTHONPATH=build/python python3 examples/train_gpt.py --out build/train_gpt
+
+The data is this repository's own text (its Markdown docs and its C++, CUDA and Python sources),
+read character by character: nothing is downloaded. Three runs share the model's initial
+weights and the order of the batches:
+
+  sdpa-flash   scaled_dot_product_attention on its FLASH_ATTENTION backend
+  sdpa-cudnn   the same on its CUDNN_ATTENTION backend: how far two correct bf16 attentions
+               drift apart over training ("bf16 noise")
+  ours         attention_kernels.attention with --kernel and --backward-kernel
+
+Weights are fp32 and the matrix products run under bf16 autocast, so attention sees bf16 Q, K, V.
+Writes train_losses.csv (every step's loss), train_runs.csv (final losses, tokens/s, the gap
+between curves) and, when matplotlib imports, train_loss_curves.png into --out.
+"""
+import argparse
+import csv
+import datetime
+import math
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import attention_kernels as ak
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_text():
+    """The repository's own text: its Markdown, then its C++, CUDA and Python sources."""
+    patterns = ["*.md", "chapters/**/*.md", "docs/**/*.md", "chapters/**/*.cu", "chapters/**/*.cuh", "chapters/**/*.h",
+                "chapters/**/*.cpp", "common/*.h", "common/*.cpp", "common/*.cuh", "tests/**/*.cpp", "tests/**/*.cu",
+                "tools/*.py"]
+    paths = sorted({p for pattern in patterns for p in ROOT.glob(pattern)})
+    return "\n\n".join(p.read_text(encoding="utf-8") for p in paths), len(paths)
+
+
+def split_chunks(data, chunk=2048, every=10):
+    """Every tenth 2048-character chunk for validation, the rest for training."""
+    pieces = list(torch.split(data, chunk))
+    val = torch.cat(pieces[every - 1::every])
+    train = torch.cat([p for i, p in enumerate(pieces) if i % every != every - 1])
+    return train, val
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads, attend):
+        super().__init__()
+        self.heads, self.attend = heads, attend
+        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+    def forward(self, x):
+        b, s, c = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, c // self.heads).unbind(2)  # [b, s, h, d]
+        x = x + self.proj(self.attend(q, k, v).reshape(b, s, c))
+        return x + self.mlp(self.norm2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, context, width, heads, layers, attend):
+        super().__init__()
+        self.tokens, self.positions = nn.Embedding(vocab, width), nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(Block(width, heads, attend) for _ in range(layers))
+        self.norm, self.head = nn.LayerNorm(width), nn.Linear(width, vocab, bias=False)
+
+    def forward(self, idx):
+        x = self.tokens(idx) + self.positions(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+def sdpa_attention(backend):
+    def attend(q, k, v):  # [b, s, h, d] in, [b, s, h, d] out
+        with sdpa_kernel(backend):
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        return o.transpose(1, 2)
+
+    return attend
+
+
+def our_attention(kernel, backward_kernel):
+    def attend(q, k, v):  # layout="bshd": copied into [b, h, s, d] for the kernel, returned as a view
+        return ak.attention(q, k, v, causal=True, kernel=kernel, backward_kernel=backward_kernel, layout="bshd")
+
+    return attend
+
+
+def batches(data, steps, batch, context, seed):
+    """The same (input, target) batches for every run: offsets from a seeded generator."""
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        starts = torch.randint(0, len(data) - context - 1, (batch,), generator=g)
+        x = torch.stack([data[i:i + context] for i in starts])
+        y = torch.stack([data[i + 1:i + context + 1] for i in starts])
+        yield x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+
+
+def train(name, attend, args, train_data, val_data, vocab):
+    torch.manual_seed(args.seed)  # the same initial weights for every run
+    model = GPT(vocab, args.context, args.width, args.heads, args.layers, attend).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, fused=True)
+    losses, timed_tokens, timed_seconds = [], 0, 0.0
+    start = None
+    for step, (x, y) in enumerate(batches(train_data, args.steps, args.batch, args.context, args.seed + 1)):
+        if step == args.warmup:
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+        lr = args.lr * min(1.0, (step + 1) / 50) * 0.5 * (1 + math.cos(math.pi * step / args.steps))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x).float().view(-1, vocab), y.view(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(loss.detach())
+        if step >= args.warmup:
+            timed_tokens += x.numel()
+    torch.cuda.synchronize()
+    timed_seconds = time.perf_counter() - start
+    losses = [float(v) for v in torch.stack(losses).cpu()]
+    model.eval()
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        val = [F.cross_entropy(model(x).float().view(-1, vocab), y.view(-1)).item()
+               for x, y in batches(val_data, 20, args.batch, args.context, args.seed + 2)]
+    result = {"name": name, "losses": losses, "val_loss": sum(val) / len(val), "tokens_per_s": timed_tokens / timed_seconds}
+    print(f"{name:>11}: final train loss {losses[-1]:.4f}, val loss {result['val_loss']:.4f}, "
+          f"{result['tokens_per_s']:,.0f} tokens/s")
+    return result
+
+
+def smoothed(values, window=20):
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v - (values[i - window] if i >= window else 0.0)
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--kernel", default="ch06_pingpong_bf16", help="forward kernel (attention_kernels.list_kernels())")
+    p.add_argument("--backward-kernel", default="ch07_wgmma_bf16", help="backward kernel")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--warmup", type=int, default=20, help="steps before the tokens/s clock starts")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--context", type=int, default=256)
+    p.add_argument("--width", type=int, default=512)
+    p.add_argument("--heads", type=int, default=8, help="head_dim = width / heads")
+    p.add_argument("--layers", type=int, default=6)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--out", type=Path, default=ROOT / "build" / "train_gpt")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("train_gpt: torch sees no CUDA device; this example trains on the GPU")
+    if args.width % args.heads:
+        raise SystemExit(f"train_gpt: --width ({args.width}) must be a multiple of --heads ({args.heads})")
+
+    text, files = load_text()
+    chars = sorted(set(text))
+    index = {c: i for i, c in enumerate(chars)}
+    data = torch.tensor([index[c] for c in text], dtype=torch.long)
+    train_data, val_data = split_chunks(data)
+    params = f"{args.layers} layers, width {args.width}, {args.heads} heads of {args.width // args.heads}"
+    print(f"data: {len(text):,} characters from {files} files, vocabulary {len(chars)}; model: {params}; "
+          f"{args.steps} steps of {args.batch} x {args.context} tokens")
+
+    runs = [
+        train("sdpa-flash", sdpa_attention(SDPBackend.FLASH_ATTENTION), args, train_data, val_data, len(chars)),
+        train("sdpa-cudnn", sdpa_attention(SDPBackend.CUDNN_ATTENTION), args, train_data, val_data, len(chars)),
+        train("ours", our_attention(args.kernel, args.backward_kernel), args, train_data, val_data, len(chars)),
+    ]
+    flash, cudnn, ours = runs
+    tail = slice(args.steps // 2, None)
+
+    def gap(a, b):  # largest gap between two smoothed curves over the second half of training
+        return max(abs(x - y) for x, y in zip(smoothed(a["losses"])[tail], smoothed(b["losses"])[tail]))
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / "train_losses.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["step"] + [r["name"] for r in runs])
+        for step in range(args.steps):
+            w.writerow([step] + [f"{r['losses'][step]:.5f}" for r in runs])
+    names = {"sdpa-flash": "SDPA FLASH_ATTENTION", "sdpa-cudnn": "SDPA CUDNN_ATTENTION",
+             "ours": f"{args.kernel} + {args.backward_kernel}"}
+    gaps = {"sdpa-flash": 0.0, "sdpa-cudnn": gap(cudnn, flash), "ours": gap(ours, flash)}
+    with open(args.out / "train_runs.csv", "w", newline="") as f:
+        gpu = torch.cuda.get_device_name()
+        f.write(f"# {gpu}, PyTorch {torch.__version__}, {datetime.date.today()}: examples/train_gpt.py --kernel "
+                f"{args.kernel} --backward-kernel {args.backward_kernel}; {params}, context {args.context}, batch "
+                f"{args.batch}, {args.steps} steps, bf16 autocast, {len(text):,} characters of the repository's text\n")
+        w = csv.writer(f)
+        w.writerow(["run", "attention", "final_train_loss", "val_loss", "tokens_per_s", "gap_to_sdpa_flash"])
+        for r in runs:
+            w.writerow([r["name"], names[r["name"]], f"{r['losses'][-1]:.4f}", f"{r['val_loss']:.4f}",
+                        f"{r['tokens_per_s']:.0f}", f"{gaps[r['name']]:.4f}"])
+    print(f"largest gap between the smoothed curves over the second half: ours vs sdpa-flash {gaps['ours']:.4f}, "
+          f"sdpa-cudnn vs sdpa-flash {gaps['sdpa-cudnn']:.4f} (two PyTorch backends: the bf16 noise)")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+        return
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
+    base = smoothed(flash["losses"])
+    for r, style in zip(runs, ("-", ":", "--")):
+        curve = smoothed(r["losses"])
+        label = f"{names[r['name']]} ({r['tokens_per_s'] / 1e3:,.0f}k tokens/s)"
+        top.plot(curve, style, label=label)
+        bottom.plot([c - b for c, b in zip(curve, base)], style, label=label)
+    top.set_ylabel("training loss (20-step mean)")
+    top.set_yscale("log")
+    top.set_title(f"Small GPT on the repository's own text, {gpu}")
+    top.legend()
+    bottom.set_ylabel("minus SDPA FLASH")
+    bottom.set_xlabel("step")
+    fig.tight_layout()
+    fig.savefig(args.out / "train_loss_curves.png", dpi=110)
+    print(f"wrote {args.out / 'train_loss_curves.png'}")
+
+
+if __name__ == "__main__":
+    main()
