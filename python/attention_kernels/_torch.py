@@ -33,10 +33,16 @@ _DEFAULT_BACKWARD = {
 }
 
 
-@functools.lru_cache(maxsize=None)
 def _resolve(kind, name, dtype_name, what):
     """The KernelInfo to run: `name` exactly, or name + "_" + dtype ("ch06_pingpong" on bf16),
     or the default for the dtype when name is None."""
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"{what} must be a kernel name (str) or None, got {type(name).__name__}")
+    return _resolve_name(kind, name, dtype_name, what)
+
+
+@functools.lru_cache(maxsize=None)
+def _resolve_name(kind, name, dtype_name, what):
     library = lib.load()
     if name is None:
         defaults = (_DEFAULT_FORWARD if kind == lib.FORWARD else _DEFAULT_BACKWARD)[dtype_name]
@@ -45,8 +51,6 @@ def _resolve(kind, name, dtype_name, what):
             if info.available:
                 return info
         return infos[0]  # its launch will say why it cannot run here
-    if not isinstance(name, str):
-        raise TypeError(f"{what} must be a kernel name (str) or None, got {type(name).__name__}")
     try:
         info = library.find(kind, name)
     except lib.UnknownKernelError:

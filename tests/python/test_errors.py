@@ -76,6 +76,13 @@ def test_unknown_kernel():
 
 
 @needs_gpu
+def test_kernel_name_not_a_string():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match="^kernel must be a kernel name \\(str\\) or None, got list$"):
+        ak.attention(q, k, v, kernel=["ch05_tuned_bf16"])
+
+
+@needs_gpu
 def test_heads_not_grouped():
     q, k, v = qkv(heads_kv=3)
     with pytest.raises(ValueError, match=r"^q's heads \(4\) must be a multiple of k's heads \(3\) \(GQA/MQA\)$"):
