@@ -114,6 +114,31 @@ CliOptions parse_cli(int argc, const char* const* argv) {
       double x = std::strtod(text.c_str(), &end);
       if (text.empty() || *end != '\0' || !std::isfinite(x) || x <= 0) bad_value(arg, text, "a finite number > 0");
       opt.logit_scale = x;
+    } else if (arg == "--window") {
+      const std::string text = value();
+      const size_t comma = text.find(',');
+      if (comma == std::string::npos) bad_value(arg, text, "LEFT,RIGHT with each an integer >= -1 (-1: no limit)");
+      opt.shape.window_left =
+          int(parse_integer(arg, text.substr(0, comma), -1, "LEFT,RIGHT with each an integer >= -1"));
+      opt.shape.window_right =
+          int(parse_integer(arg, text.substr(comma + 1), -1, "LEFT,RIGHT with each an integer >= -1"));
+      opt.shape_given = true;
+    } else if (arg == "--softcap") {
+      std::string text = value();
+      char* end = nullptr;
+      double x = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0' || !std::isfinite(x) || x <= 0) bad_value(arg, text, "a finite number > 0");
+      opt.shape.softcap = x;
+      opt.shape_given = true;
+    } else if (arg == "--alibi") {
+      no_value();
+      opt.shape.alibi = opt.shape_given = true;
+    } else if (arg == "--bias") {
+      no_value();
+      opt.shape.bias = opt.shape_given = true;
+    } else if (arg == "--varlen") {
+      no_value();
+      opt.shape.varlen = opt.shape_given = true;
     } else if (arg == "--variant") {
       opt.variant = value();
       if (opt.variant.empty()) bad_value(arg, opt.variant, "a variant name, a number or 'all'");
@@ -173,6 +198,13 @@ std::string cli_usage(const std::string& program) {
     << "  --causal           causal mask, aligned bottom-right when seq-q != seq-kv\n"
     << "  --no-causal        no mask (default)\n"
     << "  --logit-scale F    multiply the softmax scale 1/sqrt(dim) by F (large F shows overflow)\n"
+    << "\n"
+    << "Masks and score changes (chapter 09's kernels; others report them as not supported):\n"
+    << "  --window L,R       sliding window: query i sees keys i-L .. i+R (bottom-right; -1: no limit)\n"
+    << "  --softcap F        logit softcap: a scaled score x becomes F * tanh(x / F)\n"
+    << "  --alibi            ALiBi: add -slope_h * |i - j| (the ALiBi paper's slopes for --heads)\n"
+    << "  --bias             add a random float bias [batch, heads, seq-q, seq-kv]\n"
+    << "  --varlen           pack --batch sequences of random lengths into --seq-q / --seq-kv tokens\n"
     << "\n"
     << "Run:\n"
     << "  --variant NAME     a variant's name or number, or 'all' (default)\n"

@@ -45,17 +45,21 @@ struct ForwardReference {
 };
 
 /// Forward oracle on the rows of `plan`. q/k/v are the exact inputs the kernel saw (already
-/// rounded to its dtype), laid out [batch, heads, seq, head_dim].
+/// rounded to its dtype), laid out [batch, heads, seq, head_dim] (a packed batch: [heads, seq,
+/// head_dim], its plan naming batch 0). `extras` holds the bias and the sequence boundaries
+/// on the host when the shape asks for them (chapter 09); softcap, ALiBi and the window come
+/// from the shape.
 ForwardReference reference_forward(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                                   const CheckPlan& plan);
+                                   const CheckPlan& plan, const AttentionExtras* extras = nullptr);
 
 /// Backward oracle for the loss L = sum(O * dO): returns dQ, dK, dV (and O and LSE on the way).
 /// dK and dV of a shared K/V head are summed over the query heads that read it (GQA/MQA).
+/// The bias is a constant: no gradient is taken for it.
 struct BackwardReference {
   std::vector<double> o, lse, dq, dk, dv;
 };
 BackwardReference reference_backward(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                                     const float* d_out);
+                                     const float* d_out, const AttentionExtras* extras = nullptr);
 
 /// A paged KV cache (chapter 08): K and V each [num_blocks][heads_kv][block_size][head_dim], so
 /// one (block, K/V head) is block_size contiguous rows. Token t of a sequence with block table

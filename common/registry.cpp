@@ -66,7 +66,7 @@ bool register_forward_kernel(ForwardKernel kernel) {
 }
 
 bool register_cpu_algorithm(CpuAlgorithm algorithm) {
-  bool runnable = bool(algorithm.run);
+  bool runnable = bool(algorithm.run) || bool(algorithm.run_extras);
   return insert_sorted(cpu_list(), std::move(algorithm), runnable);
 }
 
@@ -91,12 +91,40 @@ const std::vector<CpuAlgorithm>& cpu_algorithms() { return cpu_list(); }
 std::vector<const ForwardKernel*> forward_kernels_of_chapter(int chapter) { return of_chapter(kernel_list(), chapter); }
 std::vector<const CpuAlgorithm*> cpu_algorithms_of_chapter(int chapter) { return of_chapter(cpu_list(), chapter); }
 
+unsigned features_of(const AttentionShape& s) {
+  return (s.window_left >= 0 || s.window_right >= 0 ? kFeatureWindow : 0u) | (s.softcap > 0.0 ? kFeatureSoftcap : 0u) |
+         (s.alibi ? kFeatureAlibi : 0u) | (s.bias ? kFeatureBias : 0u) | (s.varlen ? kFeatureVarlen : 0u);
+}
+
+std::string feature_reason(unsigned takes, const AttentionShape& s) {
+  const unsigned missing = features_of(s) & ~takes;
+  if (missing & kFeatureWindow)
+    return "takes no sliding window (window " + std::to_string(s.window_left) + "," + std::to_string(s.window_right) +
+           "); chapter 09's kernels do";
+  if (missing & kFeatureSoftcap) return "takes no softcap; chapter 09's kernels do";
+  if (missing & kFeatureAlibi) return "takes no ALiBi; chapter 09's kernels do";
+  if (missing & kFeatureBias) return "takes no bias tensor; chapter 09's kernels do";
+  if (missing & kFeatureVarlen) return "takes no packed variable-length batch; chapter 09's kernels do";
+  return "";
+}
+
+namespace {
+
+template <class Entry>
+std::string entry_reason(const Entry& entry, const AttentionShape& shape) {
+  std::string why = feature_reason(entry.features, shape);
+  if (why.empty() && entry.supports) why = entry.supports(shape);
+  return why;
+}
+
+}  // namespace
+
 std::string support_reason(const ForwardKernel& kernel, const AttentionShape& shape) {
-  return kernel.supports ? kernel.supports(shape) : std::string();
+  return entry_reason(kernel, shape);
 }
 
 std::string support_reason(const BackwardKernel& kernel, const AttentionShape& shape) {
-  return kernel.supports ? kernel.supports(shape) : std::string();
+  return entry_reason(kernel, shape);
 }
 
 std::string support_reason(const DecodeKernel& kernel, const DecodeShape& shape) {
@@ -104,7 +132,7 @@ std::string support_reason(const DecodeKernel& kernel, const DecodeShape& shape)
 }
 
 std::string support_reason(const CpuAlgorithm& algorithm, const AttentionShape& shape) {
-  return algorithm.supports ? algorithm.supports(shape) : std::string();
+  return entry_reason(algorithm, shape);
 }
 
 }  // namespace fa

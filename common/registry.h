@@ -20,6 +20,8 @@
 // moves through device memory, printed by the chapter program. `tolerance` (optional) replaces
 // the dtype's row of the tolerance table, for kernels whose arithmetic is coarser than their
 // input and output dtype (chapter 06's FP8 kernel: bf16 in and out, e4m3 inside).
+// `features` (chapter 09) lists the masks and score changes a kernel takes beyond causal; a
+// shape that asks for another one is turned away, naming it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -37,6 +39,22 @@
 
 namespace fa {
 
+/// Chapter 09's features, as bits of ForwardKernel::features (and of the backward's and the CPU
+/// algorithms').
+enum Feature : unsigned {
+  kFeatureWindow = 1u << 0,   ///< window_left / window_right
+  kFeatureSoftcap = 1u << 1,  ///< softcap
+  kFeatureAlibi = 1u << 2,    ///< alibi
+  kFeatureBias = 1u << 3,     ///< bias (AttentionExtras::bias)
+  kFeatureVarlen = 1u << 4,   ///< varlen (AttentionExtras::cu_seqlens_q/_k)
+  kAllFeatures = (1u << 5) - 1,
+};
+/// The features a shape asks for.
+unsigned features_of(const AttentionShape& shape);
+/// "" when a kernel taking `takes` can run `shape`'s features, otherwise which one it lacks:
+/// "takes no sliding window (window 128,0); chapter 09's kernels do".
+std::string feature_reason(unsigned takes, const AttentionShape& shape);
+
 /// What a forward launcher receives. Pointers are device memory laid out [batch, heads, seq,
 /// head_dim]; q/k/v/o hold elements of the kernel's dtype; lse is float [batch, heads_q, seq_q].
 struct ForwardParams {
@@ -48,6 +66,7 @@ struct ForwardParams {
   float* lse = nullptr;
   void* workspace = nullptr;  // workspace_bytes(shape) bytes, or null when it asks for none
   cudaStream_t stream = nullptr;
+  AttentionExtras extras;  // device pointers, for the features the shape asks for
 };
 
 using ShapeCheck = std::function<std::string(const AttentionShape&)>;
@@ -64,6 +83,7 @@ struct ForwardKernel {
   std::function<std::size_t(const AttentionShape&)> workspace_bytes;
   std::function<std::string(const AttentionShape&)> memory_note;
   std::optional<Tolerance> tolerance;
+  unsigned features = 0;  // the Feature bits it takes
 };
 
 /// A chapter's algorithm.h on the CPU, in float, same loops as its kernel. Outputs O [B,H,Nq,d]
@@ -76,6 +96,11 @@ struct CpuAlgorithm {
   std::string summary;
   std::function<void(const AttentionShape&, const float* q, const float* k, const float* v, float* o, float* lse)> run;
   ShapeCheck supports;
+  unsigned features = 0;
+  /// Instead of `run`, for an algorithm that takes features: host AttentionExtras as well.
+  std::function<void(const AttentionShape&, const AttentionExtras&, const float* q, const float* k, const float* v,
+                     float* o, float* lse)>
+      run_extras;
 };
 
 /// What a backward launcher receives (chapter 07). q/k/v/o/d_o hold elements of the kernel's
@@ -89,6 +114,7 @@ struct BackwardParams {
   void *dq = nullptr, *dk = nullptr, *dv = nullptr;
   void* workspace = nullptr;
   cudaStream_t stream = nullptr;
+  AttentionExtras extras;
 };
 
 struct BackwardKernel {
@@ -104,6 +130,7 @@ struct BackwardKernel {
   /// Promises bitwise-identical gradients from run to run (no floating-point atomics); the
   /// tests hold it to that.
   bool deterministic = false;
+  unsigned features = 0;
 };
 
 /// What a decode launcher receives (chapter 08; DecodeShape in problem.h has the layouts).

@@ -5,18 +5,122 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <random>
 #include <sstream>
+#include <stdexcept>
 
 #include "cuda_check.h"
 #include "phase_timer.h"
+#include "random.h"
 
 namespace fa {
 
-Problem::Problem(const AttentionShape& shape, uint64_t seed, bool full_check)
+namespace {
+
+/// `total` split into `parts` lengths at random cut points (so some may be 0).
+std::vector<int> random_lengths(int total, int parts, std::mt19937_64& rng) {
+  std::vector<int> cuts(parts - 1);
+  for (int& c : cuts) c = std::uniform_int_distribution<int>(0, total)(rng);
+  std::sort(cuts.begin(), cuts.end());
+  std::vector<int> lengths(parts);
+  int previous = 0;
+  for (int i = 0; i < parts - 1; ++i) {
+    lengths[i] = cuts[i] - previous;
+    previous = cuts[i];
+  }
+  lengths[parts - 1] = total - previous;
+  return lengths;
+}
+
+std::vector<int> prefix_sums(const std::vector<int>& lengths) {
+  std::vector<int> cu(lengths.size() + 1, 0);
+  for (size_t i = 0; i < lengths.size(); ++i) cu[i + 1] = cu[i] + lengths[i];
+  return cu;
+}
+
+}  // namespace
+
+Packing random_packing(const AttentionShape& shape, uint64_t seed) {
+  std::mt19937_64 rng(splitmix64(seed ^ 0x5EC1E7ull));
+  std::vector<int> q = random_lengths(shape.seq_q, shape.batch, rng),
+                   k = random_lengths(shape.seq_kv, shape.batch, rng);
+  if (shape.batch >= 3 && shape.seq_q >= 1) {
+    // Sequence 1 gives its queries to sequence 0; sequence 2 keeps exactly one, taking it from
+    // the longest sequence when it had none.
+    q[0] += q[1];
+    q[1] = 0;
+    if (q[2] == 0) {
+      --*std::max_element(q.begin(), q.end());
+      q[2] = 1;
+    } else {
+      q[0] += q[2] - 1;
+      q[2] = 1;
+    }
+  }
+  return {prefix_sums(q), prefix_sums(k)};
+}
+
+Packing equal_packing(const AttentionShape& shape) {
+  std::vector<int> q(shape.batch, shape.seq_q / shape.batch), k(shape.batch, shape.seq_kv / shape.batch);
+  q.back() += shape.seq_q % shape.batch;
+  k.back() += shape.seq_kv % shape.batch;
+  return {prefix_sums(q), prefix_sums(k)};
+}
+
+Problem::Problem(const AttentionShape& shape, uint64_t seed, bool full_check, const Packing* packing)
     : shape_(shape),
       seed_(seed),
       plan_(full_check ? full_check_plan(shape) : choose_check_plan(shape, seed)),
-      raw_(make_random_inputs(shape, seed)) {}
+      raw_(make_random_inputs(shape, seed)) {
+  if (shape.bias) {
+    bias_.resize(shape.bias_elems());
+    fill_random_normal(bias_, seed, 7);
+  }
+  if (shape.varlen) {
+    packing_ = packing ? *packing : random_packing(shape, seed);
+    if (int(packing_.cu_q.size()) != shape.batch + 1 || int(packing_.cu_k.size()) != shape.batch + 1 ||
+        packing_.cu_q.back() != shape.seq_q || packing_.cu_k.back() != shape.seq_kv)
+      throw std::invalid_argument("a packing of " + shape.to_string() +
+                                  " needs batch + 1 boundaries ending at seq_q and seq_kv");
+  }
+}
+
+AttentionExtras Problem::host_extras() const {
+  AttentionExtras e;
+  if (shape_.bias) e.bias = bias_.data();
+  if (shape_.varlen) {
+    e.cu_seqlens_q = packing_.cu_q.data();
+    e.cu_seqlens_k = packing_.cu_k.data();
+    for (int b = 0; b < shape_.batch; ++b) {
+      e.max_seqlen_q = std::max(e.max_seqlen_q, packing_.cu_q[b + 1] - packing_.cu_q[b]);
+      e.max_seqlen_k = std::max(e.max_seqlen_k, packing_.cu_k[b + 1] - packing_.cu_k[b]);
+    }
+  }
+  return e;
+}
+
+AttentionExtras Problem::device_extras() {
+  if (!extras_uploaded_) {
+    if (shape_.bias) bias_device_ = upload_as(DType::F32, bias_);
+    if (shape_.varlen) {
+      cu_q_device_ = DeviceBuffer(packing_.cu_q.size() * sizeof(int));
+      cu_q_device_.upload(packing_.cu_q.data(), packing_.cu_q.size() * sizeof(int));
+      cu_k_device_ = DeviceBuffer(packing_.cu_k.size() * sizeof(int));
+      cu_k_device_.upload(packing_.cu_k.data(), packing_.cu_k.size() * sizeof(int));
+    }
+    extras_uploaded_ = true;
+  }
+  AttentionExtras e = host_extras();
+  e.bias = shape_.bias ? bias_device_.as<float>() : nullptr;
+  e.cu_seqlens_q = shape_.varlen ? cu_q_device_.as<int>() : nullptr;
+  e.cu_seqlens_k = shape_.varlen ? cu_k_device_.as<int>() : nullptr;
+  return e;
+}
+
+double Problem::forward_flops() const {
+  return shape_.forward_flops(shape_.varlen ? packing_.cu_q.data() : nullptr,
+                              shape_.varlen ? packing_.cu_k.data() : nullptr);
+}
 
 const HostInputs& Problem::host(DType dtype) {
   auto it = rounded_.find(dtype);
@@ -38,7 +142,8 @@ const ForwardReference& Problem::reference(DType dtype) {
   auto it = reference_.find(dtype);
   if (it == reference_.end()) {
     const HostInputs& h = host(dtype);
-    it = reference_.emplace(dtype, reference_forward(shape_, h.q.data(), h.k.data(), h.v.data(), plan_)).first;
+    const AttentionExtras extras = host_extras();
+    it = reference_.emplace(dtype, reference_forward(shape_, h.q.data(), h.k.data(), h.v.data(), plan_, &extras)).first;
   }
   return it->second;
 }
@@ -65,7 +170,7 @@ RunResult start_result(const Entry& entry, const AttentionShape& shape, const ch
 
 void finish_rates(RunResult& r) {
   if (r.ms <= 0) return;
-  r.tflops = r.shape.forward_flops() / (r.ms * 1e-3) / 1e12;
+  r.tflops = (r.flops > 0 ? r.flops : r.shape.forward_flops()) / (r.ms * 1e-3) / 1e12;
   r.gbps = r.shape.forward_min_bytes(int(dtype_size(r.dtype))) / (r.ms * 1e-3) / 1e9;
 }
 
@@ -113,7 +218,9 @@ ForwardLaunch prepare_forward(const ForwardKernel& kernel, const AttentionShape&
 
 ForwardLaunch prepare_forward(const ForwardKernel& kernel, Problem& problem) {
   const DeviceInputs& in = problem.device(kernel.dtype);
-  return prepare_forward(kernel, problem.shape(), in.q.get(), in.k.get(), in.v.get());
+  ForwardLaunch launch = prepare_forward(kernel, problem.shape(), in.q.get(), in.k.get(), in.v.get());
+  launch.params.extras = problem.device_extras();
+  return launch;
 }
 
 RunResult forward_result(const ForwardKernel& kernel, const AttentionShape& shape) {
@@ -125,6 +232,7 @@ RunResult forward_result(const ForwardKernel& kernel, const AttentionShape& shap
 RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOptions& options) {
   const AttentionShape& shape = problem.shape();
   RunResult r = forward_result(kernel, shape);
+  r.flops = problem.forward_flops();
   if (kernel.memory_note) r.note = kernel.memory_note(shape);
   r.skipped = support_reason(kernel, shape);
   if (!r.skipped.empty()) return r;
@@ -205,6 +313,7 @@ RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOp
 RunResult run_cpu_algorithm(const CpuAlgorithm& algorithm, Problem& problem, const RunOptions& options) {
   const AttentionShape& shape = problem.shape();
   RunResult r = start_result(algorithm, shape, "cpu");
+  r.flops = problem.forward_flops();
   r.skipped = support_reason(algorithm, shape);
   if (!r.skipped.empty()) return r;
   try {
@@ -213,7 +322,11 @@ RunResult run_cpu_algorithm(const CpuAlgorithm& algorithm, Problem& problem, con
     std::memset(o.data(), kPoisonByte, o.size() * sizeof(float));
     std::memset(lse.data(), kPoisonByte, lse.size() * sizeof(float));
     auto t0 = std::chrono::steady_clock::now();
-    algorithm.run(shape, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data());
+    if (algorithm.run_extras) {
+      algorithm.run_extras(shape, problem.host_extras(), in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data());
+    } else {
+      algorithm.run(shape, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data());
+    }
     auto t1 = std::chrono::steady_clock::now();
     r.ran = true;
     r.iters = 1;

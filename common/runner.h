@@ -22,12 +22,23 @@ struct DeviceInputs {
   DeviceBuffer q, k, v;
 };
 
+/// Sequence boundaries of a packed batch (shape.varlen): batch + 1 entries each, 0 to the total.
+struct Packing {
+  std::vector<int> cu_q, cu_k;
+};
+/// Random sequence lengths for a packed batch, drawn from the seed: from batch 3 on, sequence 1
+/// has no query and sequence 2 one query (the cases a varlen kernel gets wrong first).
+Packing random_packing(const AttentionShape& shape, uint64_t seed);
+/// Every sequence the same length (what a benchmark packs): shape.seq_q / batch queries each.
+Packing equal_packing(const AttentionShape& shape);
+
 /// One attention problem: its random inputs (once per dtype, rounded to that dtype), their
 /// device copies and the oracle's answer, each made on first use and kept.
 class Problem {
  public:
   /// full_check: compare every row; otherwise choose_check_plan() decides (sampled when big).
-  Problem(const AttentionShape& shape, uint64_t seed, bool full_check = false);
+  /// A packed batch takes its sequence lengths from `packing`, or random_packing() without one.
+  Problem(const AttentionShape& shape, uint64_t seed, bool full_check = false, const Packing* packing = nullptr);
 
   const AttentionShape& shape() const { return shape_; }
   uint64_t seed() const { return seed_; }
@@ -36,12 +47,23 @@ class Problem {
   const HostInputs& host(DType dtype);
   const DeviceInputs& device(DType dtype);
   const ForwardReference& reference(DType dtype);
+  /// The bias and the sequence boundaries on the host (null pointers when the shape has none) ...
+  AttentionExtras host_extras() const;
+  /// ... and on the device, uploaded on first use.
+  AttentionExtras device_extras();
+  const Packing& packing() const { return packing_; }
+  /// The forward FLOPs of this problem: the shape's, with a packed batch's real lengths.
+  double forward_flops() const;
 
  private:
   AttentionShape shape_;
   uint64_t seed_;
   CheckPlan plan_;
   HostInputs raw_;
+  std::vector<float> bias_;
+  Packing packing_;
+  DeviceBuffer bias_device_, cu_q_device_, cu_k_device_;
+  bool extras_uploaded_ = false;
   std::map<DType, HostInputs> rounded_;
   std::map<DType, DeviceInputs> device_;
   std::map<DType, ForwardReference> reference_;
@@ -63,6 +85,7 @@ struct RunResult {
   int chapter = 0, number = 0;
   DType dtype = DType::F32;
   AttentionShape shape;
+  double flops = 0;  // the forward FLOPs of the point (Problem::forward_flops)
   bool ran = false;
   std::string skipped;  // why it did not run (unsupported shape, no GPU, not enough memory)
   std::string error;    // what failed while running (a CUDA error, an exception)

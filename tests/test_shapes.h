@@ -1,6 +1,7 @@
 // Helpers the test files share.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -23,6 +24,53 @@ inline AttentionShape shape_of(int batch, int heads_q, int heads_kv, int seq_q, 
   s.head_dim = dim;
   s.causal = causal;
   return s;
+}
+
+/// `s` with chapter 09's features: window (left, right), softcap, ALiBi, bias, packed batch.
+struct FeatureSet {
+  int window_left = -1, window_right = -1;
+  double softcap = 0.0;
+  bool alibi = false, bias = false, varlen = false;
+  double logit_scale = 1.0;  // multiplies 1/sqrt(head_dim), for large logits
+};
+inline AttentionShape with_features(AttentionShape s, const FeatureSet& f) {
+  s.window_left = f.window_left;
+  s.window_right = f.window_right;
+  s.softcap = f.softcap;
+  s.alibi = f.alibi;
+  s.bias = f.bias;
+  s.varlen = f.varlen;
+  if (f.logit_scale != 1.0) s.scale = f.logit_scale / std::sqrt(double(s.head_dim));
+  return s;
+}
+
+/// Chapter 09's shape list: each feature alone and in combination, windows that leave a row no
+/// key or cross many tiles, softcap on logits of about +-100, ALiBi with a head count that is
+/// not a power of two, packed batches with an empty and a length-1 sequence (random_packing),
+/// softcaps low enough against the logits that ignoring one fails (FeatureShape tests that),
+/// GQA and MQA. The CPU algorithms and every kernel that takes features run on all of them.
+inline std::vector<AttentionShape> feature_shapes() {
+  FeatureSet sliding{37, 0}, left_only{100, -1}, both_sides{16, 16}, local{128, 0}, narrow{10, 5};
+  FeatureSet capped{-1, -1, 20.0, false, false, false, 10.0}, alibi{-1, -1, 0.0, true};
+  FeatureSet biased{-1, -1, 0.0, false, true}, packed{-1, -1, 0.0, false, false, true};
+  FeatureSet packed_all{50, 0, 10.0, true, false, true, 8.0}, dense_all{64, 32, 5.0, true, true, false, 4.0};
+  return {
+      with_features(shape_of(2, 4, 2, 300, 300, 64, false), sliding),
+      with_features(shape_of(1, 2, 2, 257, 513, 128, true), left_only),
+      with_features(shape_of(1, 4, 1, 200, 200, 64, false), both_sides),
+      with_features(shape_of(1, 2, 2, 1000, 1000, 64, true), local),
+      with_features(shape_of(2, 2, 2, 130, 70, 128, false), narrow),
+      with_features(shape_of(1, 2, 2, 200, 200, 64, true), capped),
+      with_features(shape_of(1, 2, 2, 200, 200, 128, false), capped),
+      with_features(shape_of(2, 8, 2, 300, 300, 64, true), alibi),
+      with_features(shape_of(1, 12, 4, 130, 170, 128, false), alibi),
+      with_features(shape_of(2, 2, 1, 129, 257, 64, false), biased),
+      with_features(shape_of(1, 2, 2, 190, 190, 128, true), biased),
+      with_features(shape_of(6, 4, 2, 700, 900, 64, true), packed),
+      with_features(shape_of(3, 2, 2, 5, 7, 128, false), packed),
+      with_features(shape_of(5, 4, 2, 600, 600, 128, true), packed_all),
+      with_features(shape_of(1, 4, 2, 333, 333, 64, false), dense_all),
+  };
 }
 
 /// In a GPU test: without a GPU, report the test as skipped with the reason.

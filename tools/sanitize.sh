@@ -5,7 +5,8 @@
 # The kernels run through the GPU tests themselves (fa_gpu_tests), filtered to the small shapes:
 # every forward kernel on seq 17 and 127 (head_dim 32/64/128, causal and not, seq_q != seq_kv),
 # every backward kernel on seq 17, 31 x 100 and 257, every decode kernel on the paged cases (the
-# long-context one left out), the cache kernels, the paged prefill check and the FP8 tests. The
+# long-context one left out), the cache kernels, the paged prefill check, the FP8 tests and
+# chapter 09's kernels on the short shapes of its list (packed batches included). The
 # tests still compare against the oracle, so a kernel that is clean but wrong fails here too.
 #
 # Usage: bash tools/sanitize.sh [BUILD_DIR] [TOOL ...]     (default: build, all four tools)
@@ -25,7 +26,10 @@ forward+=":All/ForwardKernelTest.MatchesOracle/*_q127_k1000_*"
 backward="All/BackwardKernelTest.MatchesOracle/*_q17_k17_*:All/BackwardKernelTest.MatchesOracle/*_q31_k100_*"
 backward+=":All/BackwardKernelTest.MatchesOracle/*_q257_k257_*"
 others="All/DecodeKernelTest.*:PagedCache.*:PagedPrefill.*:Fp8OnTheGpu.*"
-filter="$forward:$backward:$others-*long_d128*"
+features="Features/FeatureKernelTest.MatchesOracle/*_q5_k7_*:Features/FeatureKernelTest.MatchesOracle/*_q130_k70_*"
+features+=":Features/FeatureKernelTest.MatchesOracle/*_q129_k257_*:Features/FeatureKernelTest.MatchesOracle/*_q200_k200_*"
+features+=":Features/FeatureKernelTest.MatchesOracle/*_q600_k600_*"
+filter="$forward:$backward:$others:$features-*long_d128*"
 
 # Without a GPU every test skips: say so instead of reporting a clean run.
 probe=$("$bin" --gtest_filter='PagedCache.*' 2>&1)

@@ -14,7 +14,7 @@
 //   * Blocks start with the last Q tile: under a causal mask it has the most K/V tiles, so the
 //     longest blocks start first and the short ones fill the tail.
 //   * O is staged through shared memory (the block's own Q rows) and written with 16-byte stores.
-// The per-tile steps are in tuned_tile.cuh (chapter 06's variant 1 reuses them).
+// The per-tile steps are in tuned_tile.cuh (chapter 06's variant 1 and chapter 09 reuse them).
 // Run: build/bin/ch05_flash_attention_v2 --variant tuned
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -35,33 +35,6 @@ namespace fa::flash2 {
 namespace {
 
 using namespace fa::ampere;
-
-constexpr int kTunedWarps = 4, kTunedThreads = 32 * kTunedWarps;
-constexpr int kWarpRows = 32, kBlockRows = kWarpRows * kTunedWarps;  // two m16 tiles per warp
-
-/// Rows [first, first + kRows) of a [n_rows, kD] 16-bit matrix into shared memory (row stride
-/// kD + 8) with cp.async, 16 bytes per copy; rows past the end are filled with zeros by plain
-/// stores. Each thread keeps one column chunk and steps down the rows, so all its addresses are
-/// one base plus constants (a per-row clamp would cost a 64-bit register per copy, kept live
-/// across the K/V loop).
-template <class T, int kD, int kRows>
-__device__ void copy_rows_async(T* tile, const T* src, int first, int n_rows) {
-  //! [tuned_copy_rows]
-  constexpr int kChunks = kD / 8, kLd = kD + 8, kRowStep = kTunedThreads / kChunks;
-  static_assert(kTunedThreads % kChunks == 0 && kRows % kRowStep == 0, "every thread copies the same chunks");
-  const int r0 = int(threadIdx.x) / kChunks, c = int(threadIdx.x) % kChunks;
-  const T* from = src + (int64_t(first) + r0) * kD + c * 8;
-  T* to = tile + r0 * kLd + c * 8;
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; ++i) {
-    if (first + r0 + i * kRowStep < n_rows) {
-      cp_async_16(to + i * kRowStep * kLd, from + i * kRowStep * kD, true);
-    } else {
-      *reinterpret_cast<uint4*>(to + i * kRowStep * kLd) = make_uint4(0, 0, 0, 0);
-    }
-  }
-  //! [tuned_copy_rows]
-}
 
 /// Keys per K/V tile. The S accumulators (2 x kKeys / 8 x 4 floats per thread) and the O
 /// accumulators (2 x kD / 8 x 4) share the 255 registers a thread can have: either choice
@@ -125,42 +98,7 @@ __global__ void __launch_bounds__(kTunedThreads, 2)
   // no key), and other threads' copies land in this warp's rows: wait for all of them.
   cp_async_wait<0>();
   __syncthreads();
-  float inv_l[4];
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    l[r] = quad_sum(l[r]);
-    inv_l[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-  }
-  // O / l rounded to T into the warp's own 32 rows of q_s, then 16-byte stores to device memory.
-  T* o_warp = q_s + kWarpRows * warp * kLd;
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int db = 0; db < kD / 8; ++db)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float inv = inv_l[2 * mt + h];
-        *reinterpret_cast<uint32_t*>(o_warp + (16 * mt + 8 * h + g) * kLd + db * 8 + 2 * t) =
-            Mma<T>::pack(out[mt][db][2 * h] * inv, out[mt][db][2 * h + 1] * inv);
-      }
-  __syncwarp();
-  T* o_head = o + shape.q_head_offset(bh);
-  constexpr int kChunks = kD / 8;
-#pragma unroll
-  for (int i = 0; i < kWarpRows * kChunks / 32; ++i) {
-    const int e = i * 32 + lane, r = e / kChunks, c = e % kChunks, row = i0 + kWarpRows * warp + r;
-    if (row < n_q)
-      *reinterpret_cast<uint4*>(o_head + int64_t(row) * kD + c * 8) =
-          *reinterpret_cast<const uint4*>(o_warp + r * kLd + c * 8);
-  }
-  if (t == 0) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int row = i0 + kWarpRows * warp + 16 * (r / 2) + 8 * (r % 2) + g;
-      // LSE = ln(sum e^(s * scale)) = (m + log2 l) * ln 2, with m and l in log2 units.
-      if (row < n_q) lse[int64_t(bh) * n_q + row] = m[r] == -INFINITY ? -INFINITY : (m[r] + log2f(l[r])) * kLn2;
-    }
-  }
+  tuned_store_output<T, kD>(out, m, l, q_s, o + shape.q_head_offset(bh), lse + int64_t(bh) * n_q, i0, n_q, warp, lane);
 }
 
 template <class T, int kD>

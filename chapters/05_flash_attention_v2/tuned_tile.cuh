@@ -1,6 +1,7 @@
-// Chapter 05 variant 5's work on one K/V tile, as device functions: scores, mask, online
-// softmax, P V. The shared-memory layout is a template parameter, so chapter 06's variant 1
-// runs the same code on the 128-byte-swizzled tiles TMA writes.
+// Chapter 05 variant 5's work on one K/V tile, as device functions: the row copies, scores,
+// mask, online softmax, P V, and the output store. The shared-memory layout is a template
+// parameter, so chapter 06's variant 1 runs the same code on the 128-byte-swizzled tiles TMA
+// writes; chapter 09 adds its masks and score changes between these steps.
 //
 // A block has 4 warps and 128 Q rows; warp w owns rows 32w .. 32w + 31 as two m16 tiles.
 // Thread (g, t) of warp w holds rows 32w + 16mt + 8h + g for mt, h in {0, 1} (index r = 2mt + h).
@@ -9,11 +10,39 @@
 #include <cstdint>
 
 #include "ampere.cuh"
+#include "log2_units.h"
 #include "not_implemented.h"
 #include "online_softmax.cuh"
 #include "problem.h"
 
 namespace fa::flash2 {
+
+constexpr int kTunedWarps = 4, kTunedThreads = 32 * kTunedWarps;
+constexpr int kWarpRows = 32, kBlockRows = kWarpRows * kTunedWarps;  // two m16 tiles per warp
+
+/// Rows [first, first + kRows) of a [n_rows, kD] 16-bit matrix into shared memory (row stride
+/// kD + 8) with cp.async, 16 bytes per copy; rows past the end are filled with zeros by plain
+/// stores. Each thread keeps one column chunk and steps down the rows, so all its addresses are
+/// one base plus constants (a per-row clamp would cost a 64-bit register per copy, kept live
+/// across the K/V loop).
+template <class T, int kD, int kRows>
+__device__ void copy_rows_async(T* tile, const T* src, int first, int n_rows) {
+  //! [tuned_copy_rows]
+  constexpr int kChunks = kD / 8, kLd = kD + 8, kRowStep = kTunedThreads / kChunks;
+  static_assert(kTunedThreads % kChunks == 0 && kRows % kRowStep == 0, "every thread copies the same chunks");
+  const int r0 = int(threadIdx.x) / kChunks, c = int(threadIdx.x) % kChunks;
+  const T* from = src + (int64_t(first) + r0) * kD + c * 8;
+  T* to = tile + r0 * kLd + c * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; ++i) {
+    if (first + r0 + i * kRowStep < n_rows) {
+      ampere::cp_async_16(to + i * kRowStep * kLd, from + i * kRowStep * kD, true);
+    } else {
+      *reinterpret_cast<uint4*>(to + i * kRowStep * kLd) = make_uint4(0, 0, 0, 0);
+    }
+  }
+  //! [tuned_copy_rows]
+}
 
 using ampere::ldmatrix_x4;
 using ampere::ldmatrix_x4_trans;
@@ -115,6 +144,51 @@ __device__ inline void tuned_pv(float (&out)[2][kD / 8][4], const float (&s)[2][
     }
   }
   // END SOLUTION
+}
+
+/// The epilogue: O / l rounded to T into the warp's own 32 rows of o_stage (the block's Q tile,
+/// free once the loop is done), then 16-byte stores of rows i0 + 32 warp .. to o_rows (row 0 of
+/// this head), and LSE to lse_rows. Rows at or past n_q are not written. Call it after every
+/// thread's last read of o_stage (a __syncthreads()).
+template <class T, int kD>
+__device__ inline void tuned_store_output(const float (&out)[2][kD / 8][4], const float (&m)[4], float (&l)[4],
+                                          T* o_stage, T* o_rows, float* lse_rows, int i0, int n_q, int warp, int lane) {
+  constexpr int kLd = kD + 8;
+  const int g = lane / 4, t = lane % 4;
+  float inv_l[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    l[r] = quad_sum(l[r]);
+    inv_l[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+  }
+  T* o_warp = o_stage + kWarpRows * warp * kLd;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int db = 0; db < kD / 8; ++db)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float inv = inv_l[2 * mt + h];
+        *reinterpret_cast<uint32_t*>(o_warp + (16 * mt + 8 * h + g) * kLd + db * 8 + 2 * t) =
+            Mma<T>::pack(out[mt][db][2 * h] * inv, out[mt][db][2 * h + 1] * inv);
+      }
+  __syncwarp();
+  constexpr int kChunks = kD / 8;
+#pragma unroll
+  for (int i = 0; i < kWarpRows * kChunks / 32; ++i) {
+    const int e = i * 32 + lane, r = e / kChunks, c = e % kChunks, row = i0 + kWarpRows * warp + r;
+    if (row < n_q)
+      *reinterpret_cast<uint4*>(o_rows + int64_t(row) * kD + c * 8) =
+          *reinterpret_cast<const uint4*>(o_warp + r * kLd + c * 8);
+  }
+  if (t == 0) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int row = i0 + kWarpRows * warp + 16 * (r / 2) + 8 * (r % 2) + g;
+      // LSE = ln(sum e^(s * scale)) = (m + log2 l) * ln 2, with m and l in log2 units.
+      if (row < n_q) lse_rows[row] = m[r] == -INFINITY ? -INFINITY : (m[r] + log2f(l[r])) * kLn2;
+    }
+  }
 }
 
 }  // namespace fa::flash2

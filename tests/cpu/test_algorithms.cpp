@@ -33,6 +33,9 @@ std::vector<Case> all_cases() {
   std::vector<Case> cases;
   for (const CpuAlgorithm& a : cpu_algorithms()) {
     for (const AttentionShape& s : cpu_shapes()) cases.push_back({&a, s});
+    // Chapter 09's shape list, for the algorithms that take its features.
+    if (a.features != 0)
+      for (const AttentionShape& s : feature_shapes()) cases.push_back({&a, s});
   }
   return cases;
 }
@@ -56,7 +59,8 @@ INSTANTIATE_TEST_SUITE_P(All, CpuAlgorithmTest, ::testing::ValuesIn(all_cases())
 });
 
 TEST(CpuAlgorithms, EveryChapterHasOne) {
-  for (int chapter : {1, 2, 3, 4, 5}) EXPECT_FALSE(cpu_algorithms_of_chapter(chapter).empty()) << "chapter " << chapter;
+  for (int chapter : {1, 2, 3, 4, 5, 9})
+    EXPECT_FALSE(cpu_algorithms_of_chapter(chapter).empty()) << "chapter " << chapter;
 }
 
 // Logits of about +-100: exp overflows float above ~88.7.

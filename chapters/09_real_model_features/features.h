@@ -1,0 +1,94 @@
+// Chapter 09's features as small host/device functions, shared by the CPU algorithm
+// (algorithm.h) and the kernels, so both read the same rule:
+//   * sequence_rows: where sequence b of a packed batch (or batch b of a dense one) starts, and
+//     its dense shape -- a packed batch is a list of batches of one;
+//   * tile_keys / tile_fully_visible: which K/V tiles a window leaves a Q tile, and which of
+//     those need no mask;
+//   * the score changes (softcap, ALiBi, the bias), applied to a scaled score before the mask.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "problem.h"
+
+namespace fa::features {
+
+/// One (sequence, query head) of a batch: its dense shape (batch 1) and where its rows start.
+struct SequenceRows {
+  AttentionShape shape;  // seq_q, seq_kv: this sequence's lengths; the masks apply inside it
+  int head = 0;
+  int64_t q_row0 = 0;    // row 0 of this head in Q, O (times head_dim) and LSE
+  int64_t kv_row0 = 0;   // row 0 of its K/V head in K and V (times head_dim)
+  int64_t bias0 = 0;     // element 0 of its [seq_q][seq_kv] bias, when shape.bias
+};
+
+//! [sequence_rows]
+FA_HD inline SequenceRows sequence_rows(const AttentionShape& s, const AttentionExtras& e, int b, int head) {
+  SequenceRows r;
+  r.head = head;
+  if (s.varlen) {
+    // Sequence b is rows cu_seqlens[b] .. cu_seqlens[b + 1] - 1 of every head's packed rows.
+    const int q0 = e.cu_seqlens_q[b], k0 = e.cu_seqlens_k[b];
+    r.shape = s.sequence_shape(e.cu_seqlens_q[b + 1] - q0, e.cu_seqlens_k[b + 1] - k0);
+    r.q_row0 = int64_t(head) * s.seq_q + q0;
+    r.kv_row0 = int64_t(s.kv_head(head)) * s.seq_kv + k0;
+  } else {
+    r.shape = s.sequence_shape(s.seq_q, s.seq_kv);
+    r.q_row0 = (int64_t(b) * s.heads_q + head) * s.seq_q;
+    r.kv_row0 = (int64_t(b) * s.heads_kv + s.kv_head(head)) * s.seq_kv;
+    r.bias0 = r.q_row0 * s.seq_kv;
+  }
+  return r;
+}
+//! [sequence_rows]
+
+/// Keys [begin, end) a tile of query rows first_row .. last_row visits, begin rounded down to a
+/// multiple of `tile`: the window's left edge moves right with the row, so the first row sees
+/// the first key and the last row the last.
+struct KeySpan {
+  int begin = 0, end = 0;
+};
+//! [tile_keys]
+FA_HD inline KeySpan tile_keys(const AttentionShape& s, int first_row, int last_row, int tile) {
+  KeySpan span;
+  span.begin = s.first_visible_key(first_row) / tile * tile;
+  span.end = s.visible_keys(last_row);
+  return span;
+}
+
+/// Whether every (row, key) of rows first_row .. first_row + rows - 1 and keys j0 .. j0 + tile - 1
+/// is visible and inside the sequence: such a tile skips the mask.
+FA_HD inline bool tile_fully_visible(const AttentionShape& s, int first_row, int rows, int j0, int tile) {
+  const int last_row = first_row + rows - 1;
+  return last_row < s.seq_q && j0 + tile <= s.seq_kv && j0 >= s.first_visible_key(last_row) &&
+         j0 + tile <= s.visible_keys(first_row);
+}
+//! [tile_keys]
+
+/// tanh on the special-function unit (one MUFU.TANH, about 2^-11 relative error: finer than the
+/// bf16 rounding of P that follows) on the GPU; std::tanh on the CPU.
+FA_HD inline float fast_tanh(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return std::tanh(x);
+#endif
+}
+
+/// A scaled score x of (row i, key j) with softcap, ALiBi (slope: this head's) and the bias
+/// (bias_rows: element 0 of this head's [seq_q][seq_kv] bias; null for none, and for a (row,
+/// key) outside the sequence, which the mask removes anyway). The mask comes after.
+//! [modified_score]
+FA_HD inline float modified_score(const AttentionShape& s, float x, float slope, int i, int j, const float* bias_rows) {
+  if (s.softcap > 0.0) x = float(s.softcap) * fast_tanh(x * float(1.0 / s.softcap));  // Gemma-2: 50, Grok: 30
+  const int distance = i + s.causal_offset() - j;
+  if (s.alibi) x -= slope * float(distance < 0 ? -distance : distance);  // MPT, BLOOM: a penalty growing with distance
+  if (bias_rows) x += bias_rows[int64_t(i) * s.seq_kv + j];          // anything else, as a tensor
+  return x;
+}
+//! [modified_score]
+
+}  // namespace fa::features

@@ -1,0 +1,293 @@
+// Chapter 09's features in the oracle, checked against rules written out here a second time:
+// the window as an explicit mask, ALiBi's slopes as the numbers models use, a packed batch as
+// separate batches of one, and the backward of softcap, ALiBi and the bias by finite
+// differences. Then validate(), the FLOP count, and the registry turning features away from
+// kernels that do not take them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "reference.h"
+#include "registry.h"
+#include "runner.h"
+#include "../test_shapes.h"
+
+namespace fa {
+namespace {
+
+std::vector<float> normal_values(int64_t n, uint64_t seed, uint64_t stream) {
+  std::vector<float> x(n);
+  fill_random_normal(x, seed, stream);
+  return x;
+}
+
+/// Attention for one (batch, head) written from the definitions: double loops, the mask as a
+/// condition on (i, j), ALiBi from the given slope, softcap by std::tanh.
+void direct_attention(const AttentionShape& s, const float* q, const float* k, const float* v, const float* bias,
+                      double slope, std::vector<double>& o, std::vector<double>& lse) {
+  const int d = s.head_dim, nq = s.seq_q, nk = s.seq_kv, offset = nk - nq;
+  o.assign(int64_t(nq) * d, 0.0);
+  lse.assign(nq, -std::numeric_limits<double>::infinity());
+  for (int i = 0; i < nq; ++i) {
+    std::vector<double> x(nk, -std::numeric_limits<double>::infinity());
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int j = 0; j < nk; ++j) {
+      bool seen = true;
+      if (s.causal && j > i + offset) seen = false;
+      if (s.window_left >= 0 && j < i + offset - s.window_left) seen = false;
+      if (s.window_right >= 0 && j > i + offset + s.window_right) seen = false;
+      if (!seen) continue;
+      double dot = 0;
+      for (int c = 0; c < d; ++c) dot += double(q[int64_t(i) * d + c]) * k[int64_t(j) * d + c];
+      double y = dot * s.softmax_scale();
+      if (s.softcap > 0) y = s.softcap * std::tanh(y / s.softcap);
+      if (s.alibi) y -= slope * std::abs(i + offset - j);
+      if (bias) y += bias[int64_t(i) * nk + j];
+      x[j] = y;
+      mx = std::max(mx, y);
+    }
+    if (mx == -std::numeric_limits<double>::infinity()) continue;
+    double sum = 0;
+    for (int j = 0; j < nk; ++j) sum += x[j] == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(x[j] - mx);
+    for (int j = 0; j < nk; ++j) {
+      if (x[j] == -std::numeric_limits<double>::infinity()) continue;
+      const double p = std::exp(x[j] - mx) / sum;
+      for (int c = 0; c < d; ++c) o[int64_t(i) * d + c] += p * v[int64_t(j) * d + c];
+    }
+    lse[i] = mx + std::log(sum);
+  }
+}
+
+void expect_close(const std::vector<double>& a, const std::vector<double>& b, double tol, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(a[i]) || std::isinf(b[i])) {
+      ASSERT_EQ(a[i], b[i]) << what << " at " << i;
+    } else {
+      ASSERT_NEAR(a[i], b[i], tol) << what << " at " << i;
+    }
+  }
+}
+
+TEST(FeatureOracle, AlibiSlopesAreTheOnesModelsUse) {
+  AttentionShape s;
+  s.heads_q = s.heads_kv = 8;  // 2^-1 .. 2^-8
+  for (int h = 0; h < 8; ++h) EXPECT_DOUBLE_EQ(s.alibi_slope(h), std::pow(2.0, -(h + 1))) << h;
+  // 12 heads (BLOOM's rule): the 8 slopes for 8 heads, then 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5.
+  s.heads_q = s.heads_kv = 12;
+  const double expected[12] = {0.5,   0.25,  0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625,
+                               0.7071067811865476, 0.35355339059327373, 0.17677669529663687, 0.08838834764831843};
+  for (int h = 0; h < 12; ++h) EXPECT_NEAR(s.alibi_slope(h), expected[h], 1e-15) << h;
+}
+
+TEST(FeatureOracle, DenseFeaturesMatchTheDefinitions) {
+  const uint64_t seed = fresh_seed();
+  for (const AttentionShape& shape : feature_shapes()) {
+    if (shape.varlen) continue;
+    SCOPED_TRACE(shape.to_string() + ", seed " + std::to_string(seed));
+    Problem problem(shape, seed, true);
+    const HostInputs& in = problem.host(DType::F32);
+    const AttentionExtras extras = problem.host_extras();
+    const ForwardReference& ref = problem.reference(DType::F32);
+    size_t entry = 0;
+    for (int b = 0; b < shape.batch; ++b)
+      for (int h = 0; h < shape.heads_q; ++h, ++entry) {
+        const AttentionShape one = shape.sequence_shape(shape.seq_q, shape.seq_kv);
+        const int64_t q0 = (int64_t(b) * shape.heads_q + h) * shape.seq_q;
+        const int64_t kv0 = (int64_t(b) * shape.heads_kv + shape.kv_head(h)) * shape.seq_kv;
+        std::vector<double> o, lse;
+        direct_attention(one, in.q.data() + q0 * shape.head_dim, in.k.data() + kv0 * shape.head_dim,
+                         in.v.data() + kv0 * shape.head_dim, shape.bias ? extras.bias + q0 * shape.seq_kv : nullptr,
+                         shape.alibi_slope(h), o, lse);
+        expect_close(ref.o[entry], o, 1e-9, "O");
+        expect_close(ref.lse[entry], lse, 1e-9, "LSE");
+      }
+  }
+}
+
+TEST(FeatureOracle, PackedBatchIsSeparateBatchesOfOne) {
+  const uint64_t seed = fresh_seed();
+  for (const AttentionShape& shape : feature_shapes()) {
+    if (!shape.varlen) continue;
+    SCOPED_TRACE(shape.to_string() + ", seed " + std::to_string(seed));
+    Problem problem(shape, seed, true);
+    const HostInputs& in = problem.host(DType::F32);
+    const Packing& packing = problem.packing();
+    const ForwardReference& ref = problem.reference(DType::F32);
+    // random_packing's promise: from batch 3 on, an empty sequence and a length-1 one.
+    if (shape.batch >= 3) {
+      EXPECT_EQ(packing.cu_q[2] - packing.cu_q[1], 0);
+      EXPECT_EQ(packing.cu_q[3] - packing.cu_q[2], 1);
+    }
+    for (int h = 0; h < shape.heads_q; ++h) {  // the full plan of a packed batch: one entry per head
+      for (int b = 0; b < shape.batch; ++b) {
+        const int q0 = packing.cu_q[b], k0 = packing.cu_k[b];
+        const AttentionShape one = shape.sequence_shape(packing.cu_q[b + 1] - q0, packing.cu_k[b + 1] - k0);
+        if (one.seq_q == 0) continue;
+        std::vector<double> o, lse;
+        const int d = shape.head_dim;
+        direct_attention(one, in.q.data() + (int64_t(h) * shape.seq_q + q0) * d,
+                         in.k.data() + (int64_t(shape.kv_head(h)) * shape.seq_kv + k0) * d,
+                         in.v.data() + (int64_t(shape.kv_head(h)) * shape.seq_kv + k0) * d, nullptr,
+                         shape.alibi_slope(h), o, lse);
+        expect_close(std::vector<double>(ref.o[h].begin() + int64_t(q0) * d, ref.o[h].begin() + int64_t(q0 + one.seq_q) * d),
+                     o, 1e-9, "O of sequence " + std::to_string(b));
+        expect_close(std::vector<double>(ref.lse[h].begin() + q0, ref.lse[h].begin() + q0 + one.seq_q), lse, 1e-9,
+                     "LSE of sequence " + std::to_string(b));
+      }
+    }
+  }
+}
+
+/// L = sum(O * dO) from the forward oracle, for finite differences.
+double loss_of(const AttentionShape& s, const std::vector<float>& q, const std::vector<float>& k,
+               const std::vector<float>& v, const std::vector<float>& d_out, const AttentionExtras& extras) {
+  const ForwardReference r = reference_forward(s, q.data(), k.data(), v.data(), full_check_plan(s), &extras);
+  double loss = 0;
+  size_t at = 0;
+  for (const auto& rows : r.o)
+    for (double x : rows) loss += x * d_out[at++];
+  return loss;
+}
+
+TEST(FeatureOracle, BackwardMatchesFiniteDifferences) {
+  const uint64_t seed = fresh_seed();
+  std::vector<std::pair<AttentionShape, std::string>> cases;
+  AttentionShape base = shape_of(2, 2, 1, 9, 11, 8, true);
+  for (int c = 0; c < 5; ++c) {
+    AttentionShape s = base;
+    if (c == 0) s.softcap = 2.0, s.scale = 3.0;
+    if (c == 1) s.alibi = true;
+    if (c == 2) s.bias = true;
+    if (c == 3) s.window_left = 3, s.window_right = 0, s.causal = false;
+    if (c == 4) s.varlen = true, s.batch = 3, s.softcap = 5.0, s.alibi = true, s.window_left = 4;
+    cases.push_back({s, s.to_string()});
+  }
+  for (const auto& [s, name] : cases) {
+    SCOPED_TRACE(name + ", seed " + std::to_string(seed));
+    Problem problem(s, seed, true);
+    const HostInputs& in = problem.host(DType::F32);
+    const AttentionExtras extras = problem.host_extras();
+    const std::vector<float> d_out = normal_values(s.q_elems(), seed, 11);
+    const BackwardReference ref = reference_backward(s, in.q.data(), in.k.data(), in.v.data(), d_out.data(), &extras);
+    // Float inputs: a step of 1e-2 in float keeps the difference quotient's rounding near 1e-5.
+    const double step = 1.0 / 64;
+    auto check = [&](const std::vector<float>& x, const std::vector<double>& grad, int which) {
+      for (int64_t i = 0; i < int64_t(x.size()); i += 7) {
+        std::vector<float> up = x, down = x;
+        up[i] += float(step);
+        down[i] -= float(step);
+        auto loss = [&](const std::vector<float>& t) {
+          return loss_of(s, which == 0 ? t : in.q, which == 1 ? t : in.k, which == 2 ? t : in.v, d_out, extras);
+        };
+        const double numeric = (loss(up) - loss(down)) / (2 * step);
+        ASSERT_NEAR(grad[i], numeric, 2e-3 * (1 + std::abs(numeric))) << "d" << "qkv"[which] << "[" << i << "]";
+      }
+    };
+    check(in.q, ref.dq, 0);
+    check(in.k, ref.dk, 1);
+    check(in.v, ref.dv, 2);
+  }
+}
+
+/// Relative Frobenius distance between two oracle outputs of the same plan.
+double relative_distance(const ForwardReference& a, const ForwardReference& b) {
+  double diff = 0, norm = 0;
+  for (size_t e = 0; e < a.o.size(); ++e)
+    for (size_t i = 0; i < a.o[e].size(); ++i) {
+      diff += (a.o[e][i] - b.o[e][i]) * (a.o[e][i] - b.o[e][i]);
+      norm += b.o[e][i] * b.o[e][i];
+    }
+  return std::sqrt(diff / norm);
+}
+
+// A kernel that ignores a feature must fail the shape list: on every shape, dropping any one of
+// its features moves O by far more than the loosest tolerance (bf16's 2e-2 relative). Prints
+// the distances (chapter 09's "what goes wrong if you skip it").
+TEST(FeatureShape, EachFeatureChangesTheAnswer) {
+  const uint64_t seed = fresh_seed();
+  for (const AttentionShape& shape : feature_shapes()) {
+    Problem problem(shape, seed, true);
+    const HostInputs& in = problem.host(DType::F32);
+    const AttentionExtras extras = problem.host_extras();
+    const ForwardReference& with = problem.reference(DType::F32);
+    std::vector<std::pair<std::string, AttentionShape>> without;
+    auto drop = [&](const char* name, auto change) {
+      AttentionShape s = shape;
+      change(s);
+      without.push_back({name, s});
+    };
+    if (shape.window_left >= 0 || shape.window_right >= 0) drop("window", [](AttentionShape& s) { s.window_left = s.window_right = -1; });
+    if (shape.softcap > 0) drop("softcap", [](AttentionShape& s) { s.softcap = 0; });
+    if (shape.alibi) drop("alibi", [](AttentionShape& s) { s.alibi = false; });
+    if (shape.bias) drop("bias", [](AttentionShape& s) { s.bias = false; });
+    // Ignoring cu_seqlens: one sequence of all the packed tokens, attending across the boundaries.
+    if (shape.varlen) drop("varlen", [](AttentionShape& s) { s.varlen = false, s.batch = 1; });
+    for (const auto& [name, s] : without) {
+      const ForwardReference other =
+          reference_forward(s, in.q.data(), in.k.data(), in.v.data(), full_check_plan(s), &extras);
+      const double distance = relative_distance(other, with);
+      std::printf("without %-8s %-60s relative error of O %.3g\n", name.c_str(), shape.to_string().c_str(), distance);
+      EXPECT_GT(distance, 0.1) << "dropping " << name << " from " << shape.to_string() << ", seed " << seed;
+    }
+  }
+}
+
+TEST(FeatureShape, ValidateNamesTheBadField) {
+  auto message = [](AttentionShape s) {
+    try {
+      s.validate();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  AttentionShape s = shape_of(1, 2, 2, 8, 8, 64, false);
+  s.window_left = -2;
+  EXPECT_EQ(message(s), "window_left must be -1 (no limit) or between 0 and 4194303, got -2");
+  s = shape_of(1, 2, 2, 8, 8, 64, false);
+  s.softcap = -1;
+  EXPECT_EQ(message(s), "softcap must be a finite number > 0 (or 0 for none), got -1");
+  s.softcap = 0;
+  s.bias = s.varlen = true;
+  EXPECT_EQ(message(s).rfind("bias and varlen together are not supported", 0), 0u) << message(s);
+}
+
+TEST(FeatureShape, WindowFlopsCountTheVisiblePairs) {
+  AttentionShape s = shape_of(1, 1, 1, 10, 10, 1, false);
+  s.window_left = 2;
+  s.window_right = 0;
+  // Rows 0, 1 see 1 and 2 keys; rows 2..9 see 3.
+  EXPECT_DOUBLE_EQ(s.forward_flops(), 4.0 * (1 + 2 + 8 * 3));
+  s.varlen = true;
+  s.batch = 2;
+  EXPECT_THROW(s.forward_flops(), std::invalid_argument);
+  const int cu_q[] = {0, 4, 10}, cu_k[] = {0, 4, 10};
+  EXPECT_DOUBLE_EQ(s.forward_flops(cu_q, cu_k), 4.0 * ((1 + 2 + 3 + 3) + (1 + 2 + 3 * 4)));
+}
+
+TEST(FeatureRegistry, KernelsWithoutFeaturesSayWhich) {
+  for (const AttentionShape& shape : feature_shapes()) {
+    for (const ForwardKernel& k : forward_kernels()) {
+      if ((features_of(shape) & ~k.features) == 0) continue;
+      const std::string why = support_reason(k, shape);
+      EXPECT_NE(why.find("chapter 09's kernels do"), std::string::npos) << k.name << " on " << shape.to_string() << ": " << why;
+    }
+    for (const BackwardKernel& k : backward_kernels()) {
+      const bool lacks = (features_of(shape) & ~k.features) != 0;
+      EXPECT_TRUE(!lacks || !support_reason(k, shape).empty()) << k.name;
+    }
+    for (const CpuAlgorithm& a : cpu_algorithms()) {
+      const bool lacks = (features_of(shape) & ~a.features) != 0;
+      EXPECT_TRUE(!lacks || !support_reason(a, shape).empty()) << a.name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fa
