@@ -18,9 +18,11 @@ namespace fa::features {
 struct SequenceRows {
   AttentionShape shape;  // seq_q, seq_kv: this sequence's lengths; the masks apply inside it
   int head = 0;
-  int64_t q_row0 = 0;    // row 0 of this head in Q, O (times head_dim) and LSE
-  int64_t kv_row0 = 0;   // row 0 of its K/V head in K and V (times head_dim)
-  int64_t bias0 = 0;     // element 0 of its [seq_q][seq_kv] bias, when shape.bias
+  int64_t q_row0 = 0;   // row 0 of this head in Q, O (times head_dim) and LSE
+  int64_t kv_row0 = 0;  // row 0 of its K/V head in K and V (times head_dim)
+  int64_t bias0 = 0;    // element 0 of its [seq_q][seq_kv] bias, when shape.bias
+  // The same rows as (plane, row in plane) of the [planes][seq][head_dim] tensors, for TMA.
+  int q_plane = 0, kv_plane = 0, q_start = 0, kv_start = 0;
 };
 
 //! [sequence_rows]
@@ -31,14 +33,18 @@ FA_HD inline SequenceRows sequence_rows(const AttentionShape& s, const Attention
     // Sequence b is rows cu_seqlens[b] .. cu_seqlens[b + 1] - 1 of every head's packed rows.
     const int q0 = e.cu_seqlens_q[b], k0 = e.cu_seqlens_k[b];
     r.shape = s.sequence_shape(e.cu_seqlens_q[b + 1] - q0, e.cu_seqlens_k[b + 1] - k0);
-    r.q_row0 = int64_t(head) * s.seq_q + q0;
-    r.kv_row0 = int64_t(s.kv_head(head)) * s.seq_kv + k0;
+    r.q_plane = head;
+    r.kv_plane = s.kv_head(head);
+    r.q_start = q0;
+    r.kv_start = k0;
   } else {
     r.shape = s.sequence_shape(s.seq_q, s.seq_kv);
-    r.q_row0 = (int64_t(b) * s.heads_q + head) * s.seq_q;
-    r.kv_row0 = (int64_t(b) * s.heads_kv + s.kv_head(head)) * s.seq_kv;
-    r.bias0 = r.q_row0 * s.seq_kv;
+    r.q_plane = b * s.heads_q + head;
+    r.kv_plane = b * s.heads_kv + s.kv_head(head);
   }
+  r.q_row0 = int64_t(r.q_plane) * s.seq_q + r.q_start;
+  r.kv_row0 = int64_t(r.kv_plane) * s.seq_kv + r.kv_start;
+  r.bias0 = s.varlen ? 0 : r.q_row0 * s.seq_kv;
   return r;
 }
 //! [sequence_rows]
@@ -86,7 +92,7 @@ FA_HD inline float modified_score(const AttentionShape& s, float x, float slope,
   if (s.softcap > 0.0) x = float(s.softcap) * fast_tanh(x * float(1.0 / s.softcap));  // Gemma-2: 50, Grok: 30
   const int distance = i + s.causal_offset() - j;
   if (s.alibi) x -= slope * float(distance < 0 ? -distance : distance);  // MPT, BLOOM: a penalty growing with distance
-  if (bias_rows) x += bias_rows[int64_t(i) * s.seq_kv + j];          // anything else, as a tensor
+  if (bias_rows) x += bias_rows[int64_t(i) * s.seq_kv + j];              // anything else, as a tensor
   return x;
 }
 //! [modified_score]

@@ -64,7 +64,8 @@ __global__ void __launch_bounds__(kTunedThreads, 2)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
   //! [ampere_sequence]
-  const SequenceRows seq = sequence_rows(shape, extras, int(blockIdx.y) / shape.heads_q, int(blockIdx.y) % shape.heads_q);
+  const SequenceRows seq =
+      sequence_rows(shape, extras, int(blockIdx.y) / shape.heads_q, int(blockIdx.y) % shape.heads_q);
   const AttentionShape& one = seq.shape;  // this sequence as a batch of one
   const int i0 = (gridDim.x - 1 - blockIdx.x) * kBlockRows;
   if (i0 >= one.seq_q) return;  // the grid covers the longest sequence; this one is shorter
@@ -136,14 +137,14 @@ void launch_dim(const ForwardParams& p) {
 template <class T>
 void launch_ampere(const ForwardParams& p) {
   const bool modify = p.shape.softcap > 0.0 || p.shape.alibi || p.shape.bias;
-  with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) {
-    with_bool(modify, [&](auto m) { launch_dim<T, d.value, m.value>(p); });
-  });
+  with_head_dim<64, 128>(p.shape.head_dim,
+                         [&](auto d) { with_bool(modify, [&](auto m) { launch_dim<T, d.value, m.value>(p); }); });
 }
 
 ForwardKernel ampere_kernel(const char* name, DType dtype, void (*launch)(const ForwardParams&)) {
-  ForwardKernel k{name, 9, 1, "ampere", dtype,
-                  "chapter 05's tuned kernel with packed batches, windows, softcap, ALiBi and a bias", launch};
+  ForwardKernel k{name,     9,     1,
+                  "ampere", dtype, "chapter 05's tuned kernel with packed batches, windows, softcap, ALiBi and a bias",
+                  launch};
   k.supports = flash2::mma_support;
   k.features = kAllFeatures;
   return k;

@@ -2,6 +2,7 @@
 #include "chapter_main.h"
 
 int main(int argc, char** argv) {
-  return fa::chapter_main(argc, argv,
-                          {9, "ch09_real_model_features", "what real models need: packed batches, windows, softcap, ALiBi, bias"});
+  return fa::chapter_main(
+      argc, argv,
+      {9, "ch09_real_model_features", "what real models need: packed batches, windows, softcap, ALiBi, bias"});
 }

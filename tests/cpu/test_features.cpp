@@ -80,8 +80,18 @@ TEST(FeatureOracle, AlibiSlopesAreTheOnesModelsUse) {
   for (int h = 0; h < 8; ++h) EXPECT_DOUBLE_EQ(s.alibi_slope(h), std::pow(2.0, -(h + 1))) << h;
   // 12 heads (BLOOM's rule): the 8 slopes for 8 heads, then 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5.
   s.heads_q = s.heads_kv = 12;
-  const double expected[12] = {0.5,   0.25,  0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625,
-                               0.7071067811865476, 0.35355339059327373, 0.17677669529663687, 0.08838834764831843};
+  const double expected[12] = {0.5,
+                               0.25,
+                               0.125,
+                               0.0625,
+                               0.03125,
+                               0.015625,
+                               0.0078125,
+                               0.00390625,
+                               0.7071067811865476,
+                               0.35355339059327373,
+                               0.17677669529663687,
+                               0.08838834764831843};
   for (int h = 0; h < 12; ++h) EXPECT_NEAR(s.alibi_slope(h), expected[h], 1e-15) << h;
 }
 
@@ -135,8 +145,9 @@ TEST(FeatureOracle, PackedBatchIsSeparateBatchesOfOne) {
                          in.k.data() + (int64_t(shape.kv_head(h)) * shape.seq_kv + k0) * d,
                          in.v.data() + (int64_t(shape.kv_head(h)) * shape.seq_kv + k0) * d, nullptr,
                          shape.alibi_slope(h), o, lse);
-        expect_close(std::vector<double>(ref.o[h].begin() + int64_t(q0) * d, ref.o[h].begin() + int64_t(q0 + one.seq_q) * d),
-                     o, 1e-9, "O of sequence " + std::to_string(b));
+        expect_close(
+            std::vector<double>(ref.o[h].begin() + int64_t(q0) * d, ref.o[h].begin() + int64_t(q0 + one.seq_q) * d), o,
+            1e-9, "O of sequence " + std::to_string(b));
         expect_close(std::vector<double>(ref.lse[h].begin() + q0, ref.lse[h].begin() + q0 + one.seq_q), lse, 1e-9,
                      "LSE of sequence " + std::to_string(b));
       }
@@ -186,7 +197,8 @@ TEST(FeatureOracle, BackwardMatchesFiniteDifferences) {
           return loss_of(s, which == 0 ? t : in.q, which == 1 ? t : in.k, which == 2 ? t : in.v, d_out, extras);
         };
         const double numeric = (loss(up) - loss(down)) / (2 * step);
-        ASSERT_NEAR(grad[i], numeric, 2e-3 * (1 + std::abs(numeric))) << "d" << "qkv"[which] << "[" << i << "]";
+        ASSERT_NEAR(grad[i], numeric, 2e-3 * (1 + std::abs(numeric))) << "d"
+                                                                      << "qkv"[which] << "[" << i << "]";
       }
     };
     check(in.q, ref.dq, 0);
@@ -222,7 +234,8 @@ TEST(FeatureShape, EachFeatureChangesTheAnswer) {
       change(s);
       without.push_back({name, s});
     };
-    if (shape.window_left >= 0 || shape.window_right >= 0) drop("window", [](AttentionShape& s) { s.window_left = s.window_right = -1; });
+    if (shape.window_left >= 0 || shape.window_right >= 0)
+      drop("window", [](AttentionShape& s) { s.window_left = s.window_right = -1; });
     if (shape.softcap > 0) drop("softcap", [](AttentionShape& s) { s.softcap = 0; });
     if (shape.alibi) drop("alibi", [](AttentionShape& s) { s.alibi = false; });
     if (shape.bias) drop("bias", [](AttentionShape& s) { s.bias = false; });
@@ -276,7 +289,8 @@ TEST(FeatureRegistry, KernelsWithoutFeaturesSayWhich) {
     for (const ForwardKernel& k : forward_kernels()) {
       if ((features_of(shape) & ~k.features) == 0) continue;
       const std::string why = support_reason(k, shape);
-      EXPECT_NE(why.find("chapter 09's kernels do"), std::string::npos) << k.name << " on " << shape.to_string() << ": " << why;
+      EXPECT_NE(why.find("chapter 09's kernels do"), std::string::npos)
+          << k.name << " on " << shape.to_string() << ": " << why;
     }
     for (const BackwardKernel& k : backward_kernels()) {
       const bool lacks = (features_of(shape) & ~k.features) != 0;

@@ -1,0 +1,219 @@
+// Chapter 09, variant 2 -- `hopper`: chapter 06's ping-pong kernel (variant 4) taking what real
+// models need, on Hopper. The producer warpgroup, the mbarrier ring, the wgmma steps and the
+// ping-pong schedule are chapter 06's (flash3_tile.cuh); the features enter where they entered
+// variant 1:
+//   * packed batches: the block finds its sequence (sequence_rows) and its TMA copies start at
+//     the sequence's first row of the head's plane; rows of the next sequence that a box reads
+//     past the end are masked (keys) or not stored (queries);
+//   * windows: the producer copies only the K/V tiles tile_keys() leaves, and the consumers count
+//     their tiles from the first of them;
+//   * softcap, ALiBi, the bias: in the consumers' softmax step, on the scores in registers,
+//     before the mask.
+// Run: build/bin/ch09_real_model_features --variant hopper --causal --window 1024,0
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "../06_flash_attention_v3/flash3_tile.cuh"
+#include "cuda_check.h"
+#include "features.h"
+#include "registry.h"
+#include "static_switch.h"
+#include "tma.h"
+
+namespace fa::features {
+namespace {
+
+using namespace fa::hopper;
+using flash3::kBlockN;
+using flash3::kBoxBytes;
+
+constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers), kBlockM = 64 * kConsumers, kStages = 2;
+constexpr int kConsumerThreads = 128 * kConsumers;
+template <int kD>
+using Layout = flash3::Smem<kD, kBlockM, kStages, 1 + 4 * kStages>;
+
+/// softcap, ALiBi and the bias on this thread's scores of one K/V tile (chapter 06's fragment:
+/// s[i] is row row0 + 8 ((i % 4) / 2), key j0 + 8 (i / 4) + 2t + (i & 1)).
+__device__ inline void modify_tile(float (&s)[kBlockN / 2], const AttentionShape& one, float scale, float slope,
+                                   const float* bias_rows, int row0, int j0, int t) {
+  //! [hopper_modify]
+#pragma unroll
+  for (int i = 0; i < kBlockN / 2; ++i) {
+    const int row = row0 + 8 * ((i % 4) / 2), key = j0 + 8 * (i / 4) + 2 * t + (i & 1);
+    const bool inside = row < one.seq_q && key < one.seq_kv;
+    s[i] = modified_score(one, s[i] * scale, slope, row, key, inside ? bias_rows : nullptr);
+  }
+  //! [hopper_modify]
+}
+
+/// The operations chapter 06's pingpong_schedule runs, for tiles counted from the window's first.
+template <int kD, bool kModify>
+struct FeatureOps {
+  using S = Layout<kD>;
+  using R = Ring<kStages>;
+  unsigned char* smem;
+  const unsigned char* q_rows;
+  uint64_t *k_full, *v_full, *k_empty, *v_empty;
+  AttentionShape one;  // the sequence as a batch of one
+  int i0, row0, t, first_key;
+  float scale, scale_log2, slope;
+  const float* bias_rows;
+  float out[kD / 2];
+  float m[2], l[2];
+  uint32_t p[kBlockN / 16][4];
+
+  __device__ void wait_k(int j) { mbarrier_wait(&k_full[R::stage(j)], R::full_parity(j)); }
+  __device__ void wait_v(int j) { mbarrier_wait(&v_full[R::stage(j)], R::full_parity(j)); }
+  __device__ void release_k(int j) { mbarrier_arrive(&k_empty[R::stage(j)]); }
+  __device__ void release_v(int j) { mbarrier_arrive(&v_empty[R::stage(j)]); }
+  __device__ void scores(int j, float (&s)[kBlockN / 2]) {
+    flash3::issue_scores<kD, kBlockM * 128>(s, q_rows, smem + S::kK + R::stage(j) * S::kTileBytes);
+  }
+  __device__ void pv(int j) { flash3::issue_pv<kD>(out, p, smem + S::kV + R::stage(j) * S::kTileBytes); }
+  //! [hopper_softmax]
+  __device__ void softmax(int j, float (&s)[kBlockN / 2], float (&rescale)[2]) {
+    const int j0 = first_key + j * kBlockN;
+    if constexpr (kModify) modify_tile(s, one, scale, slope, bias_rows, row0, j0, t);
+    if (!tile_fully_visible(one, i0, kBlockM, j0, kBlockN)) flash3::mask_scores(s, one, row0, j0, t);
+    flash3::online_softmax(s, m, l, rescale, scale_log2);
+  }
+  //! [hopper_softmax]
+  __device__ void rescale_out(const float (&rescale)[2]) { flash3::rescale_output<kD>(out, rescale); }
+  __device__ void pack(const float (&s)[kBlockN / 2]) { flash3::pack_p(s, p); }
+  __device__ void fence_out() { fence_operands(out); }
+};
+
+template <int kD, bool kModify>
+__global__ void __launch_bounds__(kThreads, 1)
+    features_hopper_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                           const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, AttentionExtras extras,
+                           __nv_bfloat16* o, float* lse) {
+  using S = Layout<kD>;
+  //! [hopper_sequence]
+  const SequenceRows seq =
+      sequence_rows(shape, extras, int(blockIdx.y) / shape.heads_q, int(blockIdx.y) % shape.heads_q);
+  const AttentionShape& one = seq.shape;
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * kBlockM;
+  if (i0 >= one.seq_q) return;  // the whole block leaves before any barrier exists
+  const KeySpan keys = tile_keys(one, i0, min(i0 + kBlockM, one.seq_q) - 1, kBlockN);
+  const int n_tiles = keys.end > keys.begin ? (keys.end - keys.begin + kBlockN - 1) / kBlockN : 0;
+  //! [hopper_sequence]
+
+  extern __shared__ unsigned char shared_raw[];
+  unsigned char* smem = aligned_smem(shared_raw);
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + S::kBars);
+  uint64_t* k_full = q_full + 1;
+  uint64_t* v_full = k_full + kStages;
+  uint64_t* k_empty = v_full + kStages;
+  uint64_t* v_empty = k_empty + kStages;
+  const int tid = threadIdx.x, wg = tid / 128;
+  flash3::init_ring(q_full, k_full, v_full, kStages, k_empty, v_empty, kConsumerThreads);
+
+  if (wg == 0) {
+    setmaxnreg_dec<24>();
+    if (tid == 0) {
+      //! [hopper_producer]
+      // Chapter 06's producer; the boxes start at the sequence's first row of its plane, and
+      // K/V tile j is the window's j-th.
+      mbarrier_arrive_expect_tx(q_full, S::kQBytes);
+      for (int b = 0; b < S::kBoxes; ++b)
+        tma_load_3d(smem + S::kQ + b * kBlockM * 128, &tm_q, 64 * b, seq.q_start + i0, seq.q_plane, q_full);
+      const int first_row = seq.kv_start + keys.begin;
+      flash3::produce_kv<kStages>(
+          n_tiles, k_empty, v_empty,
+          [&](int j, int stage) {
+            mbarrier_arrive_expect_tx(&k_full[stage], S::kTileBytes);
+            for (int b = 0; b < S::kBoxes; ++b)
+              tma_load_3d(smem + S::kK + stage * S::kTileBytes + b * kBoxBytes, &tm_k, 64 * b, first_row + j * kBlockN,
+                          seq.kv_plane, &k_full[stage]);
+          },
+          [&](int j, int stage) {
+            mbarrier_arrive_expect_tx(&v_full[stage], S::kTileBytes);
+            for (int b = 0; b < S::kBoxes; ++b)
+              tma_load_3d(smem + S::kV + stage * S::kTileBytes + b * kBoxBytes, &tm_v, 64 * b, first_row + j * kBlockN,
+                          seq.kv_plane, &v_full[stage]);
+          });
+      //! [hopper_producer]
+    }
+    return;
+  }
+
+  setmaxnreg_inc<240>();
+  const int consumer = wg - 1, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int row0 = i0 + 64 * consumer + 16 * warp + g;
+  const float scale = float(one.softmax_scale());
+  FeatureOps<kD, kModify> ops{smem,
+                              smem + S::kQ + consumer * 64 * 128,
+                              k_full,
+                              v_full,
+                              k_empty,
+                              v_empty,
+                              one,
+                              i0,
+                              row0,
+                              t,
+                              keys.begin,
+                              scale,
+                              kModify ? kLog2e : scale * kLog2e,  // scores arrive scaled when changed
+                              shape.alibi ? float(shape.alibi_slope(seq.head)) : 0.0f,
+                              shape.bias ? extras.bias + seq.bias0 : nullptr,
+                              {},
+                              {-INFINITY, -INFINITY},
+                              {0.0f, 0.0f},
+                              {}};
+  mbarrier_wait(q_full, 0);
+  flash3::pingpong_schedule(ops, n_tiles, consumer);
+
+  float inv[2], lse_log2[2];
+  flash3::sum_over_quad(ops.l);
+  flash3::row_totals(ops.m, ops.l, inv, lse_log2);
+  store_rows_bf16(ops.out, o + seq.q_row0 * kD, row0, one.seq_q, t, inv);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    if (t == 0 && row < one.seq_q) lse[seq.q_row0 + row] = lse_log2[h] * kLn2;
+  }
+}
+
+template <int kD, bool kModify>
+void launch_dim(const ForwardParams& p) {
+  const AttentionShape& s = p.shape;
+  // A packed batch is the dense layout with a batch of one: planes are heads, rows the totals.
+  const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, kD, s.seq_q, s.packs() * s.heads_q, kBlockM);
+  const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, kD, s.seq_kv, s.packs() * s.heads_kv, kBlockN);
+  const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, kD, s.seq_kv, s.packs() * s.heads_kv, kBlockN);
+  auto kernel = features_hopper_kernel<kD, kModify>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<kD>::kBytes));
+  const int rows = s.varlen ? p.extras.max_seqlen_q : s.seq_q;
+  if (rows == 0) return;
+  const dim3 grid(unsigned((rows + kBlockM - 1) / kBlockM), unsigned(s.batch * s.heads_q));
+  kernel<<<grid, kThreads, Layout<kD>::kBytes, p.stream>>>(tm_q, tm_k, tm_v, s, p.extras,
+                                                           static_cast<__nv_bfloat16*>(p.o), p.lse);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_hopper(const ForwardParams& p) {
+  const bool modify = p.shape.softcap > 0.0 || p.shape.alibi || p.shape.bias;
+  with_head_dim<64, 128>(p.shape.head_dim,
+                         [&](auto d) { with_bool(modify, [&](auto m) { launch_dim<d.value, m.value>(p); }); });
+}
+
+ForwardKernel hopper_kernel() {
+  ForwardKernel k{"ch09_hopper_bf16",
+                  9,
+                  2,
+                  "hopper",
+                  DType::BF16,
+                  "chapter 06's ping-pong kernel with packed batches, windows, softcap, ALiBi and a bias",
+                  launch_hopper};
+  k.supports = [](const AttentionShape& s) { return hopper_support(s, "chapter 09's hopper variant"); };
+  k.features = kAllFeatures;
+  return k;
+}
+
+}  // namespace
+
+FA_REGISTER_FORWARD_KERNEL(hopper_kernel());
+
+}  // namespace fa::features
