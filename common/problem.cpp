@@ -99,12 +99,20 @@ std::string AttentionShape::to_string() const {
   s << "b" << batch << " h" << heads_q << "/" << heads_kv << " q" << seq_q << " k" << seq_kv << " d" << head_dim
     << (causal ? " causal" : "");
   if (scale > 0.0) s << " scale" << scale;
+  const std::string features = feature_string();
+  if (!features.empty()) s << " " << features;
+  return s.str();
+}
+
+std::string AttentionShape::feature_string() const {
+  std::ostringstream s;
   if (window_left >= 0 || window_right >= 0) s << " window " << window_left << "," << window_right;
   if (softcap > 0.0) s << " softcap " << softcap;
   if (alibi) s << " alibi";
   if (bias) s << " bias";
   if (varlen) s << " varlen";
-  return s.str();
+  const std::string text = s.str();
+  return text.empty() ? text : text.substr(1);
 }
 
 std::string AttentionShape::to_identifier() const {

@@ -142,6 +142,8 @@ struct AttentionShape {
   /// "b2 h16/16 q1024 k1024 d64 causal" -- short and human-readable; chapter 09's features
   /// follow ("window 256,0 softcap 30 alibi bias varlen").
   std::string to_string() const;
+  /// Chapter 09's part of to_string(), "" when no feature is on.
+  std::string feature_string() const;
   /// Same content with only [A-Za-z0-9_], for test names and file names.
   std::string to_identifier() const;
 };

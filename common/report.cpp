@@ -83,7 +83,7 @@ void print_results(std::ostream& out, const std::vector<RunResult>& results) {
 
 std::string csv_header() {
   return "chapter,kernel,variant,device,dtype,batch,heads_q,heads_kv,seq_q,seq_kv,head_dim,causal,"
-         "status,rel_err,max_abs_err,lse_err,time_ms,tflops,gbps,note,phases";
+         "status,rel_err,max_abs_err,lse_err,time_ms,tflops,gbps,note,phases,features";
 }
 
 std::string csv_row(const RunResult& r) {
@@ -103,7 +103,7 @@ std::string csv_row(const RunResult& r) {
     s << ",,,";
   }
   std::string note = !r.skipped.empty() ? r.skipped : !r.error.empty() ? r.error : r.note;
-  s << csv_quoted(note) << "," << csv_quoted(r.phases);
+  s << csv_quoted(note) << "," << csv_quoted(r.phases) << "," << csv_quoted(r.shape.feature_string());
   return s.str();
 }
 

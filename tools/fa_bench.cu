@@ -49,6 +49,7 @@ struct BenchOptions {
   bool list = false;
   bool decode = false;
   bool backward = false;
+  bool features = false;
   /// Evict the L2 before each timed launch. Off by default: the published figures are taken
   /// without it, and a flushed run is not comparable with them.
   bool flush_l2 = false;
@@ -80,6 +81,9 @@ const char* kUsage =
     "  --backward        time the backward kernels (chapter 07) over the sweep instead: TFLOP/s at 2.5x the\n"
     "                    forward's flops; the fp64 oracle checks seq <= 2048 (--check-max-seq), longer points\n"
     "                    are checked to be written and finite\n"
+    "  --features        time chapter 09's kernels on its points instead: seq 4k/8k/16k causal with a window\n"
+    "                    of 1024 or 4096 keys, softcap 50, ALiBi, a packed batch, and a bias at seq 4k; TFLOP/s\n"
+    "                    count only the pairs the mask leaves (use --dims 128 for the FlexAttention table)\n"
     "  --check-max-seq N with --backward: the longest sequence checked against the oracle (default 2048)\n"
     "  --list            list the registered kernels and exit\n";
 
@@ -146,6 +150,8 @@ BenchOptions parse_bench(int argc, char** argv) {
       o.decode = true;
     } else if (arg == "--backward") {
       o.backward = true;
+    } else if (arg == "--features") {
+      o.features = true;
     } else if (arg == "--max-point-ms") {
       o.max_point_ms = parse_int(arg, value(), 0);
     } else if (arg == "--check-max-seq") {
@@ -157,7 +163,8 @@ BenchOptions parse_bench(int argc, char** argv) {
       throw std::invalid_argument("unknown argument '" + arg + "' (see --help)");
     }
   }
-  if (o.backward && o.decode) throw std::invalid_argument("--backward and --decode are separate runs; give one");
+  if (int(o.backward) + int(o.decode) + int(o.features) > 1)
+    throw std::invalid_argument("--backward, --decode and --features are separate runs; give one");
   return o;
 }
 
@@ -177,6 +184,44 @@ std::vector<AttentionShape> sweep_shapes(const std::string& name, const std::vec
         s.causal = causal;
         shapes.push_back(s);
       }
+    }
+  }
+  return shapes;
+}
+
+/// Chapter 09's points (--features): the standard sweep's 16k tokens and hidden size at seq 4k,
+/// 8k and 16k, causal, with one feature each, as FlexAttention is benchmarked on them
+/// (tools/bench_flex.py has the same list): the plain causal mask, sliding windows of 1024 and
+/// 4096 keys, softcap 50, ALiBi, a packed batch of equal-length sequences, and (seq 4k only, not
+/// causal) a float bias [batch, heads, seq, seq].
+std::vector<AttentionShape> feature_points(const std::vector<int>& dims) {
+  std::vector<AttentionShape> shapes;
+  for (int dim : dims) {
+    for (int seq : {4096, 8192, 16384}) {
+      AttentionShape base;
+      base.batch = 16384 / seq;
+      base.heads_q = base.heads_kv = 2048 / dim;
+      base.seq_q = base.seq_kv = seq;
+      base.head_dim = dim;
+      base.causal = true;
+      std::vector<AttentionShape> points(6, base);
+      points[1].window_left = 1023;
+      points[1].window_right = 0;
+      points[2].window_left = 4095;
+      points[2].window_right = 0;
+      points[3].softcap = 50;
+      points[4].alibi = true;
+      // A packed batch: the same sequences laid end to end (equal_packing), so the work is the
+      // dense batch's and only the addressing differs.
+      points[5].varlen = true;
+      points[5].seq_q = points[5].seq_kv = 16384;
+      if (seq == 4096) {
+        AttentionShape biased = base;
+        biased.causal = false;
+        biased.bias = true;
+        points.push_back(biased);
+      }
+      for (const AttentionShape& p : points) shapes.push_back(p);
     }
   }
   return shapes;
@@ -478,9 +523,9 @@ int main(int argc, char** argv) {
 
     std::vector<const ForwardKernel*> kernels;
     for (const ForwardKernel& k : forward_kernels()) {
-      if (selected(k.name, opt.kernel_filters)) kernels.push_back(&k);
+      if (selected(k.name, opt.kernel_filters) && (!opt.features || k.features != 0)) kernels.push_back(&k);
     }
-    std::vector<AttentionShape> shapes = sweep_shapes(opt.sweep, opt.dims);
+    std::vector<AttentionShape> shapes = opt.features ? feature_points(opt.dims) : sweep_shapes(opt.sweep, opt.dims);
     const size_t total = shapes.size() * kernels.size();
     size_t done = 0, failures = 0;
     RunOptions run;
@@ -491,7 +536,8 @@ int main(int argc, char** argv) {
     run.flush_l2 = opt.flush_l2;
     SlowPoints slow(opt.max_point_ms);
     for (const AttentionShape& shape : shapes) {
-      Problem problem(shape, opt.seed);
+      const Packing packing = shape.varlen ? equal_packing(shape) : Packing{};
+      Problem problem(shape, opt.seed, false, shape.varlen ? &packing : nullptr);
       for (const ForwardKernel* k : kernels) {
         ++done;
         std::printf("[%3zu/%zu] %-22s %-34s ", done, total, k->name.c_str(), shape.to_string().c_str());

@@ -97,4 +97,20 @@ FA_HD inline float modified_score(const AttentionShape& s, float x, float slope,
 }
 //! [modified_score]
 
+/// A block's score changes, with what can be worked out once per block worked out (the kernels'
+/// arrangement of modified_score).
+struct ScoreChanges {
+  float scale;          ///< the softmax scale
+  float cap;            ///< the softcap, or 0
+  float scale_per_cap;  ///< scale / cap: tanh's argument is the raw score times this
+  float slope;          ///< this head's ALiBi slope, or 0
+  const float* bias;    ///< this head's [seq_q][seq_kv] bias, or null
+};
+
+FA_HD inline ScoreChanges score_changes(const AttentionShape& s, const SequenceRows& seq, const AttentionExtras& e) {
+  const float scale = float(s.softmax_scale()), cap = float(s.softcap);
+  return {scale, cap, cap > 0.0f ? scale / cap : 0.0f, s.alibi ? float(s.alibi_slope(seq.head)) : 0.0f,
+          s.bias ? e.bias + seq.bias0 : nullptr};
+}
+
 }  // namespace fa::features

@@ -33,21 +33,53 @@ using flash2::kTunedThreads;
 using flash2::kWarpRows;
 
 /// softcap, ALiBi and the bias on the warp's 32 x kKeys scores: s holds raw Q K^T and leaves
-/// scaled and changed. Keys past the sequence's end keep their value (the mask removes them).
+/// scaled and changed. s[mt][nb][e] is row warp_row0 + 16 mt + 8 (e / 2) + g, key j0 + 8 nb + 2t +
+/// (e & 1). modified_score's rule (features.h), arranged for the GPU: one loop per feature, each
+/// branch taken once per tile, and ALiBi's distance as a per-row float minus a per-element
+/// constant (an int-to-float conversion per score would load the unit the exponentials use).
 template <int kKeys>
-__device__ inline void modify_scores(float (&s)[2][kKeys / 8][4], const AttentionShape& one, float scale, float slope,
-                                     const float* bias_rows, int warp_row0, int j0, int g, int t) {
+__device__ inline void modify_scores(float (&s)[2][kKeys / 8][4], const AttentionShape& one, const ScoreChanges& c,
+                                     int warp_row0, int j0, int g, int t) {
   //! [modify_scores]
+  if (c.cap > 0.0f) {
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int nb = 0; nb < kKeys / 8; ++nb)
+      for (int nb = 0; nb < kKeys / 8; ++nb)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = warp_row0 + 16 * mt + 8 * (e / 2) + g, key = j0 + nb * 8 + 2 * t + (e & 1);
-        const bool inside = row < one.seq_q && key < one.seq_kv;  // the bias exists only there
-        s[mt][nb][e] = modified_score(one, s[mt][nb][e] * scale, slope, row, key, inside ? bias_rows : nullptr);
+        for (int e = 0; e < 4; ++e) s[mt][nb][e] = c.cap * fast_tanh(s[mt][nb][e] * c.scale_per_cap);
+  } else {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nb = 0; nb < kKeys / 8; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nb][e] *= c.scale;
+  }
+  if (c.slope != 0.0f) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float base = float(warp_row0 + 16 * mt + 8 * h + g + one.causal_offset() - j0 - 2 * t);
+#pragma unroll
+        for (int nb = 0; nb < kKeys / 8; ++nb)
+#pragma unroll
+          for (int odd = 0; odd < 2; ++odd)
+            s[mt][nb][2 * h + odd] = fmaf(-c.slope, fabsf(base - float(8 * nb + odd)), s[mt][nb][2 * h + odd]);
       }
+  }
+  if (c.bias) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nb = 0; nb < kKeys / 8; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = warp_row0 + 16 * mt + 8 * (e / 2) + g, key = j0 + nb * 8 + 2 * t + (e & 1);
+          if (row < one.seq_q && key < one.seq_kv) s[mt][nb][e] += c.bias[int64_t(row) * one.seq_kv + key];
+        }
+  }
   //! [modify_scores]
 }
 
@@ -78,11 +110,9 @@ __global__ void __launch_bounds__(kTunedThreads, 2)
   //! [ampere_window]
   const KeySpan keys = tile_keys(one, i0, last_row, kKeys);
   //! [ampere_window]
-  const float scale = float(one.softmax_scale());
+  const ScoreChanges changes = score_changes(shape, seq, extras);
   // With a score change the scores arrive scaled, so the softmax's scale is 1 (log2 e in log2 units).
-  const float scale_log2 = kModify ? kLog2e : scale * kLog2e;
-  const float slope = shape.alibi ? float(shape.alibi_slope(seq.head)) : 0.0f;
-  const float* bias_rows = shape.bias ? extras.bias + seq.bias0 : nullptr;
+  const float scale_log2 = kModify ? kLog2e : changes.scale * kLog2e;
 
   flash2::copy_rows_async<T, kD, kBlockRows>(q_s, q_head, i0, n_q);
   if (keys.begin < keys.end) flash2::copy_rows_async<T, kD, kKeys>(k_s, k_head, keys.begin, n_k);
@@ -100,7 +130,7 @@ __global__ void __launch_bounds__(kTunedThreads, 2)
 
     float s[2][kKeyBlocks][4] = {};
     flash2::tuned_scores<T, kD, kKeys, flash2::PaddedRows<kD>, flash2::PaddedRows<kD>>(s, q_s, k_s, warp, lane);
-    if constexpr (kModify) modify_scores<kKeys>(s, one, scale, slope, bias_rows, i0 + kWarpRows * warp, j0, g, t);
+    if constexpr (kModify) modify_scores<kKeys>(s, one, changes, i0 + kWarpRows * warp, j0, g, t);
     if (!tile_fully_visible(one, i0, kBlockRows, j0, kKeys))
       flash2::tuned_mask<kKeys>(s, one, i0 + kWarpRows * warp, j0, g, t);
 

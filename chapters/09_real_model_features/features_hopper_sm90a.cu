@@ -34,15 +34,34 @@ template <int kD>
 using Layout = flash3::Smem<kD, kBlockM, kStages, 1 + 4 * kStages>;
 
 /// softcap, ALiBi and the bias on this thread's scores of one K/V tile (chapter 06's fragment:
-/// s[i] is row row0 + 8 ((i % 4) / 2), key j0 + 8 (i / 4) + 2t + (i & 1)).
-__device__ inline void modify_tile(float (&s)[kBlockN / 2], const AttentionShape& one, float scale, float slope,
-                                   const float* bias_rows, int row0, int j0, int t) {
+/// s[i] is row row0 + 8 ((i % 4) / 2), key j0 + 8 (i / 4) + 2t + (i & 1)). modified_score's rule
+/// (features.h), arranged for the GPU: one loop per feature, each branch taken once per tile,
+/// and ALiBi's distance as a per-row float minus a per-element constant (an int-to-float
+/// conversion per score would load the same unit as the exponentials).
+__device__ inline void modify_tile(float (&s)[kBlockN / 2], const AttentionShape& one, const ScoreChanges& c, int row0,
+                                   int j0, int t) {
   //! [hopper_modify]
+  if (c.cap > 0.0f) {
 #pragma unroll
-  for (int i = 0; i < kBlockN / 2; ++i) {
-    const int row = row0 + 8 * ((i % 4) / 2), key = j0 + 8 * (i / 4) + 2 * t + (i & 1);
-    const bool inside = row < one.seq_q && key < one.seq_kv;
-    s[i] = modified_score(one, s[i] * scale, slope, row, key, inside ? bias_rows : nullptr);
+    for (int i = 0; i < kBlockN / 2; ++i) s[i] = c.cap * fast_tanh(s[i] * c.scale_per_cap);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i) s[i] *= c.scale;
+  }
+  if (c.slope != 0.0f) {
+    // |i + off - j| for row row0 + 8h and key j0 + 2t + (8 (i / 4) + (i & 1)).
+    const float base[2] = {float(row0 + one.causal_offset() - j0 - 2 * t),
+                           float(row0 + 8 + one.causal_offset() - j0 - 2 * t)};
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i)
+      s[i] = fmaf(-c.slope, fabsf(base[(i % 4) / 2] - float(8 * (i / 4) + (i & 1))), s[i]);
+  }
+  if (c.bias) {
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i) {
+      const int row = row0 + 8 * ((i % 4) / 2), key = j0 + 8 * (i / 4) + 2 * t + (i & 1);
+      if (row < one.seq_q && key < one.seq_kv) s[i] += c.bias[int64_t(row) * one.seq_kv + key];
+    }
   }
   //! [hopper_modify]
 }
@@ -57,8 +76,8 @@ struct FeatureOps {
   uint64_t *k_full, *v_full, *k_empty, *v_empty;
   AttentionShape one;  // the sequence as a batch of one
   int i0, row0, t, first_key;
-  float scale, scale_log2, slope;
-  const float* bias_rows;
+  float scale_log2;
+  ScoreChanges changes;
   float out[kD / 2];
   float m[2], l[2];
   uint32_t p[kBlockN / 16][4];
@@ -74,11 +93,23 @@ struct FeatureOps {
   //! [hopper_softmax]
   __device__ void softmax(int j, float (&s)[kBlockN / 2], float (&rescale)[2]) {
     const int j0 = first_key + j * kBlockN;
-    if constexpr (kModify) modify_tile(s, one, scale, slope, bias_rows, row0, j0, t);
+    if (kModify && changes.bias) prefetch_bias(j0 + kBlockN);
+    if constexpr (kModify) modify_tile(s, one, changes, row0, j0, t);
     if (!tile_fully_visible(one, i0, kBlockM, j0, kBlockN)) flash3::mask_scores(s, one, row0, j0, t);
     flash3::online_softmax(s, m, l, rescale, scale_log2);
   }
   //! [hopper_softmax]
+  /// The bias of the next tile into L2 while this one is worked on: each of the quad's threads
+  /// asks for one 128-byte line of each of its two rows (a tile row is 128 floats, 4 lines).
+  __device__ void prefetch_bias(int j0) {
+    if (j0 >= one.seq_kv) return;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 8 * h, key = min(j0 + 32 * t, one.seq_kv - 1);
+      if (row < one.seq_q)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(changes.bias + int64_t(row) * one.seq_kv + key));
+    }
+  }
   __device__ void rescale_out(const float (&rescale)[2]) { flash3::rescale_output<kD>(out, rescale); }
   __device__ void pack(const float (&s)[kBlockN / 2]) { flash3::pack_p(s, p); }
   __device__ void fence_out() { fence_operands(out); }
@@ -142,7 +173,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   setmaxnreg_inc<240>();
   const int consumer = wg - 1, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int row0 = i0 + 64 * consumer + 16 * warp + g;
-  const float scale = float(one.softmax_scale());
+  const ScoreChanges changes = score_changes(shape, seq, extras);
   FeatureOps<kD, kModify> ops{smem,
                               smem + S::kQ + consumer * 64 * 128,
                               k_full,
@@ -154,10 +185,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                               row0,
                               t,
                               keys.begin,
-                              scale,
-                              kModify ? kLog2e : scale * kLog2e,  // scores arrive scaled when changed
-                              shape.alibi ? float(shape.alibi_slope(seq.head)) : 0.0f,
-                              shape.bias ? extras.bias + seq.bias0 : nullptr,
+                              kModify ? kLog2e : changes.scale * kLog2e,  // scores arrive scaled when changed
+                              changes,
                               {},
                               {-INFINITY, -INFINITY},
                               {0.0f, 0.0f},
