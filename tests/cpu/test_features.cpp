@@ -186,8 +186,9 @@ TEST(FeatureOracle, BackwardMatchesFiniteDifferences) {
     const AttentionExtras extras = problem.host_extras();
     const std::vector<float> d_out = normal_values(s.q_elems(), seed, 11);
     const BackwardReference ref = reference_backward(s, in.q.data(), in.k.data(), in.v.data(), d_out.data(), &extras);
-    // Float inputs: a step of 1e-2 in float keeps the difference quotient's rounding near 1e-5.
-    const double step = 1.0 / 64;
+    // A central difference over the step the float inputs really took (x + h and x - h rounded
+    // to float), so that only the truncation error, of order h^2, remains.
+    const double step = 1.0 / 1024;
     auto check = [&](const std::vector<float>& x, const std::vector<double>& grad, int which) {
       for (int64_t i = 0; i < int64_t(x.size()); i += 7) {
         std::vector<float> up = x, down = x;
@@ -196,7 +197,7 @@ TEST(FeatureOracle, BackwardMatchesFiniteDifferences) {
         auto loss = [&](const std::vector<float>& t) {
           return loss_of(s, which == 0 ? t : in.q, which == 1 ? t : in.k, which == 2 ? t : in.v, d_out, extras);
         };
-        const double numeric = (loss(up) - loss(down)) / (2 * step);
+        const double numeric = (loss(up) - loss(down)) / (double(up[i]) - double(down[i]));
         ASSERT_NEAR(grad[i], numeric, 2e-3 * (1 + std::abs(numeric))) << "d"
                                                                       << "qkv"[which] << "[" << i << "]";
       }
