@@ -66,6 +66,9 @@ inline std::vector<AttentionShape> feature_shapes() {
       with_features(shape_of(1, 12, 4, 130, 170, 128, false), alibi),
       with_features(shape_of(2, 2, 1, 129, 257, 64, false), biased),
       with_features(shape_of(1, 2, 2, 190, 190, 128, true), biased),
+      // seq_kv a multiple of 4: chapter 09's Hopper kernel stages the bias in shared memory.
+      with_features(shape_of(1, 4, 2, 200, 256, 128, true), biased),
+      with_features(shape_of(2, 2, 2, 300, 300, 64, false), biased),
       with_features(shape_of(6, 4, 2, 700, 900, 64, true), packed),
       with_features(shape_of(3, 2, 2, 5, 7, 128, false), packed),
       with_features(shape_of(5, 4, 2, 600, 600, 128, true), packed_all),

@@ -13,7 +13,8 @@ from what the result files give, or when a page asks for a table that does not e
 run: copy its files into docs/results/h100/, update run.txt, run this script, commit.
 
 Tables: tour, progression, ceilings, ch01 ... ch06, ch06_fp8, ch07, ch08; python_errors and train_gpt
-(from the pytest suite's FA_RULE_CSV and examples/train_gpt.py, each file naming its own run).
+(from the pytest suite's FA_RULE_CSV and examples/train_gpt.py), features (chapter 09 against
+FlexAttention, tools/features_report.py), each of these files naming its own run.
 """
 import argparse
 import csv
@@ -273,6 +274,20 @@ def train_gpt_table():
             f"over the second half of training.\n\nMeasured on {line}.\n")
 
 
+def features_table():
+    line, rows = load_with_line("features.csv")
+    body = table(["feature", "seq × batch", "ours (kernel)", "TFLOP/s", "FlexAttention", "× Flex", "SDPA (backend)",
+                  "× SDPA"],
+                 [[r["feature"], f"{int(r['seq']) // 1024}k × {r['batch']}", f"`{r['kernel']}`", r["tflops"],
+                   r["flex_tflops"] or "–", f"{r['over_flex']}×" if r["over_flex"] else "–",
+                   f"{r['sdpa_tflops']} ({r['sdpa_backend']})" if r["sdpa_tflops"] else "–",
+                   f"{r['over_sdpa']}×" if r["over_sdpa"] else "–"] for r in rows])
+    return (body + "\n\nhead_dim 128, 16 heads, bf16, 16k tokens per point; causal except the bias row. TFLOP/s count "
+            "only the (query, key) pairs the mask leaves (half the square for causal, exact for windows). SDPA runs "
+            "where it takes the feature: the plain causal mask, and ALiBi and the bias as a materialized bf16 mask. "
+            f"\n\nMeasured on {line}.\n")
+
+
 def tables():
     fw = Forward()
     out = {"tour": tour_table(), "progression": progression_table(fw), "ceilings": ceilings_table(),
@@ -283,6 +298,7 @@ def tables():
     out = {name: f"{body}\n\nMeasured on {line}\n" for name, body in out.items()}
     out["python_errors"] = python_errors_table()
     out["train_gpt"] = train_gpt_table()
+    out["features"] = features_table()
     return out
 
 

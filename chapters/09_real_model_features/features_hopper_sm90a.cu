@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "../06_flash_attention_v3/flash3_tile.cuh"
+#include "ampere.cuh"
 #include "cuda_check.h"
 #include "features.h"
 #include "registry.h"
@@ -32,6 +33,9 @@ constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers), kBlockM = 64 * 
 constexpr int kConsumerThreads = 128 * kConsumers;
 template <int kD>
 using Layout = flash3::Smem<kD, kBlockM, kStages, 1 + 4 * kStages>;
+/// With a bias staged in shared memory: the two consumers' bias tiles after the barriers.
+template <int kD>
+constexpr int kBiasOffset = (Layout<kD>::kBars + 8 * (1 + 4 * kStages) + 127) / 128 * 128;
 
 /// softcap, ALiBi and the bias on this thread's scores of one K/V tile (chapter 06's fragment:
 /// s[i] is row row0 + 8 ((i % 4) / 2), key j0 + 8 (i / 4) + 2t + (i & 1)). modified_score's rule
@@ -66,8 +70,66 @@ __device__ inline void modify_tile(float (&s)[kBlockN / 2], const AttentionShape
   //! [hopper_modify]
 }
 
+/// The mask (causal, window, the sequence's ends) on this thread's scores of one K/V tile. The
+/// keys a row sees are one run, first_visible_key .. visible_keys - 1, so each of the thread's two
+/// rows gets its run once, shifted to the thread's first key; each score is then two compares
+/// against a constant offset (chapter 06's mask_scores evaluates the whole rule per score).
+__device__ inline void mask_tile(float (&s)[kBlockN / 2], const AttentionShape& one, int row0, int j0, int t) {
+  //! [hopper_mask]
+  int lo[2], hi[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h, inside = row < one.seq_q;
+    lo[h] = (inside ? one.first_visible_key(row) : 0) - j0 - 2 * t;
+    hi[h] = (inside ? one.visible_keys(row) : 0) - j0 - 2 * t;
+  }
+#pragma unroll
+  for (int i = 0; i < kBlockN / 2; ++i) {
+    const int h = (i % 4) / 2, offset = 8 * (i / 4) + (i & 1);
+    if (offset < lo[h] || offset >= hi[h]) s[i] = -INFINITY;
+  }
+  //! [hopper_mask]
+}
+
+/// The bias through shared memory: each consumer warpgroup copies its 64 rows x 128 keys of the
+/// next tile's bias with cp.async (16 bytes a copy, no registers held) while it works on this
+/// tile. Rows are 512 bytes; the 16-byte chunk c of row r is stored at chunk c ^ (r % 8), so that
+/// the 8 rows a warp reads at once fall in different banks. Used when every bias row starts on a
+/// 16-byte boundary (seq_kv a multiple of 4); otherwise each score's bias is read from global.
+constexpr int kBiasRowFloats = kBlockN, kBiasTileBytes = 64 * kBlockN * 4;
+constexpr int kBiasBarrier = 3;  // named barriers 3 and 4 (1 and 2 are the ping-pong turns)
+
+__device__ inline float* bias_at(float* tile, int row, int key) {
+  return tile + row * kBiasRowFloats + (((key / 4) ^ (row % 8)) * 4) + key % 4;
+}
+
+/// Rows first_row .. first_row + 63 (of this sequence) and keys j0 .. j0 + 127 of the bias into
+/// `tile`, zeros past either end; one thread of the 128 issues 16 copies.
+__device__ inline void copy_bias_tile(float* tile, const float* bias, const AttentionShape& one, int first_row, int j0,
+                                      int thread) {
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {
+    const int e = thread + 128 * k, row = e / 32, key = 4 * (e % 32);
+    const bool valid = first_row + row < one.seq_q && j0 + key < one.seq_kv;
+    const float* from = valid ? bias + int64_t(first_row + row) * one.seq_kv + j0 + key : bias;
+    ampere::cp_async_16(bias_at(tile, row, key), from, valid);
+  }
+  ampere::cp_async_commit();
+}
+
+/// Adds the staged bias tile (rows of this consumer from row 0 of the tile) to s.
+__device__ inline void add_staged_bias(float (&s)[kBlockN / 2], float* tile, int local_row0, int t) {
+#pragma unroll
+  for (int i = 0; i < kBlockN / 2; i += 2) {
+    const int row = local_row0 + 8 * ((i % 4) / 2), key = 8 * (i / 4) + 2 * t;
+    const float2 b = *reinterpret_cast<const float2*>(bias_at(tile, row, key));
+    s[i] += b.x;
+    s[i + 1] += b.y;
+  }
+}
+
 /// The operations chapter 06's pingpong_schedule runs, for tiles counted from the window's first.
-template <int kD, bool kModify>
+template <int kD, bool kModify, bool kStageBias>
 struct FeatureOps {
   using S = Layout<kD>;
   using R = Ring<kStages>;
@@ -78,6 +140,8 @@ struct FeatureOps {
   int i0, row0, t, first_key;
   float scale_log2;
   ScoreChanges changes;
+  float* bias_tile;  // this consumer's staged bias tile, or null (bias read from global)
+  int consumer, thread, n_tiles;
   float out[kD / 2];
   float m[2], l[2];
   uint32_t p[kBlockN / 16][4];
@@ -93,12 +157,29 @@ struct FeatureOps {
   //! [hopper_softmax]
   __device__ void softmax(int j, float (&s)[kBlockN / 2], float (&rescale)[2]) {
     const int j0 = first_key + j * kBlockN;
-    if (kModify && changes.bias) prefetch_bias(j0 + kBlockN);
-    if constexpr (kModify) modify_tile(s, one, changes, row0, j0, t);
-    if (!tile_fully_visible(one, i0, kBlockM, j0, kBlockN)) flash3::mask_scores(s, one, row0, j0, t);
+    if constexpr (kStageBias) {
+      stage_bias(j, s);
+    } else if constexpr (kModify) {
+      if (changes.bias) prefetch_bias(j0 + kBlockN);
+      modify_tile(s, one, changes, row0, j0, t);
+    }
+    if (!tile_fully_visible(one, i0 + 64 * consumer, 64, j0, kBlockN)) mask_tile(s, one, row0, j0, t);
     flash3::online_softmax(s, m, l, rescale, scale_log2);
   }
   //! [hopper_softmax]
+  /// Tile j's staged bias added (the tile's copy waited for), then tile j + 1's copy issued once
+  /// every thread of the warpgroup is done with the buffer.
+  __device__ void stage_bias(int j, float (&s)[kBlockN / 2]) {
+    ScoreChanges without_bias = changes;
+    without_bias.bias = nullptr;
+    modify_tile(s, one, without_bias, row0, first_key + j * kBlockN, t);
+    ampere::cp_async_wait<0>();
+    named_barrier_sync<128>(kBiasBarrier + consumer);  // every thread's copies of tile j landed
+    add_staged_bias(s, bias_tile, row0 - i0 - 64 * consumer, t);
+    named_barrier_sync<128>(kBiasBarrier + consumer);  // every thread has read it
+    if (j + 1 < n_tiles)
+      copy_bias_tile(bias_tile, changes.bias, one, i0 + 64 * consumer, first_key + (j + 1) * kBlockN, thread);
+  }
   /// The bias of the next tile into L2 while this one is worked on: each of the quad's threads
   /// asks for one 128-byte line of each of its two rows (a tile row is 128 floats, 4 lines).
   __device__ void prefetch_bias(int j0) {
@@ -115,7 +196,8 @@ struct FeatureOps {
   __device__ void fence_out() { fence_operands(out); }
 };
 
-template <int kD, bool kModify>
+/// kModify: softcap, ALiBi or a bias is on; kStageBias: the bias goes through shared memory.
+template <int kD, bool kModify, bool kStageBias>
 __global__ void __launch_bounds__(kThreads, 1)
     features_hopper_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                            const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, AttentionExtras extras,
@@ -174,23 +256,32 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int consumer = wg - 1, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int row0 = i0 + 64 * consumer + 16 * warp + g;
   const ScoreChanges changes = score_changes(shape, seq, extras);
-  FeatureOps<kD, kModify> ops{smem,
-                              smem + S::kQ + consumer * 64 * 128,
-                              k_full,
-                              v_full,
-                              k_empty,
-                              v_empty,
-                              one,
-                              i0,
-                              row0,
-                              t,
-                              keys.begin,
-                              kModify ? kLog2e : changes.scale * kLog2e,  // scores arrive scaled when changed
-                              changes,
-                              {},
-                              {-INFINITY, -INFINITY},
-                              {0.0f, 0.0f},
-                              {}};
+  float* bias_tile =
+      kStageBias ? reinterpret_cast<float*>(smem + kBiasOffset<kD> + consumer * kBiasTileBytes) : nullptr;
+  FeatureOps<kD, kModify, kStageBias> ops{
+      smem,
+      smem + S::kQ + consumer * 64 * 128,
+      k_full,
+      v_full,
+      k_empty,
+      v_empty,
+      one,
+      i0,
+      row0,
+      t,
+      keys.begin,
+      kModify ? kLog2e : changes.scale * kLog2e,  // scores arrive scaled when changed
+      changes,
+      bias_tile,
+      consumer,
+      tid % 128,
+      n_tiles,
+      {},
+      {-INFINITY, -INFINITY},
+      {0.0f, 0.0f},
+      {}};
+  if (kStageBias && n_tiles > 0)
+    copy_bias_tile(bias_tile, changes.bias, one, i0 + 64 * consumer, keys.begin, tid % 128);
   mbarrier_wait(q_full, 0);
   flash3::pingpong_schedule(ops, n_tiles, consumer);
 
@@ -205,27 +296,34 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <int kD, bool kModify>
+template <int kD, bool kModify, bool kStageBias>
 void launch_dim(const ForwardParams& p) {
   const AttentionShape& s = p.shape;
   // A packed batch is the dense layout with a batch of one: planes are heads, rows the totals.
   const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, kD, s.seq_q, s.packs() * s.heads_q, kBlockM);
   const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, kD, s.seq_kv, s.packs() * s.heads_kv, kBlockN);
   const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, kD, s.seq_kv, s.packs() * s.heads_kv, kBlockN);
-  auto kernel = features_hopper_kernel<kD, kModify>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<kD>::kBytes));
+  auto kernel = features_hopper_kernel<kD, kModify, kStageBias>;
+  const int bytes = kStageBias ? kBiasOffset<kD> + 2 * kBiasTileBytes + 1024 : Layout<kD>::kBytes;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   const int rows = s.varlen ? p.extras.max_seqlen_q : s.seq_q;
   if (rows == 0) return;
   const dim3 grid(unsigned((rows + kBlockM - 1) / kBlockM), unsigned(s.batch * s.heads_q));
-  kernel<<<grid, kThreads, Layout<kD>::kBytes, p.stream>>>(tm_q, tm_k, tm_v, s, p.extras,
-                                                           static_cast<__nv_bfloat16*>(p.o), p.lse);
+  kernel<<<grid, kThreads, bytes, p.stream>>>(tm_q, tm_k, tm_v, s, p.extras, static_cast<__nv_bfloat16*>(p.o), p.lse);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_hopper(const ForwardParams& p) {
-  const bool modify = p.shape.softcap > 0.0 || p.shape.alibi || p.shape.bias;
-  with_head_dim<64, 128>(p.shape.head_dim,
-                         [&](auto d) { with_bool(modify, [&](auto m) { launch_dim<d.value, m.value>(p); }); });
+  const AttentionShape& s = p.shape;
+  // The bias is staged in shared memory when each of its rows starts on a 16-byte boundary.
+  const bool stage = s.bias && s.seq_kv % 4 == 0, modify = s.softcap > 0.0 || s.alibi || s.bias;
+  with_head_dim<64, 128>(s.head_dim, [&](auto d) {
+    if (stage) {
+      launch_dim<d.value, true, true>(p);
+    } else {
+      with_bool(modify, [&](auto m) { launch_dim<d.value, m.value, false>(p); });
+    }
+  });
 }
 
 ForwardKernel hopper_kernel() {

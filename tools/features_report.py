@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Chapter 09's comparison table: fa_bench --features and tools/bench_flex.py, one row per point.
+
+    python3 tools/features_report.py FA_CSV FLEX_CSV --out docs/results/h100/features.csv \\
+        --line "NVIDIA H100 80GB HBM3, PyTorch 2.11.0+cu130, 2026-11-24: ..."
+
+Each row: the feature, the point, our best kernel there (TFLOP/s counting only the pairs the mask
+leaves), FlexAttention's, SDPA's best backend where SDPA takes the feature, and the ratios. The
+first line of the output is the '# ' line saying where it was measured (tools/tables.py needs it).
+"""
+import argparse
+import csv
+import sys
+
+# fa_bench's feature column -> bench_flex.py's feature name
+FEATURE_NAMES = {"": "causal", "window 1023,0": "window 1024", "window 4095,0": "window 4096",
+                 "softcap 50": "softcap 50", "alibi": "alibi", "varlen": "packed", "bias": "bias"}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("fa_csv")
+    parser.add_argument("flex_csv")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--line", required=True, help="where and how it was measured (the file's first line)")
+    args = parser.parse_args()
+    ours = {}
+    for r in csv.DictReader(open(args.fa_csv, newline="")):
+        if r["status"] != "ok" or not r["tflops"]:
+            continue
+        feature = FEATURE_NAMES.get(r["features"])
+        if feature is None:
+            sys.exit(f"features_report: unknown features column {r['features']!r} in {args.fa_csv}")
+        seq = int(r["seq_q"]) // int(r["batch"]) if feature == "packed" else int(r["seq_q"])
+        key = (feature, int(r["head_dim"]), seq)
+        if key not in ours or float(r["tflops"]) > ours[key][1]:
+            ours[key] = (r["kernel"], float(r["tflops"]), float(r["time_ms"]), int(r["batch"]), int(r["heads_q"]))
+    flex, sdpa = {}, {}
+    for r in csv.DictReader(open(args.flex_csv, newline="")):
+        if r["status"] != "ok":
+            continue
+        key = (r["feature"], int(r["head_dim"]), int(r["seq"]))
+        if r["backend"] == "flex":
+            flex[key] = float(r["tflops"])
+        elif key not in sdpa or float(r["tflops"]) > sdpa[key][1]:
+            sdpa[key] = (r["backend"].replace("sdpa_", ""), float(r["tflops"]))
+    order = list(FEATURE_NAMES.values())
+    with open(args.out, "w", newline="") as f:
+        f.write(f"# {args.line}\n")
+        out = csv.writer(f)
+        out.writerow(["feature", "head_dim", "seq", "batch", "heads", "kernel", "time_ms", "tflops", "flex_tflops",
+                      "over_flex", "sdpa_backend", "sdpa_tflops", "over_sdpa"])
+        for key in sorted(ours, key=lambda k: (k[1], order.index(k[0]), k[2])):
+            kernel, tflops, ms, batch, heads = ours[key]
+            fx = flex.get(key)
+            backend, st = sdpa.get(key, ("", None))
+            out.writerow([key[0], key[1], key[2], batch, heads, kernel, f"{ms:.4g}", f"{tflops:.1f}",
+                          f"{fx:.1f}" if fx else "", f"{tflops / fx:.2f}" if fx else "", backend,
+                          f"{st:.1f}" if st else "", f"{tflops / st:.2f}" if st else ""])
+    print(f"features_report: {len(ours)} points -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
