@@ -5,7 +5,8 @@
         --line "NVIDIA H100 80GB HBM3, PyTorch 2.11.0+cu130, 2026-11-24: ..."
 
 Each row: the feature, the point, our best kernel there (TFLOP/s counting only the pairs the mask
-leaves), FlexAttention's, SDPA's best backend where SDPA takes the feature, and the ratios. The
+leaves), FlexAttention's, SDPA's best backend where SDPA takes the feature, the ratios, and the
+sm_80 path's (ch09_ampere_bf16) figure. The
 first line of the output is the '# ' line saying where it was measured (tools/tables.py needs it).
 """
 import argparse
@@ -24,7 +25,7 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--line", required=True, help="where and how it was measured (the file's first line)")
     args = parser.parse_args()
-    ours = {}
+    ours, ampere = {}, {}
     for r in csv.DictReader(open(args.fa_csv, newline="")):
         if r["status"] != "ok" or not r["tflops"]:
             continue
@@ -33,6 +34,8 @@ def main():
             sys.exit(f"features_report: unknown features column {r['features']!r} in {args.fa_csv}")
         seq = int(r["seq_q"]) // int(r["batch"]) if feature == "packed" else int(r["seq_q"])
         key = (feature, int(r["head_dim"]), seq)
+        if r["kernel"] == "ch09_ampere_bf16":
+            ampere[key] = float(r["tflops"])
         if key not in ours or float(r["tflops"]) > ours[key][1]:
             ours[key] = (r["kernel"], float(r["tflops"]), float(r["time_ms"]), int(r["batch"]), int(r["heads_q"]))
     flex, sdpa = {}, {}
@@ -49,14 +52,15 @@ def main():
         f.write(f"# {args.line}\n")
         out = csv.writer(f)
         out.writerow(["feature", "head_dim", "seq", "batch", "heads", "kernel", "time_ms", "tflops", "flex_tflops",
-                      "over_flex", "sdpa_backend", "sdpa_tflops", "over_sdpa"])
+                      "over_flex", "sdpa_backend", "sdpa_tflops", "over_sdpa", "ampere_tflops"])
         for key in sorted(ours, key=lambda k: (k[1], order.index(k[0]), k[2])):
             kernel, tflops, ms, batch, heads = ours[key]
             fx = flex.get(key)
             backend, st = sdpa.get(key, ("", None))
             out.writerow([key[0], key[1], key[2], batch, heads, kernel, f"{ms:.4g}", f"{tflops:.1f}",
                           f"{fx:.1f}" if fx else "", f"{tflops / fx:.2f}" if fx else "", backend,
-                          f"{st:.1f}" if st else "", f"{tflops / st:.2f}" if st else ""])
+                          f"{st:.1f}" if st else "", f"{tflops / st:.2f}" if st else "",
+                          f"{ampere[key]:.1f}" if key in ampere else ""])
     print(f"features_report: {len(ours)} points -> {args.out}")
     return 0
 

@@ -104,7 +104,7 @@ __device__ inline float* bias_at(float* tile, int row, int key) {
 }
 
 /// Rows first_row .. first_row + 63 (of this sequence) and keys j0 .. j0 + 127 of the bias into
-/// `tile`, zeros past either end; one thread of the 128 issues 16 copies.
+/// `tile`, zeros past either end; each of the warpgroup's 128 threads makes 16 of the copies.
 __device__ inline void copy_bias_tile(float* tile, const float* bias, const AttentionShape& one, int first_row, int j0,
                                       int thread) {
 #pragma unroll
