@@ -29,6 +29,12 @@ BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed
   fill(p.k, shape.kv_elems(), 1);
   fill(p.v, shape.kv_elems(), 2);
   fill(p.d_o, shape.o_elems(), 3);
+  if (shape.bias) {
+    p.bias.resize(shape.bias_elems());
+    fill_random_normal(p.bias, seed, 7);
+  }
+  if (shape.varlen) p.packing = random_packing(shape, seed);
+  if (shape.has_features() && check_kv_heads > 0) check_kv_heads = 0;
   p.checked = shape;
   if (check_kv_heads < 0) {  // no oracle: outputs are only checked to be written and finite
     p.checked.batch = 0;
@@ -42,13 +48,28 @@ BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed
     p.checked.heads_q = p.checked.heads_kv * shape.group_size();
     p.needs_forward = true;
   }
-  p.ref = reference_backward(p.checked, p.q.data(), p.k.data(), p.v.data(), p.d_o.data());
+  const AttentionExtras extras = p.host_extras();
+  p.ref = reference_backward(p.checked, p.q.data(), p.k.data(), p.v.data(), p.d_o.data(), &extras);
   if (!p.needs_forward) {
     p.o.resize(p.ref.o.size());
     for (std::size_t i = 0; i < p.o.size(); ++i) p.o[i] = round_to_dtype(float(p.ref.o[i]), dtype);
     p.lse.assign(p.ref.lse.begin(), p.ref.lse.end());
   }
   return p;
+}
+
+AttentionExtras BackwardProblem::host_extras() const {
+  AttentionExtras e;
+  if (shape.bias) e.bias = bias.data();
+  if (shape.varlen) {
+    e.cu_seqlens_q = packing.cu_q.data();
+    e.cu_seqlens_k = packing.cu_k.data();
+    for (int b = 0; b < shape.batch; ++b) {
+      e.max_seqlen_q = std::max(e.max_seqlen_q, packing.cu_q[b + 1] - packing.cu_q[b]);
+      e.max_seqlen_k = std::max(e.max_seqlen_k, packing.cu_k[b + 1] - packing.cu_k[b]);
+    }
+  }
+  return e;
 }
 
 void run_forward_for(BackwardProblem& problem, const ForwardKernel& forward) {
@@ -129,6 +150,21 @@ BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProbl
     DeviceBuffer dq(std::size_t(s.q_elems()) * dtype_size(t)), dk(std::size_t(s.kv_elems()) * dtype_size(t)),
         dv(std::size_t(s.kv_elems()) * dtype_size(t));
     DeviceBuffer workspace(kernel.workspace_bytes ? kernel.workspace_bytes(s) : 0);
+    // Chapter 09's extras on the device.
+    AttentionExtras extras = problem.host_extras();
+    DeviceBuffer bias, cu_q, cu_k;
+    if (s.bias) {
+      bias = upload_as(DType::F32, problem.bias);
+      extras.bias = bias.as<float>();
+    }
+    if (s.varlen) {
+      cu_q = DeviceBuffer(problem.packing.cu_q.size() * sizeof(int));
+      cu_q.upload(problem.packing.cu_q.data(), problem.packing.cu_q.size() * sizeof(int));
+      cu_k = DeviceBuffer(problem.packing.cu_k.size() * sizeof(int));
+      cu_k.upload(problem.packing.cu_k.data(), problem.packing.cu_k.size() * sizeof(int));
+      extras.cu_seqlens_q = cu_q.as<int>();
+      extras.cu_seqlens_k = cu_k.as<int>();
+    }
     dq.poison();
     dk.poison();
     dv.poison();
@@ -144,6 +180,7 @@ BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProbl
     p.dk = dk.get();
     p.dv = dv.get();
     p.workspace = workspace.get();
+    p.extras = extras;
     kernel.launch(p);
     CUDA_CHECK(cudaDeviceSynchronize());
     r.ran = true;

@@ -11,6 +11,7 @@
 #include "problem.h"
 #include "reference.h"
 #include "registry.h"
+#include "runner.h"
 
 namespace fa {
 
@@ -21,6 +22,11 @@ struct BackwardProblem {
   uint64_t seed = 0;
   DType dtype = DType::F32;
   std::vector<float> q, k, v, d_o, o, lse;
+  /// Chapter 09: the bias (float, not rounded) and a packed batch's boundaries (random_packing),
+  /// when the shape asks for them.
+  std::vector<float> bias;
+  Packing packing;
+  AttentionExtras host_extras() const;
   /// The oracle's gradients for `checked`: the whole problem, or (for big shapes) its first
   /// K/V heads of batch 0 with their query heads. Those are the leading elements of dQ, dK and
   /// dV, so a kernel's outputs are compared on that prefix (and checked written everywhere).
@@ -31,7 +37,8 @@ struct BackwardProblem {
 /// check_kv_heads = 0: the oracle over the whole problem, which also gives O and LSE. Otherwise
 /// the oracle covers only the first check_kv_heads K/V heads of batch 0, and O and LSE must come
 /// from a forward kernel (run_forward_for). check_kv_heads < 0: no oracle at all (timing runs);
-/// the kernels' outputs are then only checked to be written everywhere and finite.
+/// the kernels' outputs are then only checked to be written everywhere and finite. A shape with
+/// chapter 09's features is always checked whole (check_kv_heads > 0 counts as 0).
 BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed, DType dtype, int check_kv_heads = 0);
 
 /// Fills problem.o and problem.lse with `forward`'s output on the problem's inputs (a GPU run).

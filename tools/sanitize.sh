@@ -6,7 +6,8 @@
 # every forward kernel on seq 17 and 127 (head_dim 32/64/128, causal and not, seq_q != seq_kv),
 # every backward kernel on seq 17, 31 x 100 and 257, every decode kernel on the paged cases (the
 # long-context one left out), the cache kernels, the paged prefill check, the FP8 tests and
-# chapter 09's kernels on the short shapes of its list (packed batches included). The
+# chapter 09's kernels, forward and backward, on the short shapes of its list (packed batches
+# included). The
 # tests still compare against the oracle, so a kernel that is clean but wrong fails here too.
 #
 # Usage: bash tools/sanitize.sh [BUILD_DIR] [TOOL ...]     (default: build, all four tools)
@@ -29,6 +30,7 @@ others="All/DecodeKernelTest.*:PagedCache.*:PagedPrefill.*:Fp8OnTheGpu.*"
 features="Features/FeatureKernelTest.MatchesOracle/*_q5_k7_*:Features/FeatureKernelTest.MatchesOracle/*_q130_k70_*"
 features+=":Features/FeatureKernelTest.MatchesOracle/*_q129_k257_*:Features/FeatureKernelTest.MatchesOracle/*_q200_k200_*"
 features+=":Features/FeatureKernelTest.MatchesOracle/*_q600_k600_*"
+for cut in q5_k7 q130_k70 q129_k257 q200_k200; do features+=":All/BackwardKernelTest.MatchesOracle/ch09_*_${cut}_*"; done
 filter="$forward:$backward:$others:$features-*long_d128*"
 
 # Without a GPU every test skips: say so instead of reporting a clean run.

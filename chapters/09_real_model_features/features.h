@@ -72,6 +72,28 @@ FA_HD inline bool tile_fully_visible(const AttentionShape& s, int first_row, int
 }
 //! [tile_keys]
 
+/// Query rows [begin, end) whose visible keys overlap keys j0 .. j1 - 1: a row's run of keys
+/// moves right with the row at both ends, so these rows are one run too, found by two binary
+/// searches (the backward's K/V-side loop visits only them). Rows inside may still see none.
+FA_HD inline KeySpan rows_for_keys(const AttentionShape& s, int j0, int j1) {
+  int lo = 0, hi = s.seq_q;  // the first row whose run ends after j0
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (s.visible_keys(mid) > j0) hi = mid;
+    else lo = mid + 1;
+  }
+  KeySpan rows;
+  rows.begin = lo;
+  hi = s.seq_q;  // the first row whose run starts at or after j1
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (s.first_visible_key(mid) >= j1) hi = mid;
+    else lo = mid + 1;
+  }
+  rows.end = lo;
+  return rows;
+}
+
 /// tanh on the special-function unit (one MUFU.TANH, about 2^-11 relative error: finer than the
 /// bf16 rounding of P that follows) on the GPU; std::tanh on the CPU.
 FA_HD inline float fast_tanh(float x) {

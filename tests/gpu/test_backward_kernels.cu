@@ -30,8 +30,12 @@ std::vector<BackwardCase> backward_cases() {
       shape_of(1, 2, 2, 31, 100, 64, true),   shape_of(1, 2, 1, 100, 31, 32, true),
       shape_of(2, 4, 2, 300, 301, 128, true), shape_of(1, 2, 2, 257, 257, 128, false)};
   std::vector<BackwardCase> cases;
-  for (const BackwardKernel& k : backward_kernels())
+  for (const BackwardKernel& k : backward_kernels()) {
     for (const AttentionShape& s : shapes) cases.push_back({&k, s});
+    // Chapter 09's shape list, for the kernels that take its features.
+    if (k.features != 0)
+      for (const AttentionShape& s : feature_shapes()) cases.push_back({&k, s});
+  }
   return cases;
 }
 
