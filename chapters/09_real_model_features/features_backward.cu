@@ -8,7 +8,7 @@
 //   * the recomputed scores get the forward's changes (softcap, ALiBi, the bias) before the
 //     mask, and dS is multiplied by the softcap's derivative 1 - tanh^2; ALiBi and the bias add
 //     constants, whose derivative is 1.
-// Run: build/bin/ch09_real_model_features runs the forward; the tests run this kernel.
+// Run: build/bin/fa_gpu_tests --gtest_filter='*ch09_ampere_backward*' (the chapter program times the forward)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
