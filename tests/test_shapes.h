@@ -53,7 +53,7 @@ inline std::vector<AttentionShape> feature_shapes() {
   FeatureSet sliding{37, 0}, left_only{100, -1}, both_sides{16, 16}, local{128, 0}, narrow{10, 5};
   FeatureSet capped{-1, -1, 20.0, false, false, false, 10.0}, alibi{-1, -1, 0.0, true};
   FeatureSet biased{-1, -1, 0.0, false, true}, packed{-1, -1, 0.0, false, false, true};
-  FeatureSet packed_all{50, 0, 10.0, true, false, true, 8.0}, dense_all{64, 32, 5.0, true, true, false, 4.0};
+  FeatureSet packed_all{16, 0, 10.0, true, false, true, 8.0}, dense_all{64, 32, 5.0, true, true, false, 4.0};
   return {
       with_features(shape_of(2, 4, 2, 300, 300, 64, false), sliding),
       with_features(shape_of(1, 2, 2, 257, 513, 128, true), left_only),

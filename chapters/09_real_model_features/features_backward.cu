@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kThreads)
         if (c.bias && live) x += c.bias[int64_t(row) * one.seq_kv + key];
         const float p = live ? __expf(x - lse_s[r]) : 0.0f;
         st[nb][e] = p;
-        dpt[nb][e] = p * (dpt[nb][e] - delta_s[r]) * slope_of_cap;  // dS^T with respect to the raw score / scale
+        dpt[nb][e] = p * (dpt[nb][e] - delta_s[r]) * slope_of_cap;  // dS^T: dL/dx for the scaled score x
       }
     }
     //! [backward_scores]

@@ -5,6 +5,7 @@
 // kernels that do not take them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -208,15 +209,17 @@ TEST(FeatureOracle, BackwardMatchesFiniteDifferences) {
   }
 }
 
-/// Relative Frobenius distance between two oracle outputs of the same plan.
+/// Frobenius distance between two oracle outputs of the same plan, relative to the larger of
+/// the two (one of them may be all zeros: a packed batch whose rows see no key).
 double relative_distance(const ForwardReference& a, const ForwardReference& b) {
-  double diff = 0, norm = 0;
+  double diff = 0, norm_a = 0, norm_b = 0;
   for (size_t e = 0; e < a.o.size(); ++e)
     for (size_t i = 0; i < a.o[e].size(); ++i) {
       diff += (a.o[e][i] - b.o[e][i]) * (a.o[e][i] - b.o[e][i]);
-      norm += b.o[e][i] * b.o[e][i];
+      norm_a += a.o[e][i] * a.o[e][i];
+      norm_b += b.o[e][i] * b.o[e][i];
     }
-  return std::sqrt(diff / norm);
+  return std::sqrt(diff / std::max(norm_a, norm_b));
 }
 
 // A kernel that ignores a feature must fail the shape list: on every shape, dropping any one of
