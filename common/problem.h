@@ -109,7 +109,7 @@ struct AttentionShape {
     s.varlen = false;
     return s;
   }
-  /// Whether any chapter 09 feature is on (FeatureFlags in registry.h names them).
+  /// Whether any chapter 09 feature is on (the Feature bits in registry.h name them).
   FA_HD bool has_features() const {
     return window_left >= 0 || window_right >= 0 || softcap > 0.0 || alibi || bias || varlen;
   }
