@@ -1,6 +1,7 @@
 #include "problem.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -122,7 +123,16 @@ std::string AttentionShape::to_identifier() const {
   // "-1" is not an identifier character: an unlimited side is written "n".
   auto side = [](int w) { return w < 0 ? std::string("n") : std::to_string(w); };
   if (window_left >= 0 || window_right >= 0) s << "_window" << side(window_left) << "_" << side(window_right);
-  if (softcap > 0.0) s << "_softcap" << int(softcap);
+  if (softcap > 0.0) {
+    std::ostringstream cap;
+    cap << softcap;
+    std::string text;
+    for (char c : cap.str()) {
+      if (c == '.') text += 'p';  // 30.5 -> 30p5
+      if (std::isalnum(static_cast<unsigned char>(c))) text += c;
+    }
+    s << "_softcap" << text;
+  }
   if (alibi) s << "_alibi";
   if (bias) s << "_bias";
   if (varlen) s << "_varlen";

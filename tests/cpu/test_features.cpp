@@ -275,6 +275,15 @@ TEST(FeatureShape, ValidateNamesTheBadField) {
   EXPECT_EQ(message(s).rfind("bias and varlen together are not supported", 0), 0u) << message(s);
 }
 
+TEST(FeatureShape, NamesCarryTheFeatures) {
+  AttentionShape s = shape_of(1, 2, 2, 8, 8, 64, true);
+  s.window_left = 3;
+  s.softcap = 30.5;
+  s.alibi = s.varlen = true;
+  EXPECT_EQ(s.to_string(), "b1 h2/2 q8 k8 d64 causal window 3,-1 softcap 30.5 alibi varlen");
+  EXPECT_EQ(s.to_identifier(), "b1_h2_kv2_q8_k8_d64_causal_window3_n_softcap30p5_alibi_varlen");
+}
+
 TEST(FeatureShape, WindowFlopsCountTheVisiblePairs) {
   AttentionShape s = shape_of(1, 1, 1, 10, 10, 1, false);
   s.window_left = 2;
