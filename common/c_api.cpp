@@ -263,6 +263,19 @@ fa_status require_workspace(const void* workspace, std::size_t given, std::size_
     if (fa_status_ != FA_OK) return fa_status_; \
   } while (0)
 
+// The *_check functions: the kernel by name, then the shape (a C struct) against it.
+template <class Entry, class CShape>
+fa_status check_by_name(const std::vector<Entry>& list, fa_kind kind, const char* name, const CShape* shape,
+                        std::size_t* workspace_bytes) {
+  return guarded([&] {
+    const Entry* k = nullptr;
+    FA_RETURN_IF_FAILED(lookup(list, kind, name, &k));
+    if (shape == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "shape is a null pointer");
+    FA_RETURN_IF_FAILED(check_entry(*k, to_shape(*shape), workspace_bytes));
+    return ok();
+  });
+}
+
 }  // namespace
 
 }  // namespace fa
@@ -333,33 +346,15 @@ fa_status fa_kernel_find(fa_kind kind, const char* name, fa_kernel_info* info) {
 }
 
 fa_status fa_forward_check(const char* name, const fa_shape* shape, size_t* workspace_bytes) {
-  return guarded([&] {
-    const ForwardKernel* k = nullptr;
-    FA_RETURN_IF_FAILED(lookup(forward_kernels(), FA_KIND_FORWARD, name, &k));
-    if (shape == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "shape is a null pointer");
-    FA_RETURN_IF_FAILED(check_entry(*k, to_shape(*shape), workspace_bytes));
-    return ok();
-  });
+  return check_by_name(forward_kernels(), FA_KIND_FORWARD, name, shape, workspace_bytes);
 }
 
 fa_status fa_backward_check(const char* name, const fa_shape* shape, size_t* workspace_bytes) {
-  return guarded([&] {
-    const BackwardKernel* k = nullptr;
-    FA_RETURN_IF_FAILED(lookup(backward_kernels(), FA_KIND_BACKWARD, name, &k));
-    if (shape == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "shape is a null pointer");
-    FA_RETURN_IF_FAILED(check_entry(*k, to_shape(*shape), workspace_bytes));
-    return ok();
-  });
+  return check_by_name(backward_kernels(), FA_KIND_BACKWARD, name, shape, workspace_bytes);
 }
 
 fa_status fa_decode_check(const char* name, const fa_decode_shape* shape, size_t* workspace_bytes) {
-  return guarded([&] {
-    const DecodeKernel* k = nullptr;
-    FA_RETURN_IF_FAILED(lookup(decode_kernels(), FA_KIND_DECODE, name, &k));
-    if (shape == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "shape is a null pointer");
-    FA_RETURN_IF_FAILED(check_entry(*k, to_shape(*shape), workspace_bytes));
-    return ok();
-  });
+  return check_by_name(decode_kernels(), FA_KIND_DECODE, name, shape, workspace_bytes);
 }
 
 fa_status fa_forward(const char* name, const fa_shape* shape, const void* q, const void* k, const void* v, void* o,
