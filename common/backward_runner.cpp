@@ -29,10 +29,7 @@ BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed
   fill(p.k, shape.kv_elems(), 1);
   fill(p.v, shape.kv_elems(), 2);
   fill(p.d_o, shape.o_elems(), 3);
-  if (shape.bias) {
-    p.bias.resize(shape.bias_elems());
-    fill_random_normal(p.bias, seed, 7);
-  }
+  p.bias = random_bias(shape, seed);
   if (shape.varlen) p.packing = random_packing(shape, seed);
   if (shape.has_features() && check_kv_heads > 0) check_kv_heads = 0;
   p.checked = shape;
@@ -58,19 +55,7 @@ BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed
   return p;
 }
 
-AttentionExtras BackwardProblem::host_extras() const {
-  AttentionExtras e;
-  if (shape.bias) e.bias = bias.data();
-  if (shape.varlen) {
-    e.cu_seqlens_q = packing.cu_q.data();
-    e.cu_seqlens_k = packing.cu_k.data();
-    for (int b = 0; b < shape.batch; ++b) {
-      e.max_seqlen_q = std::max(e.max_seqlen_q, packing.cu_q[b + 1] - packing.cu_q[b]);
-      e.max_seqlen_k = std::max(e.max_seqlen_k, packing.cu_k[b + 1] - packing.cu_k[b]);
-    }
-  }
-  return e;
-}
+AttentionExtras BackwardProblem::host_extras() const { return host_extras_of(shape, bias, packing); }
 
 void run_forward_for(BackwardProblem& problem, const ForwardKernel& forward) {
   launch_forward_on(forward, problem.shape, problem.q, problem.k, problem.v, problem.o, problem.lse);
@@ -150,21 +135,7 @@ BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProbl
     DeviceBuffer dq(std::size_t(s.q_elems()) * dtype_size(t)), dk(std::size_t(s.kv_elems()) * dtype_size(t)),
         dv(std::size_t(s.kv_elems()) * dtype_size(t));
     DeviceBuffer workspace(kernel.workspace_bytes ? kernel.workspace_bytes(s) : 0);
-    // Chapter 09's extras on the device.
-    AttentionExtras extras = problem.host_extras();
-    DeviceBuffer bias, cu_q, cu_k;
-    if (s.bias) {
-      bias = upload_as(DType::F32, problem.bias);
-      extras.bias = bias.as<float>();
-    }
-    if (s.varlen) {
-      cu_q = DeviceBuffer(problem.packing.cu_q.size() * sizeof(int));
-      cu_q.upload(problem.packing.cu_q.data(), problem.packing.cu_q.size() * sizeof(int));
-      cu_k = DeviceBuffer(problem.packing.cu_k.size() * sizeof(int));
-      cu_k.upload(problem.packing.cu_k.data(), problem.packing.cu_k.size() * sizeof(int));
-      extras.cu_seqlens_q = cu_q.as<int>();
-      extras.cu_seqlens_k = cu_k.as<int>();
-    }
+    const DeviceExtras extras(s, problem.bias, problem.packing);  // chapter 09's, on the device
     dq.poison();
     dk.poison();
     dv.poison();
@@ -180,7 +151,7 @@ BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProbl
     p.dk = dk.get();
     p.dv = dv.get();
     p.workspace = workspace.get();
-    p.extras = extras;
+    p.extras = extras.extras;
     kernel.launch(p);
     CUDA_CHECK(cudaDeviceSynchronize());
     r.ran = true;

@@ -67,15 +67,52 @@ Packing equal_packing(const AttentionShape& shape) {
   return {prefix_sums(q), prefix_sums(k)};
 }
 
+std::vector<float> random_bias(const AttentionShape& shape, uint64_t seed) {
+  std::vector<float> bias;
+  if (shape.bias) {
+    bias.resize(shape.bias_elems());
+    fill_random_normal(bias, seed, 7);
+  }
+  return bias;
+}
+
+AttentionExtras host_extras_of(const AttentionShape& shape, const std::vector<float>& bias, const Packing& packing) {
+  AttentionExtras e;
+  if (shape.bias) e.bias = bias.data();
+  if (shape.varlen) {
+    e.cu_seqlens_q = packing.cu_q.data();
+    e.cu_seqlens_k = packing.cu_k.data();
+    for (int b = 0; b < shape.batch; ++b) {
+      e.max_seqlen_q = std::max(e.max_seqlen_q, packing.cu_q[b + 1] - packing.cu_q[b]);
+      e.max_seqlen_k = std::max(e.max_seqlen_k, packing.cu_k[b + 1] - packing.cu_k[b]);
+    }
+  }
+  return e;
+}
+
+DeviceExtras::DeviceExtras(const AttentionShape& shape, const std::vector<float>& bias, const Packing& packing)
+    : extras(host_extras_of(shape, bias, packing)) {
+  auto upload_ints = [](DeviceBuffer& to, const std::vector<int>& from) {
+    to = DeviceBuffer(from.size() * sizeof(int));
+    to.upload(from.data(), from.size() * sizeof(int));
+    return to.as<int>();
+  };
+  if (shape.bias) {
+    this->bias = upload_as(DType::F32, bias);
+    extras.bias = this->bias.as<float>();
+  }
+  if (shape.varlen) {
+    extras.cu_seqlens_q = upload_ints(cu_q, packing.cu_q);
+    extras.cu_seqlens_k = upload_ints(cu_k, packing.cu_k);
+  }
+}
+
 Problem::Problem(const AttentionShape& shape, uint64_t seed, bool full_check, const Packing* packing)
     : shape_(shape),
       seed_(seed),
       plan_(full_check ? full_check_plan(shape) : choose_check_plan(shape, seed)),
       raw_(make_random_inputs(shape, seed)) {
-  if (shape.bias) {
-    bias_.resize(shape.bias_elems());
-    fill_random_normal(bias_, seed, 7);
-  }
+  bias_ = random_bias(shape, seed);
   if (shape.varlen) {
     packing_ = packing ? *packing : random_packing(shape, seed);
     if (int(packing_.cu_q.size()) != shape.batch + 1 || int(packing_.cu_k.size()) != shape.batch + 1 ||
@@ -85,36 +122,11 @@ Problem::Problem(const AttentionShape& shape, uint64_t seed, bool full_check, co
   }
 }
 
-AttentionExtras Problem::host_extras() const {
-  AttentionExtras e;
-  if (shape_.bias) e.bias = bias_.data();
-  if (shape_.varlen) {
-    e.cu_seqlens_q = packing_.cu_q.data();
-    e.cu_seqlens_k = packing_.cu_k.data();
-    for (int b = 0; b < shape_.batch; ++b) {
-      e.max_seqlen_q = std::max(e.max_seqlen_q, packing_.cu_q[b + 1] - packing_.cu_q[b]);
-      e.max_seqlen_k = std::max(e.max_seqlen_k, packing_.cu_k[b + 1] - packing_.cu_k[b]);
-    }
-  }
-  return e;
-}
+AttentionExtras Problem::host_extras() const { return host_extras_of(shape_, bias_, packing_); }
 
 AttentionExtras Problem::device_extras() {
-  if (!extras_uploaded_) {
-    if (shape_.bias) bias_device_ = upload_as(DType::F32, bias_);
-    if (shape_.varlen) {
-      cu_q_device_ = DeviceBuffer(packing_.cu_q.size() * sizeof(int));
-      cu_q_device_.upload(packing_.cu_q.data(), packing_.cu_q.size() * sizeof(int));
-      cu_k_device_ = DeviceBuffer(packing_.cu_k.size() * sizeof(int));
-      cu_k_device_.upload(packing_.cu_k.data(), packing_.cu_k.size() * sizeof(int));
-    }
-    extras_uploaded_ = true;
-  }
-  AttentionExtras e = host_extras();
-  e.bias = shape_.bias ? bias_device_.as<float>() : nullptr;
-  e.cu_seqlens_q = shape_.varlen ? cu_q_device_.as<int>() : nullptr;
-  e.cu_seqlens_k = shape_.varlen ? cu_k_device_.as<int>() : nullptr;
-  return e;
+  if (!device_extras_) device_extras_.emplace(shape_, bias_, packing_);
+  return device_extras_->extras;
 }
 
 double Problem::forward_flops() const {

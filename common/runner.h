@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,19 @@ struct Packing {
 Packing random_packing(const AttentionShape& shape, uint64_t seed);
 /// Every sequence the same length (what a benchmark packs): shape.seq_q / batch queries each.
 Packing equal_packing(const AttentionShape& shape);
+/// A float bias [batch, heads_q, seq_q, seq_kv] of standard-normal values when shape.bias
+/// (stream 7 of `seed`), empty otherwise.
+std::vector<float> random_bias(const AttentionShape& shape, uint64_t seed);
+
+/// Chapter 09's extras of a problem on the host: the bias and a packing's boundaries, each
+/// only when the shape asks for it, and a packing's longest sequences.
+AttentionExtras host_extras_of(const AttentionShape& shape, const std::vector<float>& bias, const Packing& packing);
+/// The same copied to the device; owns the copies.
+struct DeviceExtras {
+  DeviceBuffer bias, cu_q, cu_k;
+  AttentionExtras extras;
+  DeviceExtras(const AttentionShape& shape, const std::vector<float>& bias, const Packing& packing);
+};
 
 /// One attention problem: its random inputs (once per dtype, rounded to that dtype), their
 /// device copies and the oracle's answer, each made on first use and kept.
@@ -62,8 +76,7 @@ class Problem {
   HostInputs raw_;
   std::vector<float> bias_;
   Packing packing_;
-  DeviceBuffer bias_device_, cu_q_device_, cu_k_device_;
-  bool extras_uploaded_ = false;
+  std::optional<DeviceExtras> device_extras_;  // made on first use
   std::map<DType, HostInputs> rounded_;
   std::map<DType, DeviceInputs> device_;
   std::map<DType, ForwardReference> reference_;
