@@ -53,7 +53,7 @@ def point_inputs(feature, seq, dim, g):
     return batch, heads, q, k, v
 
 
-def flex_call(feature, seq, heads, q, slopes, bias, flex):
+def flex_call(feature, seq, q, slopes, bias, flex):
     """FlexAttention's function for the point: (block_mask, score_mod) bound into a closure."""
     n = q.shape[2]
 
@@ -106,7 +106,7 @@ def reference_head(feature, seq, q, k, v, slopes, bias):
     return torch.softmax(s, dim=-1) @ vh
 
 
-def additive_mask(feature, seq, heads, slopes, bias):
+def additive_mask(feature, seq, slopes, bias):
     """SDPA's form of ALiBi and the bias: a materialized bf16 mask, causal folded in as -inf."""
     if feature == "bias":
         return bias.to(torch.bfloat16)
@@ -151,13 +151,13 @@ def main():
                     flops = 4.0 * batch * heads * visible_pairs(feature, seq) * dim
                     ref = reference_head(feature, seq, q, k, v, slopes, bias)
                     flex = torch.compile(flex_attention, dynamic=False)
-                    runs = [("flex", flex_call(feature, seq, heads, q, slopes, bias, flex))]
+                    runs = [("flex", flex_call(feature, seq, q, slopes, bias, flex))]
                     if feature == "causal":
                         for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION),
                                               ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
                             runs.append((name, lambda q, k, v, b=backend: _sdpa(q, k, v, b, None, True)))
                     if feature in ("alibi", "bias"):
-                        mask = additive_mask(feature, seq, heads, slopes, bias)
+                        mask = additive_mask(feature, seq, slopes, bias)
                         for name, backend in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION),
                                               ("sdpa_efficient", SDPBackend.EFFICIENT_ATTENTION)):
                             runs.append((name, lambda q, k, v, b=backend, m=mask: _sdpa(q, k, v, b, m, False)))

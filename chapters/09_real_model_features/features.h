@@ -4,7 +4,11 @@
 //     its dense shape -- a packed batch is a list of batches of one;
 //   * tile_keys / tile_fully_visible: which K/V tiles a window leaves a Q tile, and which of
 //     those need no mask;
-//   * the score changes (softcap, ALiBi, the bias), applied to a scaled score before the mask.
+//   * rows_for_keys: the backward's view of the same, which Q rows see a K/V tile;
+//   * the score changes (softcap, ALiBi, the bias), applied to a scaled score before the mask:
+//     modified_score is the rule per score, which the CPU algorithm applies; the kernels apply
+//     it tile by tile (modify_scores, modify_tile, the backward's score loop), with what it
+//     needs per block in ScoreChanges.
 #pragma once
 
 #include <cmath>
