@@ -296,18 +296,20 @@ __device__ inline void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
 
 /// This thread's two rows of a wgmma accumulator (64 rows x 2 kN columns, kN floats per thread),
 /// row r0 times scale[0] and row r0 + 8 times scale[1], rounded to bf16 and stored into a
-/// row-major matrix of 2 kN columns that starts at `base`. Rows at or past `rows` are skipped.
-/// The thread's columns are 8n + 2t and 8n + 2t + 1 (see the accumulator layout above).
-template <int kN>
+/// row-major matrix of kCols columns (2 kN unless given: fewer drops the accumulator's last
+/// columns) that starts at `base`. Rows at or past `rows` are skipped. The thread's columns are
+/// 8n + 2t and 8n + 2t + 1 (see the accumulator layout above).
+template <int kN, int kCols = 2 * kN>
 __device__ inline void store_rows_bf16(const float (&acc)[kN], __nv_bfloat16* base, int r0, int rows, int t,
                                        const float (&scale)[2]) {
+  static_assert(kCols % 8 == 0 && kCols <= 2 * kN, "whole 8-column blocks of the accumulator");
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = r0 + 8 * h;
     if (row >= rows) continue;
 #pragma unroll
-    for (int n = 0; n < kN / 4; ++n)
-      *reinterpret_cast<__nv_bfloat162*>(base + int64_t(row) * (2 * kN) + 8 * n + 2 * t) =
+    for (int n = 0; n < kCols / 8; ++n)
+      *reinterpret_cast<__nv_bfloat162*>(base + int64_t(row) * kCols + 8 * n + 2 * t) =
           __floats2bfloat162_rn(acc[4 * n + 2 * h] * scale[h], acc[4 * n + 2 * h + 1] * scale[h]);
   }
 }

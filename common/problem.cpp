@@ -187,4 +187,18 @@ std::string DecodeShape::to_identifier() const {
   return s.str();
 }
 
+std::string head_dim_reason(int head_dim, std::initializer_list<int> allowed) {
+  if (std::find(allowed.begin(), allowed.end(), head_dim) != allowed.end()) return "";
+  std::ostringstream msg;
+  msg << "head_dim must be ";
+  size_t i = 0;
+  for (const int d : allowed) {
+    if (i > 0) msg << (i + 1 == allowed.size() ? " or " : ", ");
+    msg << d;
+    ++i;
+  }
+  msg << ", got " << head_dim;
+  return msg.str();
+}
+
 }  // namespace fa

@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #if defined(__CUDACC__)
@@ -189,5 +190,9 @@ struct DecodeShape {
   std::string to_string() const;
   std::string to_identifier() const;
 };
+
+/// "" if head_dim is one of `allowed`, else "head_dim must be 64, 96, 128 or 256, got 80": the
+/// reason a kernel built for a fixed list of head dims gives for any other.
+std::string head_dim_reason(int head_dim, std::initializer_list<int> allowed);
 
 }  // namespace fa

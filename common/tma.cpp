@@ -11,12 +11,12 @@
 
 namespace fa {
 
-std::string hopper_support(const AttentionShape& s, const std::string& who) {
+std::string hopper_support(const AttentionShape& s, const std::string& who, std::initializer_list<int> head_dims) {
   const GpuInfo& gpu = detect_gpu();
   if (gpu.available && gpu.sm_major != 9)
     return who + " needs an sm_90 GPU (Hopper: TMA and wgmma), this one is sm_" +
            std::to_string(gpu.sm_major * 10 + gpu.sm_minor);
-  if (s.head_dim != 64 && s.head_dim != 128) return "head_dim must be 64 or 128, got " + std::to_string(s.head_dim);
+  if (std::string why = head_dim_reason(s.head_dim, head_dims); !why.empty()) return why;
   const int64_t heads = int64_t(s.batch) * s.heads_q;
   if (heads > 65535) return "batch*heads_q must be at most 65535, got " + std::to_string(heads);
   return "";

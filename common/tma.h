@@ -5,6 +5,7 @@
 #include <cuda.h>  // CUtensorMap; the encoder is fetched from the driver at run time, nothing is linked
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "problem.h"
@@ -12,9 +13,10 @@
 namespace fa {
 
 /// "" if a Hopper kernel (TMA, wgmma: sm_90a code) can run this shape here, else the reason,
-/// starting with `who` ("chapter 06", "variant 4"): it needs an sm_90 GPU, head_dim 64 or 128,
+/// starting with `who` ("chapter 06", "variant 4"): it needs an sm_90 GPU, a head_dim in `head_dims`,
 /// and batch * heads_q within the grid's y limit.
-std::string hopper_support(const AttentionShape& s, const std::string& who);
+std::string hopper_support(const AttentionShape& s, const std::string& who,
+                           std::initializer_list<int> head_dims = {64, 128});
 
 /// A tensor map over a 16-bit array laid out [planes][rows][cols] (cols contiguous; a plane is one
 /// (batch, head) of Q, K or V), cut into boxes of box_rows x 64 columns (128 bytes per box row)

@@ -65,7 +65,8 @@ const char* kUsage =
     "usage: fa_bench [flags]\n"
     "  --sweep NAME      standard (16k tokens, hidden 2048, d 64/128, seq 512..16k, causal off/on) or quick\n"
     "  --kernels A,B     only kernels whose name contains A or B (default: all registered)\n"
-    "  --dims 64,128     only these head_dim values of the sweep (default: 64,128)\n"
+    "  --dims 64,128     the head_dim values of the sweep: 64, 96, 128, 256 (default: 64,128); heads = 2048 / d,\n"
+    "                    rounded down (21 at 96)\n"
     "  --csv FILE        append one row per (kernel, shape) to FILE\n"
     "  --ceilings FILE   also measure copy bandwidth and cuBLAS GEMM rates, write them to FILE\n"
     "  --iters N         at most N timed repeats per point (default 20)\n"
@@ -125,7 +126,8 @@ BenchOptions parse_bench(int argc, char** argv) {
       o.dims.clear();
       for (const std::string& d : split(value(), ',')) {
         int dim = parse_int(arg, d, 1);
-        if (dim != 64 && dim != 128) throw std::invalid_argument("--dims expects 64 and/or 128, got '" + d + "'");
+        if (!head_dim_reason(dim, {64, 96, 128, 256}).empty())
+          throw std::invalid_argument("--dims expects 64, 96, 128 and/or 256, got '" + d + "'");
         o.dims.push_back(dim);
       }
     } else if (arg == "--csv") {

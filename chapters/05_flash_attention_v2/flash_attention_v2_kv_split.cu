@@ -233,7 +233,7 @@ void launch_kv_split(const ForwardParams& p) {
 ForwardKernel kv_split_kernel(const char* name, DType dtype, void (*launch)(const ForwardParams&)) {
   const char* summary = "control for variant 3: K/V split across 4 warps (FlashAttention-1), O in shared memory";
   ForwardKernel k{name, 5, 2, "kv_split", dtype, summary, launch};
-  k.supports = mma_support;
+  k.supports = [](const AttentionShape& s) { return mma_support(s); };
   k.memory_note = [](const AttentionShape& s) { return warp_split_traffic_note(s, WarpSplit::Keys); };
   return k;
 }

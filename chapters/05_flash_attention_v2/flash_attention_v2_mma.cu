@@ -253,8 +253,8 @@ void launch_mma(const ForwardParams& p) {
   with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) { launch_mma_dim<T, d.value, kPipelined>(p); });
 }
 
-std::string mma_support(const AttentionShape& s) {
-  if (s.head_dim != 64 && s.head_dim != 128) return "head_dim must be 64 or 128, got " + std::to_string(s.head_dim);
+std::string mma_support(const AttentionShape& s, std::initializer_list<int> head_dims) {
+  if (std::string why = head_dim_reason(s.head_dim, head_dims); !why.empty()) return why;
   const GpuInfo& gpu = detect_gpu();
   if (gpu.available && gpu.sm_major < 8)
     return "needs an sm_80 or newer GPU (mma.sync with bf16), this one is sm_" +
@@ -294,7 +294,7 @@ std::string warp_split_traffic_note(const AttentionShape& s, WarpSplit split) {
 ForwardKernel mma_kernel(const char* name, int number, const char* variant, DType dtype, const char* summary,
                          void (*launch)(const ForwardParams&)) {
   ForwardKernel k{name, 5, number, variant, dtype, summary, launch};
-  k.supports = mma_support;
+  k.supports = [](const AttentionShape& s) { return mma_support(s); };
   if (number == 3)
     k.memory_note = [](const AttentionShape& s) { return warp_split_traffic_note(s, WarpSplit::Queries); };
   return k;

@@ -4,6 +4,8 @@
 // What changes against variant 4 (each reason is in the chapter README):
 //   * 32 Q rows per warp (two m16 tiles), 128 per block of 4 warps: every K or V fragment read
 //     from shared memory now feeds two mma instead of one, halving shared-memory reads per flop.
+//     At head_dim 256 the O accumulators of two m-tiles would fill every register: there a warp
+//     keeps one m-tile (64 rows per block). Head dims 64, 96, 128 and 256.
 //   * Q fragments come from shared memory with ldmatrix at each k-step (at d = 128 there is no
 //     room left in the registers for them; the S and O accumulators take 192 of them).
 //   * K and V wait separately: V_j's copy runs behind S = Q K_j^T, K_{j+1}'s behind P V_j, with
@@ -36,19 +38,21 @@ namespace {
 
 using namespace fa::ampere;
 
-/// Keys per K/V tile. The S accumulators (2 x kKeys / 8 x 4 floats per thread) and the O
-/// accumulators (2 x kD / 8 x 4) share the 255 registers a thread can have: either choice
-/// below gives them 192 together.
+/// Keys per K/V tile. The S accumulators (kMt x kKeys / 8 x 4 floats per thread) and the O
+/// accumulators (kMt x kD / 8 x 4) share the 255 registers a thread can have:
+///   d =  64: 2 m-tiles, 128 keys: 128 + 64 = 192     d = 128: 2 m-tiles, 64 keys: 64 + 128 = 192
+///   d =  96: 2 m-tiles,  64 keys:  64 + 96 = 160     d = 256: 1 m-tile,  64 keys: 32 + 128 = 160
 template <int kD>
 constexpr int kTunedKeys = kD == 64 ? 128 : 64;
 
-/// kKeys: keys per K/V tile (kTunedKeys<kD>).
-template <class T, int kD, int kKeys>
+/// kKeys: keys per K/V tile (kTunedKeys<kD>); kMt: m16 tiles of Q rows per warp (kTunedMTiles<kD>).
+template <class T, int kD, int kKeys, int kMt>
 __global__ void __launch_bounds__(kTunedThreads, 2)
     flash2_tuned_kernel(AttentionShape shape, const T* q, const T* k, const T* v, T* o, float* lse) {
   constexpr int kLd = kD + 8, kKeyBlocks = kKeys / 8;
+  constexpr int kWarpRows = 16 * kMt, kBlockRows = kWarpRows * kTunedWarps;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
-  T* q_s = reinterpret_cast<T*>(shared_bytes);  // [128][kLd]; O is staged here at the end
+  T* q_s = reinterpret_cast<T*>(shared_bytes);  // [kBlockRows][kLd]; O is staged here at the end
   T* k_s = q_s + kBlockRows * kLd;              // [kKeys][kLd]
   T* v_s = k_s + kKeys * kLd;                   // [kKeys][kLd]
 
@@ -66,9 +70,11 @@ __global__ void __launch_bounds__(kTunedThreads, 2)
   if (key_end > 0) copy_rows_async<T, kD, kKeys>(k_s, k_head, 0, n_k);
   cp_async_commit();
 
-  // Thread (g, t) of warp w holds rows w*32 + mt*16 + h*8 + g for mt, h in {0, 1}: index 2*mt + h.
-  float out[2][kD / 8][4] = {};
-  float m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l[4] = {};  // m in log2 units, scale folded in
+  // Thread (g, t) of warp w holds rows w*kWarpRows + mt*16 + h*8 + g for mt < kMt, h < 2: index 2*mt + h.
+  float out[kMt][kD / 8][4] = {};
+  float m[2 * kMt], l[2 * kMt] = {};  // m in log2 units, scale folded in
+#pragma unroll
+  for (int r = 0; r < 2 * kMt; ++r) m[r] = -INFINITY;
 
   //! [tuned_loop]
   for (int j0 = 0; j0 < key_end; j0 += kKeys) {
@@ -77,7 +83,7 @@ __global__ void __launch_bounds__(kTunedThreads, 2)
     copy_rows_async<T, kD, kKeys>(v_s, v_head, j0, n_k);
     cp_async_commit();
 
-    float s[2][kKeyBlocks][4] = {};
+    float s[kMt][kKeyBlocks][4] = {};
     tuned_scores<T, kD, kKeys, PaddedRows<kD>, PaddedRows<kD>>(s, q_s, k_s, warp, lane);
     // Only tiles that cross the causal diagonal for some row of the block, or the ends, are masked.
     const bool needs_mask =
@@ -105,10 +111,10 @@ template <class T, int kD>
 void launch_tuned_dim(const ForwardParams& p) {
   // BEGIN SOLUTION ch05_pv: write the P V step (tuned_pv in tuned_tile.cuh, the mma_pv block of flash_attention_v2_mma.cu, the warp's P V in flash_attention_v2_kv_split.cu), then delete this line
   // END SOLUTION
-  constexpr int kKeys = kTunedKeys<kD>;
+  constexpr int kKeys = kTunedKeys<kD>, kBlockRows = kTunedBlockRows<kD>;
   const AttentionShape& s = p.shape;
   const int bytes = int((kBlockRows + 2 * kKeys) * (kD + 8) * sizeof(T));
-  auto kernel = flash2_tuned_kernel<T, kD, kKeys>;
+  auto kernel = flash2_tuned_kernel<T, kD, kKeys, kTunedMTiles<kD>>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   dim3 grid(unsigned((s.seq_q + kBlockRows - 1) / kBlockRows), unsigned(s.batch * s.heads_q));
   kernel<<<grid, kTunedThreads, bytes, p.stream>>>(s, static_cast<const T*>(p.q), static_cast<const T*>(p.k),
@@ -118,14 +124,14 @@ void launch_tuned_dim(const ForwardParams& p) {
 
 template <class T>
 void launch_tuned(const ForwardParams& p) {
-  with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) { launch_tuned_dim<T, d.value>(p); });
+  with_head_dim<64, 96, 128, 256>(p.shape.head_dim, [&](auto d) { launch_tuned_dim<T, d.value>(p); });
 }
 
 ForwardKernel tuned_kernel(const char* name, DType dtype, void (*launch)(const ForwardParams&)) {
   const char* summary =
       "variant 4 with 32 rows per warp (128 per block), Q via ldmatrix, split K/V waits, scale in the exponent";
   ForwardKernel k{name, 5, 5, "tuned", dtype, summary, launch};
-  k.supports = mma_support;
+  k.supports = [](const AttentionShape& s) { return mma_support(s, {64, 96, 128, 256}); };
   return k;
 }
 

@@ -4,15 +4,16 @@
 // common/ampere.cuh.
 #pragma once
 
+#include <initializer_list>
 #include <string>
 
 #include "problem.h"
 
 namespace fa::flash2 {
 
-/// "" if chapter 05's tensor-core kernels take this shape, else why not (head_dim 64 or 128, an
-/// sm_80+ GPU, batch * heads_q within the grid's y limit).
-std::string mma_support(const AttentionShape& s);
+/// "" if chapter 05's tensor-core kernels take this shape, else why not (head_dim in `head_dims`,
+/// an sm_80+ GPU, batch * heads_q within the grid's y limit).
+std::string mma_support(const AttentionShape& s, std::initializer_list<int> head_dims = {64, 128});
 
 /// How a block's 4 warps share a 64-row Q tile and a 64-key K/V tile: variant 3 splits the rows
 /// (Queries), variant 2 the keys (Keys, FlashAttention-1's arrangement).

@@ -3,8 +3,10 @@
 // parameter, so chapter 06's variant 1 runs the same code on the 128-byte-swizzled tiles TMA
 // writes; chapter 09 adds its masks and score changes between these steps.
 //
-// A block has 4 warps and 128 Q rows; warp w owns rows 32w .. 32w + 31 as two m16 tiles.
-// Thread (g, t) of warp w holds rows 32w + 16mt + 8h + g for mt, h in {0, 1} (index r = 2mt + h).
+// A block has 4 warps; each warp owns kMt m16 tiles of Q rows: two (32 rows, 128 per block) at
+// head_dim up to 128, one (16 rows, 64 per block) at 256, where two tiles' O accumulators alone
+// would take all 255 registers. Thread (g, t) of warp w holds rows 16 kMt w + 16mt + 8h + g for
+// mt < kMt, h in {0, 1} (index r = 2mt + h).
 #pragma once
 
 #include <cstdint>
@@ -20,21 +22,34 @@ namespace fa::flash2 {
 constexpr int kTunedWarps = 4, kTunedThreads = 32 * kTunedWarps;
 constexpr int kWarpRows = 32, kBlockRows = kWarpRows * kTunedWarps;  // two m16 tiles per warp
 
+/// m16 tiles of Q rows per warp at head_dim kD, and the rows per warp and per block that follow.
+template <int kD>
+constexpr int kTunedMTiles = kD == 256 ? 1 : 2;
+template <int kD>
+constexpr int kTunedWarpRows = 16 * kTunedMTiles<kD>;
+template <int kD>
+constexpr int kTunedBlockRows = kTunedWarpRows<kD>* kTunedWarps;
+
 /// Rows [first, first + kRows) of a [n_rows, kD] 16-bit matrix into shared memory (row stride
 /// kD + 8) with cp.async, 16 bytes per copy; rows past the end are filled with zeros by plain
 /// stores. Each thread keeps one column chunk and steps down the rows, so all its addresses are
 /// one base plus constants (a per-row clamp would cost a 64-bit register per copy, kept live
-/// across the K/V loop).
+/// across the K/V loop). When the chunks per row do not divide the block (kD = 96: 12 chunks),
+/// the last threads sit out: 120 of 128 copy, 10 rows per step.
 template <class T, int kD, int kRows>
 __device__ void copy_rows_async(T* tile, const T* src, int first, int n_rows) {
   //! [tuned_copy_rows]
   constexpr int kChunks = kD / 8, kLd = kD + 8, kRowStep = kTunedThreads / kChunks;
-  static_assert(kTunedThreads % kChunks == 0 && kRows % kRowStep == 0, "every thread copies the same chunks");
+  constexpr int kSteps = (kRows + kRowStep - 1) / kRowStep;
   const int r0 = int(threadIdx.x) / kChunks, c = int(threadIdx.x) % kChunks;
+  if constexpr (kTunedThreads % kChunks != 0) {
+    if (r0 >= kRowStep) return;
+  }
   const T* from = src + (int64_t(first) + r0) * kD + c * 8;
   T* to = tile + r0 * kLd + c * 8;
 #pragma unroll
-  for (int i = 0; i < kRows / kRowStep; ++i) {
+  for (int i = 0; i < kSteps; ++i) {
+    if (kRows % kRowStep != 0 && r0 + i * kRowStep >= kRows) break;
     if (first + r0 + i * kRowStep < n_rows) {
       ampere::cp_async_16(to + i * kRowStep * kLd, from + i * kRowStep * kD, true);
     } else {
@@ -58,23 +73,24 @@ struct PaddedRows {
   }
 };
 
-/// S (32 x kKeys per warp) += Q K_j^T (pass S zeroed).
-template <class T, int kD, int kKeys, class QLayout, class KLayout>
-__device__ inline void tuned_scores(float (&s)[2][kKeys / 8][4], const T* q_s, const T* k_s, int warp, int lane) {
+/// S (16 kMt x kKeys per warp) += Q K_j^T (pass S zeroed).
+template <class T, int kD, int kKeys, class QLayout, class KLayout, int kMt>
+__device__ inline void tuned_scores(float (&s)[kMt][kKeys / 8][4], const T* q_s, const T* k_s, int warp, int lane) {
   //! [tuned_scores]
-  // Per 16-wide k-step: two ldmatrix for the A fragments of the warp's two m-tiles, then each
-  // ldmatrix of K (two n-blocks) feeds four mma.
+  // Per 16-wide k-step: an ldmatrix for the A fragments of each of the warp's m-tiles, then each
+  // ldmatrix of K (two n-blocks) feeds 2 kMt mma.
 #pragma unroll
   for (int ks = 0; ks < kD / 16; ++ks) {
-    uint32_t a[2][4];
-    ldmatrix_x4(a[0], QLayout::at(q_s, 32 * warp + lane % 16, ks * 16 + (lane / 16) * 8));
-    ldmatrix_x4(a[1], QLayout::at(q_s, 32 * warp + 16 + lane % 16, ks * 16 + (lane / 16) * 8));
+    uint32_t a[kMt][4];
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt)
+      ldmatrix_x4(a[mt], QLayout::at(q_s, 16 * kMt * warp + 16 * mt + lane % 16, ks * 16 + (lane / 16) * 8));
 #pragma unroll
     for (int np = 0; np < kKeys / 16; ++np) {
       uint32_t b[4];  // matrices (keys +0, dims +0), (keys +0, dims +8), (keys +8, dims +0), (keys +8, dims +8)
       ldmatrix_x4(b, KLayout::at(k_s, np * 16 + (lane / 16) * 8 + lane % 8, ks * 16 + (lane / 8 % 2) * 8));
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
+      for (int mt = 0; mt < kMt; ++mt) {
         Mma<T>::run(s[mt][2 * np], a[mt], b[0], b[1]);
         Mma<T>::run(s[mt][2 * np + 1], a[mt], b[2], b[3]);
       }
@@ -84,11 +100,11 @@ __device__ inline void tuned_scores(float (&s)[2][kKeys / 8][4], const T* q_s, c
 }
 
 /// -inf where (row, key) is masked or past the end. warp_row0: the warp's first row.
-template <int kKeys>
-__device__ inline void tuned_mask(float (&s)[2][kKeys / 8][4], AttentionShape shape, int warp_row0, int j0, int g,
+template <int kKeys, int kMt>
+__device__ inline void tuned_mask(float (&s)[kMt][kKeys / 8][4], AttentionShape shape, int warp_row0, int j0, int g,
                                   int t) {
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
     for (int nb = 0; nb < kKeys / 8; ++nb)
 #pragma unroll
@@ -101,11 +117,11 @@ __device__ inline void tuned_mask(float (&s)[2][kKeys / 8][4], AttentionShape sh
 /// Online softmax on raw scores, S replaced by P, O rescaled. The max commutes with the
 /// (positive) scale, so the scale goes into the exponent, p = exp2(s * scale_log2 - m): one FFMA
 /// and one EX2 per score.
-template <int kD, int kKeys>
-__device__ inline void tuned_softmax(float (&s)[2][kKeys / 8][4], float (&out)[2][kD / 8][4], float (&m)[4],
-                                     float (&l)[4], float scale_log2) {
+template <int kD, int kKeys, int kMt>
+__device__ inline void tuned_softmax(float (&s)[kMt][kKeys / 8][4], float (&out)[kMt][kD / 8][4], float (&m)[2 * kMt],
+                                     float (&l)[2 * kMt], float scale_log2) {
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
+  for (int r = 0; r < 2 * kMt; ++r) {
     const int mt = r / 2, h = r % 2;
     // Row r's kKeys / 4 scores in this thread: s[mt][nb][2h] and s[mt][nb][2h + 1] for each nb.
     auto row = [&](int j) -> float& { return s[mt][j / 2][2 * h + j % 2]; };
@@ -119,14 +135,15 @@ __device__ inline void tuned_softmax(float (&s)[2][kKeys / 8][4], float (&out)[2
 }
 
 /// O += P V_j: P from registers (as in variant 3), each ldmatrix.trans of V feeds four mma.
-template <class T, int kD, int kKeys, class VLayout>
-__device__ inline void tuned_pv(float (&out)[2][kD / 8][4], const float (&s)[2][kKeys / 8][4], const T* v_s, int lane) {
+template <class T, int kD, int kKeys, class VLayout, int kMt>
+__device__ inline void tuned_pv(float (&out)[kMt][kD / 8][4], const float (&s)[kMt][kKeys / 8][4], const T* v_s,
+                                int lane) {
   // BEGIN SOLUTION ch05_pv (device): O += P V_j for the warp's two m-tiles: P's fragments packed to T straight from the S accumulators (two neighbouring n-blocks of S are one 16-key A fragment), V's B fragments by ldmatrix_x4_trans through VLayout::at, one Mma<T>::run per 8 output columns
 #pragma unroll
   for (int kk = 0; kk < kKeys / 16; ++kk) {
-    uint32_t p_frag[2][4];
+    uint32_t p_frag[kMt][4];
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
+    for (int mt = 0; mt < kMt; ++mt) {
       p_frag[mt][0] = Mma<T>::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
       p_frag[mt][1] = Mma<T>::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
       p_frag[mt][2] = Mma<T>::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
@@ -137,7 +154,7 @@ __device__ inline void tuned_pv(float (&out)[2][kD / 8][4], const float (&s)[2][
       uint32_t b[4];
       ldmatrix_x4_trans(b, VLayout::at(v_s, kk * 16 + (lane / 8 % 2) * 8 + lane % 8, (db + lane / 16) * 8));
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
+      for (int mt = 0; mt < kMt; ++mt) {
         Mma<T>::run(out[mt][db], p_frag[mt], b[0], b[1]);
         Mma<T>::run(out[mt][db + 1], p_frag[mt], b[2], b[3]);
       }
@@ -146,24 +163,25 @@ __device__ inline void tuned_pv(float (&out)[2][kD / 8][4], const float (&s)[2][
   // END SOLUTION
 }
 
-/// The epilogue: O / l rounded to T into the warp's own 32 rows of o_stage (the block's Q tile,
-/// free once the loop is done), then 16-byte stores of rows i0 + 32 warp .. to o_rows (row 0 of
-/// this head), and LSE to lse_rows. Rows at or past n_q are not written. Call it after every
+/// The epilogue: O / l rounded to T into the warp's own 16 kMt rows of o_stage (the block's Q
+/// tile, free once the loop is done), then 16-byte stores of rows i0 + 16 kMt warp .. to o_rows
+/// (row 0 of this head), and LSE to lse_rows. Rows at or past n_q are not written. Call it after every
 /// thread's last read of o_stage (a __syncthreads()).
-template <class T, int kD>
-__device__ inline void tuned_store_output(const float (&out)[2][kD / 8][4], const float (&m)[4], float (&l)[4],
-                                          T* o_stage, T* o_rows, float* lse_rows, int i0, int n_q, int warp, int lane) {
-  constexpr int kLd = kD + 8;
+template <class T, int kD, int kMt>
+__device__ inline void tuned_store_output(const float (&out)[kMt][kD / 8][4], const float (&m)[2 * kMt],
+                                          float (&l)[2 * kMt], T* o_stage, T* o_rows, float* lse_rows, int i0, int n_q,
+                                          int warp, int lane) {
+  constexpr int kLd = kD + 8, kRows = 16 * kMt;
   const int g = lane / 4, t = lane % 4;
-  float inv_l[4];
+  float inv_l[2 * kMt];
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
+  for (int r = 0; r < 2 * kMt; ++r) {
     l[r] = quad_sum(l[r]);
     inv_l[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
   }
-  T* o_warp = o_stage + kWarpRows * warp * kLd;
+  T* o_warp = o_stage + kRows * warp * kLd;
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
     for (int db = 0; db < kD / 8; ++db)
 #pragma unroll
@@ -175,16 +193,16 @@ __device__ inline void tuned_store_output(const float (&out)[2][kD / 8][4], cons
   __syncwarp();
   constexpr int kChunks = kD / 8;
 #pragma unroll
-  for (int i = 0; i < kWarpRows * kChunks / 32; ++i) {
-    const int e = i * 32 + lane, r = e / kChunks, c = e % kChunks, row = i0 + kWarpRows * warp + r;
+  for (int i = 0; i < kRows * kChunks / 32; ++i) {
+    const int e = i * 32 + lane, r = e / kChunks, c = e % kChunks, row = i0 + kRows * warp + r;
     if (row < n_q)
       *reinterpret_cast<uint4*>(o_rows + int64_t(row) * kD + c * 8) =
           *reinterpret_cast<const uint4*>(o_warp + r * kLd + c * 8);
   }
   if (t == 0) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int row = i0 + kWarpRows * warp + 16 * (r / 2) + 8 * (r % 2) + g;
+    for (int r = 0; r < 2 * kMt; ++r) {
+      const int row = i0 + kRows * warp + 16 * (r / 2) + 8 * (r % 2) + g;
       // LSE = ln(sum e^(s * scale)) = (m + log2 l) * ln 2, with m and l in log2 units.
       if (row < n_q) lse_rows[row] = m[r] == -INFINITY ? -INFINITY : (m[r] + log2f(l[r])) * kLn2;
     }

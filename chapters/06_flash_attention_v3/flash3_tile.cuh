@@ -1,9 +1,13 @@
 // Chapter 06: the per-tile work every variant shares, as device functions. A warpgroup owns 64
-// rows of the Q tile; one K/V tile is 128 keys. The variants differ only in who loads the tiles
-// and in what order the warpgroups issue these steps.
+// rows of the Q tile; one K/V tile is kN keys: 128 (kBlockN), or 64 at head_dim 256 in variant 4
+// (kTileKeys). The variants differ only in who loads the tiles and in what order the warpgroups
+// issue these steps.
 //
-// Shared memory holds tiles as TMA boxes of 128 rows x 128 bytes (64 bf16 columns), written with
-// the 128-byte swizzle; a tile of head_dim d is d / 64 boxes side by side.
+// Shared memory holds tiles as TMA boxes of kN rows x 128 bytes (64 bf16 columns), written with
+// the 128-byte swizzle; a tile of head_dim d is ceil(d / 64) boxes side by side. At d = 96 the
+// second box's last 32 columns lie past the tensor's end, and TMA fills them with zeros: the
+// kernels then run as at d = 128 (kPaddedDim), with a zero tail that changes no score and an O
+// tail that is never stored.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -23,15 +27,26 @@
 namespace fa::flash3 {
 
 constexpr int kBlockN = 128;          // keys per K/V tile
-constexpr int kBoxBytes = 128 * 128;  // one TMA box
+constexpr int kBoxBytes = 128 * 128;  // one TMA box of 128 rows
 
-/// Byte offsets of a block's shared memory: Q, then kStages K tiles, then kStages V tiles, then
-/// the mbarriers (kBarriers of them), each tile 1024-byte aligned.
-template <int kD, int kBlockM, int kStages, int kBarriers>
+/// The head_dim the tiles and the O accumulators are laid out for: whole 64-column boxes.
+template <int kD>
+constexpr int kPaddedDim = (kD + 63) / 64 * 64;
+
+/// Keys per K/V tile in variant 4: at head_dim 256 a 128-key tile's S (64 floats per thread)
+/// next to O (128) and P (32) would leave too few of the 240 registers a consumer has, and two
+/// stages of 128-key K and V tiles (256 KiB) would not fit in shared memory: 64 keys there.
+template <int kD>
+constexpr int kTileKeys = kD == 256 ? 64 : kBlockN;
+
+/// Byte offsets of a block's shared memory: Q, then kStages K tiles, then kStages V tiles (kN
+/// keys each), then the mbarriers (kBarriers of them), each tile 1024-byte aligned.
+template <int kD, int kBlockM, int kStages, int kBarriers, int kN = kBlockN>
 struct Smem {
-  static constexpr int kBoxes = kD / 64;
+  static constexpr int kBoxes = kPaddedDim<kD> / 64;
   static constexpr int kQBytes = kBoxes * kBlockM * 128;
-  static constexpr int kTileBytes = kBoxes * kBoxBytes;  // one 128-key K or V tile
+  static constexpr int kKeyBoxBytes = kN * 128;             // one box of a K or V tile
+  static constexpr int kTileBytes = kBoxes * kKeyBoxBytes;  // one kN-key K or V tile
   static constexpr int kQ = 0, kK = kQBytes, kV = kK + kStages * kTileBytes;
   static constexpr int kBars = kV + kStages * kTileBytes;
   static constexpr int kBytes = kBars + 8 * kBarriers + 1024;  // + slack to align the base to 1024
@@ -79,20 +94,26 @@ __device__ inline void produce_kv(int n_tiles, uint64_t* k_empty, uint64_t* v_em
   //! [produce_kv]
 }
 
-/// Issues S (64 x 128, this warpgroup's rows) = Q K^T as kD / 16 wgmma and commits them; the
+/// Issues S (64 x kN, this warpgroup's rows) = Q K^T as kD / 16 wgmma and commits them; the
 /// caller waits. q_rows: the warpgroup's first Q row in box 0 (the same offset in every box).
-template <int kD, int kQBoxBytes>
-__device__ inline void issue_scores(float (&s)[kBlockN / 2], const unsigned char* q_rows, const unsigned char* k_tile) {
+template <int kD, int kQBoxBytes, int kN = kBlockN>
+__device__ inline void issue_scores(float (&s)[kN / 2], const unsigned char* q_rows, const unsigned char* k_tile) {
   //! [wgmma_scores]
   // kD / 16 wgmma of k = 16. Within a 128-byte swizzled row, the k-th 16-column step starts 32
-  // bytes further; columns 64 and up live in the next box.
+  // bytes further; columns 64 and up live in the next box. (At d = 96 the zero tail of the
+  // second box is skipped: 6 steps, not 8.)
   hopper::wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < kD / 16; ++ks) {
     const int box = ks / 4, step = ks % 4;
     const uint64_t a = hopper::make_desc_sw128(q_rows + box * kQBoxBytes + step * 32, 16, 1024);
-    const uint64_t b = hopper::make_desc_sw128(k_tile + box * kBoxBytes + step * 32, 16, 1024);
-    hopper::wgmma_m64n128k16_ss<0>(s, a, b, ks > 0);
+    const uint64_t b = hopper::make_desc_sw128(k_tile + box * kN * 128 + step * 32, 16, 1024);
+    if constexpr (kN == 128) {
+      hopper::wgmma_m64n128k16_ss<0>(s, a, b, ks > 0);
+    } else {
+      static_assert(kN == 64, "K/V tiles are 64 or 128 keys");
+      hopper::wgmma_m64n64k16_ss<0>(s, a, b, ks > 0);
+    }
   }
   hopper::wgmma_commit();
   //! [wgmma_scores]
@@ -100,9 +121,10 @@ __device__ inline void issue_scores(float (&s)[kBlockN / 2], const unsigned char
 
 /// -inf where (row, key) is masked or out of range. row0: this thread's first row (g), row0 + 8
 /// its second; s[4c + e] is row row0 + 8 * (e / 2), key j0 + 8c + 2t + (e & 1).
-__device__ inline void mask_scores(float (&s)[kBlockN / 2], const AttentionShape& shape, int row0, int j0, int t) {
+template <int kHalfN>
+__device__ inline void mask_scores(float (&s)[kHalfN], const AttentionShape& shape, int row0, int j0, int t) {
 #pragma unroll
-  for (int i = 0; i < kBlockN / 2; ++i) {
+  for (int i = 0; i < kHalfN; ++i) {
     const int row = row0 + 8 * ((i % 4) / 2), key = j0 + 8 * (i / 4) + 2 * t + (i & 1);
     if (!(row < shape.seq_q && key < shape.seq_kv && shape.visible(row, key))) s[i] = -INFINITY;
   }
@@ -111,46 +133,53 @@ __device__ inline void mask_scores(float (&s)[kBlockN / 2], const AttentionShape
 /// Online softmax on the raw scores (the scale folded into the exponent), S replaced by P, for
 /// this thread's two rows (row g: s[4c], s[4c + 1]; row g + 8: s[4c + 2], s[4c + 3]); returns
 /// the factors the running O must be multiplied by, one per row.
-__device__ inline void online_softmax(float (&s)[kBlockN / 2], float (&m)[2], float (&l)[2], float (&rescale)[2],
+template <int kHalfN>
+__device__ inline void online_softmax(float (&s)[kHalfN], float (&m)[2], float (&l)[2], float (&rescale)[2],
                                       float scale_log2) {
 #pragma unroll
   for (int h = 0; h < 2; ++h)
-    rescale[h] = online_softmax_row<kBlockN / 4>([&](int i) -> float& { return s[4 * (i / 2) + 2 * h + i % 2]; }, m[h],
-                                                 l[h], scale_log2);
+    rescale[h] = online_softmax_row<kHalfN / 2>([&](int i) -> float& { return s[4 * (i / 2) + 2 * h + i % 2]; }, m[h],
+                                                l[h], scale_log2);
 }
 
 /// O times the per-row factors. Once the first tiles have been seen a row's running max seldom
 /// moves, and then its factor is exactly 1: when that holds for all 16 rows of the warp, the
 /// warp skips the kD / 2 multiplies (the result is the same bit for bit).
 template <int kD>
-__device__ inline void rescale_output(float (&out)[kD / 2], const float (&rescale)[2]) {
+__device__ inline void rescale_output(float (&out)[kPaddedDim<kD> / 2], const float (&rescale)[2]) {
   //! [skip_rescale]
   if (__all_sync(0xFFFFFFFFu, rescale[0] == 1.0f && rescale[1] == 1.0f)) {
     return;
   }
   //! [skip_rescale]
 #pragma unroll
-  for (int i = 0; i < kD / 2; ++i) out[i] *= rescale[(i % 4) / 2];
+  for (int i = 0; i < kPaddedDim<kD> / 2; ++i) out[i] *= rescale[(i % 4) / 2];
 }
 
 /// P as wgmma A fragments, straight from the S accumulators: 16 keys (two 8-column blocks) are
 /// one k-step, and the accumulator layout of two blocks is the A layout of one step.
-__device__ inline void pack_p(const float (&s)[kBlockN / 2], uint32_t (&p)[kBlockN / 16][4]) {
+template <int kHalfN>
+__device__ inline void pack_p(const float (&s)[kHalfN], uint32_t (&p)[kHalfN / 8][4]) {
   hopper::pack_a_bf16(s, p);
 }
 
 /// Issues O += P V_j and commits; the caller waits.
-template <int kD>
-__device__ inline void issue_pv(float (&out)[kD / 2], const uint32_t (&p)[kBlockN / 16][4],
+template <int kD, int kN = kBlockN>
+__device__ inline void issue_pv(float (&out)[kPaddedDim<kD> / 2], const uint32_t (&p)[kN / 16][4],
                                 const unsigned char* v_tile) {
   //! [wgmma_pv]
   // V is [keys][d] with d contiguous: "MN-major" for B, hence kTransB = 1. 8 keys are 8 rows of
-  // 128 bytes (1024 bytes per group of 8); the next 64 columns of d are the next box.
+  // 128 bytes (1024 bytes per group of 8); the next 64 columns of d are the next box, kN * 128
+  // bytes on. At d = 256 O is two n = 128 halves, each over two boxes.
   hopper::wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < kBlockN / 16; ++kk) {
-    const uint64_t b = hopper::make_desc_sw128(v_tile + kk * 16 * 128, kBoxBytes, 1024);
-    if constexpr (kD == 128) {
+  for (int kk = 0; kk < kN / 16; ++kk) {
+    const uint64_t b = hopper::make_desc_sw128(v_tile + kk * 16 * 128, kN * 128, 1024);
+    if constexpr (kPaddedDim<kD> == 256) {
+      const uint64_t b_hi = hopper::make_desc_sw128(v_tile + 2 * kN * 128 + kk * 16 * 128, kN * 128, 1024);
+      hopper::wgmma_m64n128k16_rs<1>(*reinterpret_cast<float(*)[64]>(&out[0]), p[kk], b, true);
+      hopper::wgmma_m64n128k16_rs<1>(*reinterpret_cast<float(*)[64]>(&out[64]), p[kk], b_hi, true);
+    } else if constexpr (kPaddedDim<kD> == 128) {
       hopper::wgmma_m64n128k16_rs<1>(out, p[kk], b, true);
     } else {
       hopper::wgmma_m64n64k16_rs<1>(out, p[kk], b, true);
@@ -173,10 +202,10 @@ __device__ inline void row_totals(const float (&m)[2], const float (&l)[2], floa
 
 /// O times inv rounded to bf16, and the LSE (given in log2 units), for this thread's two rows.
 template <int kD>
-__device__ inline void store_output(const float (&out)[kD / 2], const float (&inv)[2], const float (&lse_log2)[2],
-                                    const AttentionShape& shape, int bh, int row0, int t, __nv_bfloat16* o,
-                                    float* lse) {
-  hopper::store_rows_bf16(out, o + shape.q_head_offset(bh), row0, shape.seq_q, t, inv);
+__device__ inline void store_output(const float (&out)[kPaddedDim<kD> / 2], const float (&inv)[2],
+                                    const float (&lse_log2)[2], const AttentionShape& shape, int bh, int row0, int t,
+                                    __nv_bfloat16* o, float* lse) {
+  hopper::store_rows_bf16<kPaddedDim<kD> / 2, kD>(out, o + shape.q_head_offset(bh), row0, shape.seq_q, t, inv);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + 8 * h;
@@ -193,7 +222,7 @@ __device__ inline void sum_over_quad(float (&l)[2]) {
 
 /// O / l rounded to bf16, and LSE, for this thread's two rows; l is this thread's partial sum.
 template <int kD>
-__device__ inline void write_output(const float (&out)[kD / 2], const float (&m)[2], float (&l)[2],
+__device__ inline void write_output(const float (&out)[kPaddedDim<kD> / 2], const float (&m)[2], float (&l)[2],
                                     const AttentionShape& shape, int bh, int row0, int t, __nv_bfloat16* o,
                                     float* lse) {
   float inv[2], lse_log2[2];
@@ -202,10 +231,9 @@ __device__ inline void write_output(const float (&out)[kD / 2], const float (&m)
   store_output<kD>(out, inv, lse_log2, shape, bh, row0, t, o, lse);
 }
 
-/// Does K/V tile j0 need the mask for some row of the block [i0, i0 + block_m)?
-__device__ inline bool tile_needs_mask(const AttentionShape& shape, int i0, int block_m, int j0) {
-  return (shape.causal && j0 + kBlockN > shape.visible_keys(i0)) || j0 + kBlockN > shape.seq_kv ||
-         i0 + block_m > shape.seq_q;
+/// Does the K/V tile of keys [j0, j0 + n) need the mask for some row of the block [i0, i0 + block_m)?
+__device__ inline bool tile_needs_mask(const AttentionShape& shape, int i0, int block_m, int j0, int n = kBlockN) {
+  return (shape.causal && j0 + n > shape.visible_keys(i0)) || j0 + n > shape.seq_kv || i0 + block_m > shape.seq_q;
 }
 
 //! [turns]
@@ -225,7 +253,8 @@ __device__ inline void turn_give(int consumer) { hopper::named_barrier_arrive<kT
 //! [turns]
 
 /// Variant 4's schedule for one of the two consumer warpgroups, written once for any operand
-/// type (bf16 in variant 4, e4m3 in variant 5 at head_dim 64). `ops` provides wait_k(j),
+/// type (bf16 in variant 4, e4m3 in variant 5 at head_dim 64). `ops` provides kKeys (keys per
+/// K/V tile), wait_k(j),
 /// wait_v(j), release_k(j), release_v(j); scores(j, s) and pv(j), each issuing and committing
 /// one wgmma group; softmax(j, s, rescale) (mask, online softmax, P left in s);
 /// rescale_out(rescale); pack(s) (P into the A fragments pv reads); fence_out().
@@ -236,10 +265,11 @@ __device__ inline void pingpong_schedule(Ops& ops, int n_tiles, int consumer) {
   // [hand the turn over], softmax of S_{j+1} while P_j V_j runs, then rescale O.
   // Each consumer takes n_tiles + 1 turns, alternating, consumer 0 first: consumer 1 gives it
   // the first one, and does not give back after its own last turn (nobody would take it).
+  constexpr int kHalfN = Ops::kKeys / 2;
   if (n_tiles == 0) return;
   if (consumer == 1) turn_give(0);
   {
-    float s[kBlockN / 2];
+    float s[kHalfN];
     float rescale[2];
     ops.wait_k(0);
     turn_wait(consumer);
@@ -252,7 +282,7 @@ __device__ inline void pingpong_schedule(Ops& ops, int n_tiles, int consumer) {
     ops.pack(s);
   }
   for (int j = 0; j + 1 < n_tiles; ++j) {
-    float s[kBlockN / 2];
+    float s[kHalfN];
     float rescale[2];
     ops.wait_k(j + 1);
     ops.wait_v(j);

@@ -5,6 +5,8 @@
 
 namespace fa::flash3 {
 
-std::string hopper_support(const AttentionShape& s) { return fa::hopper_support(s, "chapter 06"); }
+std::string hopper_support(const AttentionShape& s, std::initializer_list<int> head_dims) {
+  return fa::hopper_support(s, "chapter 06", head_dims);
+}
 
 }  // namespace fa::flash3

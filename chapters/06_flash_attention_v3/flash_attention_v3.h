@@ -1,6 +1,7 @@
 // Chapter 06's host-side pieces shared by its kernel files.
 #pragma once
 
+#include <initializer_list>
 #include <string>
 
 #include "problem.h"
@@ -8,8 +9,8 @@
 namespace fa::flash3 {
 
 /// "" if chapter 06's kernels can run this shape here, else the reason: they need an sm_90 GPU
-/// (Hopper: TMA, wgmma), head_dim 64 or 128, and batch * heads_q within the grid's y limit.
-std::string hopper_support(const AttentionShape& s);
+/// (Hopper: TMA, wgmma), a head_dim in `head_dims`, and batch * heads_q within the grid's y limit.
+std::string hopper_support(const AttentionShape& s, std::initializer_list<int> head_dims = {64, 128});
 
 /// Variant 5's grid at this shape on the current GPU: its blocks (Q blocks x planes), the block
 /// slots the GPU runs at once (SMs x blocks per SM), and the last wave's `tail` blocks, each run

@@ -172,7 +172,7 @@ void launch_fp8(const ForwardParams& p) {
 ForwardKernel fp8_kernel(const char* name, int number, const char* variant, const char* summary,
                          void (*launch)(const ForwardParams&)) {
   ForwardKernel k{name, 6, number, variant, DType::BF16, summary, launch};
-  k.supports = hopper_support;  // head_dim 64 or 128, an sm_90 GPU
+  k.supports = [](const AttentionShape& s) { return hopper_support(s); };  // head_dim 64 or 128, an sm_90 GPU
   k.workspace_bytes = fp8_workspace_bytes;
   k.tolerance = fp8_tolerance();
   return k;

@@ -7,7 +7,8 @@
 // barrier, computes, and arrives on its "empty" barrier. No __syncthreads in the loop: the two
 // consumers drift apart, so one's softmax can run while the other's wgmma does.
 //
-// Variant 4, `pingpong`: the same roles, plus two schedules.
+// Variant 4, `pingpong`: the same roles, plus two schedules. It also takes head_dim 96 (as 128,
+// the tail columns zero) and 256 (64-key K/V tiles; see kTileKeys in flash3_tile.cuh).
 //   * Ping-pong: the consumers take turns issuing their GEMMs, handing the turn over with named
 //     barriers, so while one warpgroup runs its softmax the tensor cores work for the other.
 //   * In-warpgroup overlap: a consumer issues S_{j+1} = Q K_{j+1}^T and P_j V_j back to back, then
@@ -33,39 +34,40 @@ using namespace fa::hopper;
 constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers), kBlockM = 64 * kConsumers, kStages = 2;
 constexpr int kConsumerThreads = 128 * kConsumers;
 
-// Barriers: q_full, k_full[2], v_full[2], k_empty[2], v_empty[2].
+// Barriers: q_full, k_full[2], v_full[2], k_empty[2], v_empty[2]. K/V tiles of kTileKeys<kD> keys.
 template <int kD>
-using Layout = Smem<kD, kBlockM, kStages, 1 + 4 * kStages>;
+using Layout = Smem<kD, kBlockM, kStages, 1 + 4 * kStages, kTileKeys<kD>>;
 
 /// The bf16 operations variant 4's schedule (pingpong_schedule in flash3_tile.cuh) runs.
 template <int kD>
 struct Bf16Ops {
   using S = Layout<kD>;
+  static constexpr int kKeys = kTileKeys<kD>;
   unsigned char* smem;
   const unsigned char* q_rows;
   uint64_t *k_full, *v_full, *k_empty, *v_empty;
   AttentionShape shape;
   int i0, row0, t;
   float scale_log2;
-  float out[kD / 2];
+  float out[kPaddedDim<kD> / 2];
   float m[2], l[2];
-  uint32_t p[kBlockN / 16][4];
+  uint32_t p[kKeys / 16][4];
 
   using R = Ring<kStages>;
   __device__ void wait_k(int j) { mbarrier_wait(&k_full[R::stage(j)], R::full_parity(j)); }
   __device__ void wait_v(int j) { mbarrier_wait(&v_full[R::stage(j)], R::full_parity(j)); }
   __device__ void release_k(int j) { mbarrier_arrive(&k_empty[R::stage(j)]); }
   __device__ void release_v(int j) { mbarrier_arrive(&v_empty[R::stage(j)]); }
-  __device__ void scores(int j, float (&s)[kBlockN / 2]) {
-    issue_scores<kD, kBlockM * 128>(s, q_rows, smem + S::kK + R::stage(j) * S::kTileBytes);
+  __device__ void scores(int j, float (&s)[kKeys / 2]) {
+    issue_scores<kD, kBlockM * 128, kKeys>(s, q_rows, smem + S::kK + R::stage(j) * S::kTileBytes);
   }
-  __device__ void pv(int j) { issue_pv<kD>(out, p, smem + S::kV + R::stage(j) * S::kTileBytes); }
-  __device__ void softmax(int j, float (&s)[kBlockN / 2], float (&rescale)[2]) {
-    if (tile_needs_mask(shape, i0, kBlockM, j * kBlockN)) mask_scores(s, shape, row0, j * kBlockN, t);
+  __device__ void pv(int j) { issue_pv<kD, kKeys>(out, p, smem + S::kV + R::stage(j) * S::kTileBytes); }
+  __device__ void softmax(int j, float (&s)[kKeys / 2], float (&rescale)[2]) {
+    if (tile_needs_mask(shape, i0, kBlockM, j * kKeys, kKeys)) mask_scores(s, shape, row0, j * kKeys, t);
     online_softmax(s, m, l, rescale, scale_log2);
   }
   __device__ void rescale_out(const float (&rescale)[2]) { rescale_output<kD>(out, rescale); }
-  __device__ void pack(const float (&s)[kBlockN / 2]) { pack_p(s, p); }
+  __device__ void pack(const float (&s)[kKeys / 2]) { pack_p(s, p); }
   __device__ void fence_out() { fence_operands(out); }
 };
 
@@ -75,6 +77,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                               const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, __nv_bfloat16* o,
                               float* lse) {
   using S = Layout<kD>;
+  constexpr int kN = kTileKeys<kD>;  // keys per K/V tile
   extern __shared__ unsigned char shared_raw[];
   unsigned char* smem = aligned_smem(shared_raw);
   uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + S::kBars);
@@ -87,7 +90,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int bh = blockIdx.y;
   const int i0 = (gridDim.x - 1 - blockIdx.x) * kBlockM;
   const int key_end = shape.causal ? shape.visible_keys(min(i0 + kBlockM, shape.seq_q) - 1) : shape.seq_kv;
-  const int n_tiles = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
+  const int n_tiles = key_end > 0 ? (key_end + kN - 1) / kN : 0;
 
   init_ring(q_full, k_full, v_full, kStages, k_empty, v_empty, kConsumerThreads);
 
@@ -106,13 +109,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           [&](int j, int stage) {
             mbarrier_arrive_expect_tx(&k_full[stage], S::kTileBytes);
             for (int b = 0; b < S::kBoxes; ++b)
-              tma_load_3d(smem + S::kK + stage * S::kTileBytes + b * kBoxBytes, &tm_k, 64 * b, j * kBlockN, kv_plane,
+              tma_load_3d(smem + S::kK + stage * S::kTileBytes + b * S::kKeyBoxBytes, &tm_k, 64 * b, j * kN, kv_plane,
                           &k_full[stage]);
           },
           [&](int j, int stage) {
             mbarrier_arrive_expect_tx(&v_full[stage], S::kTileBytes);
             for (int b = 0; b < S::kBoxes; ++b)
-              tma_load_3d(smem + S::kV + stage * S::kTileBytes + b * kBoxBytes, &tm_v, 64 * b, j * kBlockN, kv_plane,
+              tma_load_3d(smem + S::kV + stage * S::kTileBytes + b * S::kKeyBoxBytes, &tm_v, 64 * b, j * kN, kv_plane,
                           &v_full[stage]);
           });
     }
@@ -128,27 +131,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   mbarrier_wait(q_full, 0);
 
   if constexpr (!kPingPong) {
-    float out[kD / 2] = {};
+    float out[kPaddedDim<kD> / 2] = {};
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     using R = Ring<kStages>;
     //! [consumer_loop]
     for (int j = 0; j < n_tiles; ++j) {
       mbarrier_wait(&k_full[R::stage(j)], R::full_parity(j));
-      float s[kBlockN / 2];
-      issue_scores<kD, kBlockM * 128>(s, q_rows, smem + S::kK + R::stage(j) * S::kTileBytes);
+      float s[kN / 2];
+      issue_scores<kD, kBlockM * 128, kN>(s, q_rows, smem + S::kK + R::stage(j) * S::kTileBytes);
       wgmma_wait<0>();
       fence_operands(s);
       mbarrier_arrive(&k_empty[R::stage(j)]);  // this warpgroup is done with K_j
 
-      if (tile_needs_mask(shape, i0, kBlockM, j * kBlockN)) mask_scores(s, shape, row0, j * kBlockN, t);
+      if (tile_needs_mask(shape, i0, kBlockM, j * kN, kN)) mask_scores(s, shape, row0, j * kN, t);
       float rescale[2];
       online_softmax(s, m, l, rescale, scale_log2);
       rescale_output<kD>(out, rescale);
-      uint32_t p[kBlockN / 16][4];
+      uint32_t p[kN / 16][4];
       pack_p(s, p);
 
       mbarrier_wait(&v_full[R::stage(j)], R::full_parity(j));
-      issue_pv<kD>(out, p, smem + S::kV + R::stage(j) * S::kTileBytes);
+      issue_pv<kD, kN>(out, p, smem + S::kV + R::stage(j) * S::kTileBytes);
       wgmma_wait<0>();
       fence_operands(out);
       mbarrier_arrive(&v_empty[R::stage(j)]);
@@ -180,18 +183,23 @@ template <int kD, bool kPingPong>
 void launch_specialized_dim(const ForwardParams& p) {
   // BEGIN SOLUTION ch06_producer: write produce_kv (the producer's loop on the mbarrier ring) in flash3_tile.cuh, then delete this line
   // END SOLUTION
-  launch_bf16_tiles(flash3_specialized_kernel<kD, kPingPong>, p, kD, kBlockM, kBlockN, kThreads, Layout<kD>::kBytes);
+  launch_bf16_tiles(flash3_specialized_kernel<kD, kPingPong>, p, kD, kBlockM, kTileKeys<kD>, kThreads,
+                    Layout<kD>::kBytes);
 }
 
 template <bool kPingPong>
 void launch_specialized(const ForwardParams& p) {
-  with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) { launch_specialized_dim<d.value, kPingPong>(p); });
+  if constexpr (kPingPong) {
+    with_head_dim<64, 96, 128, 256>(p.shape.head_dim, [&](auto d) { launch_specialized_dim<d.value, true>(p); });
+  } else {
+    with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) { launch_specialized_dim<d.value, false>(p); });
+  }
 }
 
 ForwardKernel specialized_kernel(const char* name, int number, const char* variant, const char* summary,
-                                 void (*launch)(const ForwardParams&)) {
+                                 void (*launch)(const ForwardParams&), ShapeCheck supports) {
   ForwardKernel k{name, 6, number, variant, DType::BF16, summary, launch};
-  k.supports = hopper_support;
+  k.supports = std::move(supports);
   return k;
 }
 
@@ -200,9 +208,12 @@ ForwardKernel specialized_kernel(const char* name, int number, const char* varia
 FA_REGISTER_FORWARD_KERNEL(
     specialized_kernel("ch06_specialized_bf16", 3, "specialized",
                        "producer warpgroup (TMA, setmaxnreg.dec) + 2 consumer warpgroups, full/empty mbarriers",
-                       launch_specialized<false>));
-FA_REGISTER_FORWARD_KERNEL(specialized_kernel(
-    "ch06_pingpong_bf16", 4, "pingpong",
-    "variant 3 + consumers take turns issuing GEMMs; softmax of j+1 overlaps P_j V_j", launch_specialized<true>));
+                       launch_specialized<false>, [](const AttentionShape& s) { return hopper_support(s); }));
+FA_REGISTER_FORWARD_KERNEL(
+    specialized_kernel("ch06_pingpong_bf16", 4, "pingpong",
+                       "variant 3 + consumers take turns issuing GEMMs; softmax of j+1 overlaps P_j V_j",
+                       launch_specialized<true>, [](const AttentionShape& s) {
+                         return hopper_support(s, {64, 96, 128, 256});
+                       }));
 
 }  // namespace fa::flash3

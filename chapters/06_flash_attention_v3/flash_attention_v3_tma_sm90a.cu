@@ -159,7 +159,7 @@ void launch_tma(const ForwardParams& p) {
 ForwardKernel tma_kernel() {
   const char* summary = "chapter 05's tuned kernel fed by TMA into a 2-stage mbarrier ring, swizzled tiles";
   ForwardKernel k{"ch06_tma_bf16", 6, 1, "tma", DType::BF16, summary, launch_tma};
-  k.supports = hopper_support;
+  k.supports = [](const AttentionShape& s) { return hopper_support(s); };
   return k;
 }
 

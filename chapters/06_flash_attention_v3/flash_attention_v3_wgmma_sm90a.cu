@@ -120,7 +120,7 @@ void launch_wgmma(const ForwardParams& p) {
 ForwardKernel wgmma_kernel() {
   const char* summary = "TMA into a 2-stage mbarrier ring; S and P*V with wgmma (2 warpgroups, 128 x 128 tiles)";
   ForwardKernel k{"ch06_wgmma_bf16", 6, 2, "wgmma", DType::BF16, summary, launch_wgmma};
-  k.supports = hopper_support;
+  k.supports = [](const AttentionShape& s) { return hopper_support(s); };
   return k;
 }
 

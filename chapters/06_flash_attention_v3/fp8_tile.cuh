@@ -160,6 +160,7 @@ struct Fp8ConsumerSetup {
 template <int kD, class L, int kMaskRows>
 struct Fp8OpsBase {
   using R = Ring<kStages>;
+  static constexpr int kKeys = kBlockN;
   unsigned char* smem;
   uint32_t smem_lo;  // the descriptor low word of smem's first byte (see desc_lo)
   const unsigned char* q_rows;

@@ -175,7 +175,7 @@ ForwardKernel ampere_kernel(const char* name, DType dtype, void (*launch)(const 
   ForwardKernel k{name,     9,     1,
                   "ampere", dtype, "chapter 05's tuned kernel with packed batches, windows, softcap, ALiBi and a bias",
                   launch};
-  k.supports = flash2::mma_support;
+  k.supports = [](const AttentionShape& s) { return flash2::mma_support(s); };
   k.features = kAllFeatures;
   return k;
 }

@@ -133,6 +133,7 @@ template <int kD, bool kModify, bool kStageBias>
 struct FeatureOps {
   using S = Layout<kD>;
   using R = Ring<kStages>;
+  static constexpr int kKeys = kBlockN;
   unsigned char* smem;
   const unsigned char* q_rows;
   uint64_t *k_full, *v_full, *k_empty, *v_empty;

@@ -17,7 +17,7 @@ namespace fa {
 namespace {
 
 /// The shared shape list: seq 1, 17, 127, 1000, 1024 (tails that are not a multiple of any
-/// tile), head_dim 32/64/128 (and one odd size), causal on and off, seq_q != seq_kv both ways
+/// tile), head_dim 32/64/96/128/256 (and one odd size), causal on and off, seq_q != seq_kv both ways
 /// (causal rows that see no key), heads_kv < heads_q (GQA and MQA).
 std::vector<AttentionShape> gpu_shapes() {
   return {
@@ -28,6 +28,10 @@ std::vector<AttentionShape> gpu_shapes() {
       shape_of(1, 2, 2, 1024, 1024, 128, true), shape_of(2, 2, 1, 1024, 1024, 32, false),
       shape_of(1, 4, 2, 127, 1000, 64, true),   shape_of(1, 4, 2, 1000, 127, 128, true),
       shape_of(1, 2, 2, 1, 1024, 64, true),     shape_of(1, 2, 2, 100, 100, 48, false),
+      shape_of(2, 4, 2, 17, 300, 96, true),     shape_of(1, 2, 2, 1000, 1000, 96, false),
+      shape_of(1, 4, 1, 1000, 1000, 96, true),  shape_of(2, 2, 2, 17, 17, 256, false),
+      shape_of(1, 4, 2, 127, 1000, 256, true),  shape_of(1, 2, 2, 1000, 1000, 256, false),
+      shape_of(1, 2, 1, 1024, 1024, 256, true),
   };
 }
 

@@ -3,7 +3,7 @@
 //
 // Fuzzed shapes. Each seed draws one shape: batch 1-2, heads_kv 1-2 with 1, 2 or 4 query heads
 // each (MHA, GQA), seq_q and seq_kv from 1 to 2048 (a quarter of them primes, a quarter at most
-// 64), head_dim 32, 48, 64 or 128, causal or not. A kernel that does not take the drawn head_dim
+// 64), head_dim 32, 48, 64, 96, 128 or 256, causal or not. A kernel that does not take the drawn head_dim
 // runs at 64 or 128 instead, so every kernel runs on every seed. A fixed list of seeds always
 // runs (the test name holds the seed). More seeds, running the test program itself (CTest's list
 // of tests is made at build time):
@@ -63,9 +63,9 @@ AttentionShape fuzz_shape(uint64_t seed) {
       default: return pick(1, 2048);
     }
   };
-  static const int dims[] = {32, 48, 64, 128};
+  static const int dims[] = {32, 48, 64, 96, 128, 256};
   const int heads_kv = pick(1, 2), group = 1 << pick(0, 2);
-  const int batch = pick(1, 2), seq_q = seq(), seq_kv = seq(), dim = dims[pick(0, 3)];
+  const int batch = pick(1, 2), seq_q = seq(), seq_kv = seq(), dim = dims[pick(0, int(std::size(dims)) - 1)];
   return shape_of(batch, heads_kv * group, heads_kv, seq_q, seq_kv, dim, pick(0, 1) == 1);
 }
 

@@ -59,9 +59,9 @@ def test_non_contiguous():
 
 @needs_gpu
 def test_unsupported_head_dim():
-    q, k, v = qkv(d=96)
-    with pytest.raises(ak.UnsupportedError, match=r"^ch05_tuned_bf16 does not take b1 h4/2 q32 k32 d96: head_dim must be 64 "
-                                                  r"or 128, got 96$"):
+    q, k, v = qkv(d=80)
+    with pytest.raises(ak.UnsupportedError, match=r"^ch05_tuned_bf16 does not take b1 h4/2 q32 k32 d80: head_dim must be 64, "
+                                                  r"96, 128 or 256, got 80$"):
         ak.attention(q, k, v, kernel="ch05_tuned_bf16")
     assert issubclass(ak.UnsupportedError, ValueError)
 

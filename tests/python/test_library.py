@@ -37,7 +37,8 @@ class Listing(unittest.TestCase):
 
     def test_head_dims(self):
         found = {k.name: k for k in ak.list_kernels()}
-        self.assertEqual(found["ch05_tuned_bf16"].head_dims, (64, 128))
+        self.assertEqual(found["ch05_tuned_bf16"].head_dims, (64, 96, 128, 256))
+        self.assertEqual(found["ch05_mma_bf16"].head_dims, (64, 128))
         self.assertEqual(found["ch07_fp32"].head_dims, (32, 64, 128))
         self.assertIn(48, found["ch01_naive"].head_dims)
 
@@ -74,8 +75,9 @@ class Checks(unittest.TestCase):
             self.lib.find(_library.DECODE, "ch05_tuned_bf16")
 
     def test_unsupported_head_dim(self):
-        with self.assertRaisesRegex(ak.UnsupportedError, "ch05_tuned_bf16 does not take .* d96: head_dim must be 64 or 128, got 96"):
-            self.lib.check(_library.FORWARD, "ch05_tuned_bf16", self.lib.shape(1, 1, 1, 4, 4, 96))
+        with self.assertRaisesRegex(ak.UnsupportedError,
+                                    "ch05_tuned_bf16 does not take .* d80: head_dim must be 64, 96, 128 or 256, got 80"):
+            self.lib.check(_library.FORWARD, "ch05_tuned_bf16", self.lib.shape(1, 1, 1, 4, 4, 80))
 
     def test_invalid_shapes(self):
         cases = [

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""The head_dim table: chapters 05 and 06 against PyTorch SDPA at head_dim 64, 96, 128 and 256.
+
+    python3 tools/head_dims_report.py FA_CSV TORCH_CSV --out docs/results/h100/head_dims.csv \\
+        --line "NVIDIA H100 80GB HBM3, ..., 2026-11-24: the commands"
+
+FA_CSV: `fa_bench --dims 64,96,128,256 --kernels ch05_tuned_bf16,ch06_pingpong_bf16`; TORCH_CSV:
+`tools/bench_torch.py --dims 64,96,128,256 --backends flash_bf16,cudnn_bf16` on the same sweep.
+One row per (head_dim, causal, seq): both kernels' TFLOP/s, SDPA's FLASH and cuDNN backends', and
+the ratios of chapter 06's kernel to each. The first line of the output is the '# ' line saying
+where it was measured (tools/tables.py needs it).
+"""
+import argparse
+import csv
+import sys
+
+OURS = ("ch05_tuned_bf16", "ch06_pingpong_bf16")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("fa_csv")
+    parser.add_argument("torch_csv")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--line", required=True, help="where and how it was measured (the file's first line)")
+    args = parser.parse_args()
+    points, ours, torch = set(), {}, {}
+    for r in csv.DictReader(open(args.fa_csv, newline="")):
+        if r["kernel"] in OURS and r["status"] == "ok" and r["tflops"]:
+            key = (int(r["head_dim"]), int(r["causal"]), int(r["seq_q"]))
+            points.add(key)
+            ours[r["kernel"], key] = float(r["tflops"])
+    for r in csv.DictReader(open(args.torch_csv, newline="")):
+        if r["status"] == "ok" and r["dtype"] == "bf16" and r["backend"] in ("flash", "cudnn"):
+            torch[r["backend"], (int(r["head_dim"]), int(r["causal"]), int(r["seq"]))] = float(r["tflops"])
+    if not points:
+        sys.exit(f"head_dims_report: no row of {', '.join(OURS)} in {args.fa_csv}")
+
+    def value(table, name, key):
+        x = table.get((name, key))
+        return f"{x:.1f}" if x is not None else ""
+
+    def over(a, b):
+        return f"{a / b:.2f}" if a is not None and b else ""
+
+    with open(args.out, "w", newline="") as f:
+        f.write(f"# {args.line}\n")
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["head_dim", "causal", "seq", "batch", "heads", "tuned_tflops", "pingpong_tflops", "flash_tflops",
+                    "cudnn_tflops", "pingpong_over_flash", "pingpong_over_cudnn"])
+        for key in sorted(points):
+            d, causal, seq = key
+            ping = ours.get(("ch06_pingpong_bf16", key))
+            w.writerow([d, causal, seq, 16384 // seq, 2048 // d, value(ours, "ch05_tuned_bf16", key),
+                        value(ours, "ch06_pingpong_bf16", key), value(torch, "flash", key), value(torch, "cudnn", key),
+                        over(ping, torch.get(("flash", key))), over(ping, torch.get(("cudnn", key)))])
+
+
+if __name__ == "__main__":
+    main()
