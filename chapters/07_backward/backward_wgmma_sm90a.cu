@@ -23,7 +23,7 @@
 //     dQ_c += dS K                                               wgmma rs (B = K, MN-major)
 // The dQ kernel is chapter 06's forward with dP in place of the online softmax: no max to track,
 // since the LSE is known. The two kernels are independent (both need only D) and run on two
-// streams, as in variant 3.
+// streams, as in variant 3. Head dims 64, 128, and 96 as 128 with zero-filled columns (kPadded).
 // Run: build/bin/ch07_backward --variant wgmma
 #include <cuda_bf16.h>
 
@@ -52,10 +52,19 @@ constexpr int kStages = 2;
 using StageRing = Ring<kStages>;
 constexpr int kBoxRowBytes = 128;  // a TMA box row: 64 bf16 columns, stored with the 128-byte swizzle
 
+/// The head_dim the tiles and accumulators are laid out for: whole 64-column boxes. At kD = 96
+/// the second box's last 32 columns lie past the tensors' end and TMA fills them with zeros, so
+/// the kernels run as at 128: the zero columns add nothing to S or dP, and the dQ, dK, dV
+/// columns they produce are not stored.
+template <int kD>
+constexpr int kPadded = (kD + 63) / 64 * 64;
+template <int kD>
+constexpr int kBoxes = kPadded<kD> / 64;
+
 /// A tile of `rows` rows of head_dim kD as TMA boxes of rows x 64 columns, side by side.
 template <int kD>
 __host__ __device__ constexpr int tile_bytes(int rows) {
-  return (kD / 64) * rows * kBoxRowBytes;
+  return kBoxes<kD> * rows * kBoxRowBytes;
 }
 
 /// Issues c (64 x 64) = A B^T over kD as kD / 16 wgmma, without committing: A = 64 rows starting
@@ -78,11 +87,12 @@ __device__ inline void issue_abt(float (&c)[32], const unsigned char* a_rows, in
 /// 64 rows of a [rows][kD] tile (boxes of 64 rows, 8 KiB apart), read "MN-major" (kD contiguous),
 /// the way chapter 06 reads V in P V.
 template <int kD>
-__device__ inline void issue_a_regs_b(float (&acc)[kD / 2], const uint32_t (&a)[4][4], const unsigned char* b_tile) {
+__device__ inline void issue_a_regs_b(float (&acc)[kPadded<kD> / 2], const uint32_t (&a)[4][4],
+                                      const unsigned char* b_tile) {
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     const uint64_t b = make_desc_sw128(b_tile + kk * 16 * kBoxRowBytes, tile_bytes<64>(64), 1024);
-    if constexpr (kD == 128) {
+    if constexpr (kPadded<kD> == 128) {
       wgmma_m64n128k16_rs<1>(acc, a[kk], b, true);
     } else {
       wgmma_m64n64k16_rs<1>(acc, a[kk], b, true);
@@ -151,7 +161,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int lane = tid;
     if (lane == 0) {
       mbarrier_arrive_expect_tx(kv_full, 2 * tile_bytes<kD>(kKvKeys));
-      for (int b = 0; b < kD / 64; ++b) {
+      for (int b = 0; b < kBoxes<kD>; ++b) {
         tma_load_3d(smem + L::kK + b * kKvKeys * kBoxRowBytes, &tm_k, 64 * b, j0, kv_plane, kv_full);
         tma_load_3d(smem + L::kV + b * kKvKeys * kBoxRowBytes, &tm_v, 64 * b, j0, kv_plane, kv_full);
       }
@@ -167,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       if (lane == 0) {
         mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kKvRows));
-        for (int b = 0; b < kD / 64; ++b) {
+        for (int b = 0; b < kBoxes<kD>; ++b) {
           tma_load_3d(smem + L::kQ + st * tile_bytes<kD>(kKvRows) + b * kKvRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh,
                       &full[st]);
           tma_load_3d(smem + L::kDo + st * tile_bytes<kD>(kKvRows) + b * kKvRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh,
@@ -188,7 +198,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
   const unsigned char* k_rows = smem + L::kK + 64 * c * kBoxRowBytes;
   const unsigned char* v_rows = smem + L::kV + 64 * c * kBoxRowBytes;
-  float dk_acc[kD / 2] = {}, dv_acc[kD / 2] = {};
+  float dk_acc[kPadded<kD> / 2] = {}, dv_acc[kPadded<kD> / 2] = {};
   mbarrier_wait(kv_full, 0);
 
   for (int it = 0; it < n_items; ++it) {
@@ -240,8 +250,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // dK = dS^T Q * scale and dV for this thread's two keys, rounded once.
   const int64_t head = int64_t(kv_plane) * s.seq_kv * kD;
   const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.0f, 1.0f};
-  store_rows_bf16(dk_acc, dk + head, key_a, s.seq_kv, t, dk_scale);
-  store_rows_bf16(dv_acc, dv + head, key_a, s.seq_kv, t, dv_scale);
+  store_rows_bf16<kPadded<kD> / 2, kD>(dk_acc, dk + head, key_a, s.seq_kv, t, dk_scale);
+  store_rows_bf16<kPadded<kD> / 2, kD>(dv_acc, dv + head, key_a, s.seq_kv, t, dv_scale);
 }
 //! [wgmma_dkdv_kernel]
 
@@ -293,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     setmaxnreg_dec<40>();
     if (tid != 0) return;
     mbarrier_arrive_expect_tx(q_full, 2 * tile_bytes<kD>(kQRows));
-    for (int b = 0; b < kD / 64; ++b) {
+    for (int b = 0; b < kBoxes<kD>; ++b) {
       tma_load_3d(smem + L::kQ + b * kQRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh, q_full);
       tma_load_3d(smem + L::kDo + b * kQRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh, q_full);
     }
@@ -301,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int st = StageRing::stage(jt);
       if (jt >= kStages) mbarrier_wait(&empty[st], StageRing::empty_parity(jt));
       mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kQKeys));
-      for (int b = 0; b < kD / 64; ++b) {
+      for (int b = 0; b < kBoxes<kD>; ++b) {
         tma_load_3d(smem + L::kK + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_k, 64 * b, jt * kQKeys,
                     kv_plane, &full[st]);
         tma_load_3d(smem + L::kV + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_v, 64 * b, jt * kQKeys,
@@ -328,7 +338,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int full_until = ic < s.seq_q ? s.visible_keys(ic) : 0;
   const unsigned char* q_rows = smem + L::kQ + 64 * c * kBoxRowBytes;
   const unsigned char* do_rows = smem + L::kDo + 64 * c * kBoxRowBytes;
-  float dq_acc[kD / 2] = {};
+  float dq_acc[kPadded<kD> / 2] = {};
   mbarrier_wait(q_full, 0);
 
   for (int jt = 0; jt < n_tiles; ++jt) {
@@ -366,7 +376,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   const float dq_scale[2] = {scale, scale};
-  store_rows_bf16(dq_acc, dq + int64_t(bh) * s.seq_q * kD, row_a, s.seq_q, t, dq_scale);
+  store_rows_bf16<kPadded<kD> / 2, kD>(dq_acc, dq + int64_t(bh) * s.seq_q * kD, row_a, s.seq_q, t, dq_scale);
 }
 //! [wgmma_dq_kernel]
 
@@ -409,14 +419,14 @@ void launch_dim(const BackwardParams& p) {
 }
 
 void launch_wgmma(const BackwardParams& p) {
-  with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) { launch_dim<d.value>(p); });
+  with_head_dim<64, 96, 128>(p.shape.head_dim, [&](auto d) { launch_dim<d.value>(p); });
 }
 
 BackwardKernel wgmma_kernel() {
   const char* summary =
       "variant 3 on Hopper: TMA ring + producer warpgroup, S^T/dP^T/dV/dK and S/dP/dQ by wgmma; no atomics";
   BackwardKernel k{"ch07_wgmma_bf16", 7, 4, "wgmma", DType::BF16, summary, launch_wgmma};
-  k.supports = [](const AttentionShape& s) { return hopper_support(s, "variant 4"); };
+  k.supports = [](const AttentionShape& s) { return hopper_support(s, "variant 4", {64, 96, 128}); };
   k.workspace_bytes = [](const AttentionShape& s) { return std::size_t(s.lse_elems()) * sizeof(float); };
   k.deterministic = true;
   return k;
