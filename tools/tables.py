@@ -14,7 +14,8 @@ run: copy its files into docs/results/h100/, update run.txt, run this script, co
 
 Tables: tour, progression, ceilings, ch01 ... ch06, ch06_fp8, ch07, ch08; python_errors and train_gpt
 (from the pytest suite's FA_RULE_CSV and examples/train_gpt.py), features (chapter 09 against
-FlexAttention, tools/features_report.py), each of these files naming its own run.
+FlexAttention, tools/features_report.py) and head_dims (chapters 05 and 06 at head_dim 64 to 256
+against SDPA, tools/head_dims_report.py), each of these files naming its own run.
 """
 import argparse
 import csv
@@ -289,6 +290,22 @@ def features_table():
             f"\n\nMeasured on {line}.\n")
 
 
+def head_dims_table():
+    line, rows = load_with_line("head_dims.csv")
+    shown = [r for r in rows if int(r["seq"]) in (4096, 16384)]
+    body = table(["head_dim", "mask", "seq × batch", "heads", "`ch05_tuned_bf16`", "`ch06_pingpong_bf16`",
+                  "SDPA FLASH", "SDPA cuDNN", "pingpong × FLASH", "pingpong × cuDNN"],
+                 [[r["head_dim"], "causal" if r["causal"] == "1" else "none",
+                   f"{int(r['seq']) // 1024}k × {r['batch']}", r["heads"], r["tuned_tflops"] or "–",
+                   r["pingpong_tflops"] or "–", r["flash_tflops"] or "–", r["cudnn_tflops"] or "–",
+                   f"{r['pingpong_over_flash']}×" if r["pingpong_over_flash"] else "–",
+                   f"{r['pingpong_over_cudnn']}×" if r["pingpong_over_cudnn"] else "–"] for r in shown])
+    return (body + "\n\nTFLOP/s, bf16, the standard sweep's 16k tokens (batch = 16384 / seq) and hidden 2048 "
+            "(heads = 2048 / d, 21 at d = 96); seq 4k and 16k shown, 512 to 16k in `docs/results/h100/head_dims.csv`. "
+            "At d = 96 the FLOPs are counted at 96, though the Hopper kernel multiplies 128 columns in P V."
+            f"\n\nMeasured on {line}.\n")
+
+
 def tables():
     fw = Forward()
     out = {"tour": tour_table(), "progression": progression_table(fw), "ceilings": ceilings_table(),
@@ -300,6 +317,7 @@ def tables():
     out["python_errors"] = python_errors_table()
     out["train_gpt"] = train_gpt_table()
     out["features"] = features_table()
+    out["head_dims"] = head_dims_table()
     return out
 
 
