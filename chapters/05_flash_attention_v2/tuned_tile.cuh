@@ -138,7 +138,7 @@ __device__ inline void tuned_softmax(float (&s)[kMt][kKeys / 8][4], float (&out)
 template <class T, int kD, int kKeys, class VLayout, int kMt>
 __device__ inline void tuned_pv(float (&out)[kMt][kD / 8][4], const float (&s)[kMt][kKeys / 8][4], const T* v_s,
                                 int lane) {
-  // BEGIN SOLUTION ch05_pv (device): O += P V_j for the warp's two m-tiles: P's fragments packed to T straight from the S accumulators (two neighbouring n-blocks of S are one 16-key A fragment), V's B fragments by ldmatrix_x4_trans through VLayout::at, one Mma<T>::run per 8 output columns
+  // BEGIN SOLUTION ch05_pv (device): O += P V_j for each of the warp's kMt m-tiles (two, one at head_dim 256): P's fragments packed to T straight from the S accumulators (two neighbouring n-blocks of S are one 16-key A fragment), V's B fragments by ldmatrix_x4_trans through VLayout::at, one Mma<T>::run per 8 output columns
 #pragma unroll
   for (int kk = 0; kk < kKeys / 16; ++kk) {
     uint32_t p_frag[kMt][4];

@@ -902,8 +902,11 @@ std::vector<Case> cases_for(const std::string& id, Rng& rng) {
         "ch04_registers", DType::F32, big(8, 2048, 64));
   if (id == "ch05_tile_cpu") return forward_cases(rng, {M{}}, DType::F32, 65, 260, {16, 32, 64});
   if (id == "ch05_pv") {
-    std::vector<Case> cases = forward_cases(rng, {M{{"kernel", "ch05_tuned_bf16"}}, M{{"kernel", "ch05_mma_bf16"}}},
-                                            DType::BF16, 65, 700, {64, 128}, 2);
+    std::vector<Case> cases =
+        forward_cases(rng, {M{{"kernel", "ch05_tuned_bf16"}}}, DType::BF16, 65, 700, {64, 96, 128, 256}, 2);
+    const std::vector<Case> mma =
+        forward_cases(rng, {M{{"kernel", "ch05_mma_bf16"}}}, DType::BF16, 65, 700, {64, 128}, 2);
+    cases.insert(cases.end(), mma.begin(), mma.end());
     const std::vector<Case> fp16 =
         forward_cases(rng, {M{{"kernel", "ch05_pipelined_fp16"}}, M{{"kernel", "ch05_kv_split_fp16"}}}, DType::F16, 65,
                       700, {64, 128}, 2);
