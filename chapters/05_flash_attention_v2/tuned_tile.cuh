@@ -134,7 +134,7 @@ __device__ inline void tuned_softmax(float (&s)[kMt][kKeys / 8][4], float (&out)
   }
 }
 
-/// O += P V_j: P from registers (as in variant 3), each ldmatrix.trans of V feeds four mma.
+/// O += P V_j: P from registers (as in variant 3), each ldmatrix.trans of V feeds 2 kMt mma.
 template <class T, int kD, int kKeys, class VLayout, int kMt>
 __device__ inline void tuned_pv(float (&out)[kMt][kD / 8][4], const float (&s)[kMt][kKeys / 8][4], const T* v_s,
                                 int lane) {

@@ -23,7 +23,8 @@
 //     dQ_c += dS K                                               wgmma rs (B = K, MN-major)
 // The dQ kernel is chapter 06's forward with dP in place of the online softmax: no max to track,
 // since the LSE is known. The two kernels are independent (both need only D) and run on two
-// streams, as in variant 3. Head dims 64, 128, and 96 as 128 with zero-filled columns (kPadded).
+// streams, as in variant 3. Head dims 64, 128, 96 as 128 with zero-filled columns (kPadded), and
+// 256 with the work of a block split another way (dkdv_wide_kernel, dq_wide_kernel).
 // Run: build/bin/ch07_backward --variant wgmma
 #include <cuda_bf16.h>
 
@@ -92,7 +93,12 @@ __device__ inline void issue_a_regs_b(float (&acc)[kPadded<kD> / 2], const uint3
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     const uint64_t b = make_desc_sw128(b_tile + kk * 16 * kBoxRowBytes, tile_bytes<64>(64), 1024);
-    if constexpr (kPadded<kD> == 128) {
+    if constexpr (kPadded<kD> == 256) {  // two halves of acc, columns 0-127 (boxes 0-1) and 128-255 (boxes 2-3)
+      const uint64_t b_hi =
+          make_desc_sw128(b_tile + 2 * tile_bytes<64>(64) + kk * 16 * kBoxRowBytes, tile_bytes<64>(64), 1024);
+      wgmma_m64n128k16_rs<1>(*reinterpret_cast<float(*)[64]>(&acc[0]), a[kk], b, true);
+      wgmma_m64n128k16_rs<1>(*reinterpret_cast<float(*)[64]>(&acc[64]), a[kk], b_hi, true);
+    } else if constexpr (kPadded<kD> == 128) {
       wgmma_m64n128k16_rs<1>(acc, a[kk], b, true);
     } else {
       wgmma_m64n64k16_rs<1>(acc, a[kk], b, true);
@@ -380,7 +386,326 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 //! [wgmma_dq_kernel]
 
+// ---- head_dim 256 --------------------------------------------------------------------------
+// At d = 256 a dK/dV consumer of the kernels above would hold 64 keys x 256 columns of both dK
+// and dV, 256 floats per thread, and a dQ block's Q, dO and two stages of K and V would take
+// 256 KiB of shared memory. The work of a block is split differently instead:
+//   dK/dV: a block owns 64 keys, and both consumers work on all of them: consumer 0 computes
+//   S^T and P^T and keeps dV += P^T dO, consumer 1 computes dP^T and keeps dK += dS^T Q. dS^T
+//   needs P^T: consumer 0 hands it over through shared memory, thread to thread (both hold the
+//   same (key, row) elements of their 64 x 64 accumulators), with two named barriers per buffer.
+//   Each consumer runs two of the four products, and holds one 128-float accumulator.
+//   dQ: a block owns 64 query rows; the consumers take the K/V tiles in turn (consumer c the tiles
+//   j with j % 2 == c, in stage c of the ring), each keeping a partial dQ over its tiles; at the
+//   end consumer 1 passes its partial to consumer 0 through its own stage's shared memory.
+
+constexpr int kWideKeys = 64;  // keys per dK/dV block at d = 256
+constexpr int kWideRows = 64;  // query rows per dQ block at d = 256
+/// Named barriers of the wide kernels (0 is __syncthreads'): P^T buffer b is full / empty.
+enum WideBarrier : int { kPFull = 1, kPEmpty = 3, kDqPartial = 1 };
+
+template <int kD>
+struct WideKvLayout {
+  static constexpr int kK = 0, kV = kK + tile_bytes<kD>(kWideKeys);
+  static constexpr int kQ = kV + tile_bytes<kD>(kWideKeys);             // kStages Q tiles
+  static constexpr int kDo = kQ + kStages * tile_bytes<kD>(kKvRows);    // kStages dO tiles
+  static constexpr int kLse = kDo + kStages * tile_bytes<kD>(kKvRows);  // kStages x 64 floats, log2 units
+  static constexpr int kDelta = kLse + kStages * kKvRows * 4;           // kStages x 64 floats
+  static constexpr int kP = kDelta + kStages * kKvRows * 4;             // 2 P^T buffers, 32 x 128 floats each
+  static constexpr int kBars = kP + 2 * 32 * 128 * 4;                   // kv_full, full[2], empty[2]
+  static constexpr int kBytes = kBars + 8 * (1 + 2 * kStages) + 1024;
+};
+
+static_assert(WideKvLayout<256>::kBytes <= 227 * 1024, "a block may have 227 KiB of shared memory");
+
+//! [wgmma_wide_dkdv]
+template <int kD>
+__global__ void __launch_bounds__(kThreads, 1)
+    dkdv_wide_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                     const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
+                     AttentionShape s, const float* lse, const float* delta, __nv_bfloat16* dk, __nv_bfloat16* dv) {
+  using L = WideKvLayout<kD>;
+  extern __shared__ unsigned char shared_raw[];
+  unsigned char* smem = aligned_smem(shared_raw);
+  uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + L::kBars);
+  uint64_t* full = kv_full + 1;
+  uint64_t* empty = full + kStages;
+  float* lse_s = reinterpret_cast<float*>(smem + L::kLse);
+  float* delta_s = reinterpret_cast<float*>(smem + L::kDelta);
+  float* p_buf = reinterpret_cast<float*>(smem + L::kP);
+
+  const int tid = threadIdx.x, wg = tid / 128;
+  const int j0 = blockIdx.x * kWideKeys, kv_plane = blockIdx.y;
+  const int batch = kv_plane / s.heads_kv, kvh = kv_plane % s.heads_kv, group = s.group_size();
+  const int first_tile = (s.causal ? max(0, j0 - s.causal_offset()) : 0) / kKvRows;
+  const int row_tiles = max((s.seq_q + kKvRows - 1) / kKvRows - first_tile, 0);
+  const int n_items = group * row_tiles;
+  auto item_bh = [&](int it) { return batch * s.heads_q + kvh * group + it / row_tiles; };
+  auto item_i0 = [&](int it) { return (first_tile + it % row_tiles) * kKvRows; };
+
+  if (tid == 0) {
+    mbarrier_init(kv_full, 1);
+    for (int st = 0; st < kStages; ++st) {
+      mbarrier_init(&full[st], 32);
+      mbarrier_init(&empty[st], kConsumerThreads);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // the producer: as in dkdv_kernel, with a 64-key K/V tile
+    setmaxnreg_dec<40>();
+    if (tid >= 32) return;
+    const int lane = tid;
+    if (lane == 0) {
+      mbarrier_arrive_expect_tx(kv_full, 2 * tile_bytes<kD>(kWideKeys));
+      for (int b = 0; b < kBoxes<kD>; ++b) {
+        tma_load_3d(smem + L::kK + b * kWideKeys * kBoxRowBytes, &tm_k, 64 * b, j0, kv_plane, kv_full);
+        tma_load_3d(smem + L::kV + b * kWideKeys * kBoxRowBytes, &tm_v, 64 * b, j0, kv_plane, kv_full);
+      }
+    }
+    for (int it = 0; it < n_items; ++it) {
+      const int st = StageRing::stage(it), bh = item_bh(it), i0 = item_i0(it);
+      if (it >= kStages) mbarrier_wait(&empty[st], StageRing::empty_parity(it));
+      for (int r = lane; r < kKvRows; r += 32) {
+        const int row = i0 + r;
+        const bool in = row < s.seq_q;
+        lse_s[st * kKvRows + r] = in ? lse[int64_t(bh) * s.seq_q + row] * kLog2e : 0.0f;
+        delta_s[st * kKvRows + r] = in ? delta[int64_t(bh) * s.seq_q + row] : 0.0f;
+      }
+      if (lane == 0) {
+        mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kKvRows));
+        for (int b = 0; b < kBoxes<kD>; ++b) {
+          tma_load_3d(smem + L::kQ + st * tile_bytes<kD>(kKvRows) + b * kKvRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh,
+                      &full[st]);
+          tma_load_3d(smem + L::kDo + st * tile_bytes<kD>(kKvRows) + b * kKvRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh,
+                      &full[st]);
+        }
+      } else {
+        mbarrier_arrive(&full[st]);
+      }
+    }
+    return;
+  }
+
+  setmaxnreg_inc<232>();
+  const int c = wg - 1, ct = tid % 128, warp = ct / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int key_a = j0 + 16 * warp + g;  // this thread's keys in both consumers: key_a, key_a + 8
+  const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
+  float acc[kPadded<kD> / 2] = {};  // consumer 0: dV, consumer 1: dK
+  mbarrier_wait(kv_full, 0);
+
+  int handed = 0;  // P^T tiles handed from consumer 0 to consumer 1 so far; buffer handed % 2
+  for (int it = 0; it < n_items; ++it) {
+    const int st = StageRing::stage(it), i0 = item_i0(it);
+    mbarrier_wait(&full[st], StageRing::full_parity(it));
+    if (j0 < s.visible_keys(min(i0 + kKvRows, s.seq_q) - 1)) {
+      const unsigned char* q_s = smem + L::kQ + st * tile_bytes<kD>(kKvRows);
+      const unsigned char* do_s = smem + L::kDo + st * tile_bytes<kD>(kKvRows);
+      const float* lse_t = lse_s + st * kKvRows;
+      const float* delta_t = delta_s + st * kKvRows;
+      float* p_t = p_buf + (handed % 2) * 32 * 128;
+      float x[32];  // consumer 0: S^T, then P^T; consumer 1: dP^T, then dS^T (element i as in dkdv_kernel)
+      wgmma_fence();
+      if (c == 0) {
+        issue_abt<kD>(x, smem + L::kK, tile_bytes<64>(kWideKeys), q_s, tile_bytes<64>(kKvRows));
+      } else {
+        issue_abt<kD>(x, smem + L::kV, tile_bytes<64>(kWideKeys), do_s, tile_bytes<64>(kKvRows));
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(x);
+      if (c == 0) {
+        const bool masked = s.causal && j0 + kWideKeys > s.visible_keys(i0);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          const int r = 8 * (i / 4) + 2 * t + (i & 1), key = key_a + 8 * ((i % 4) / 2);
+          float p = fast_exp2(fmaf(x[i], scale_log2, -lse_t[r]));
+          if (masked && !s.visible(i0 + r, key)) p = 0.0f;
+          x[i] = p;
+        }
+        if (handed >= 2) named_barrier_sync<kConsumerThreads>(kPEmpty + handed % 2);  // consumer 1 read it
+#pragma unroll
+        for (int i = 0; i < 32; ++i) p_t[i * 128 + ct] = x[i];
+        named_barrier_arrive<kConsumerThreads>(kPFull + handed % 2);
+      } else {
+        named_barrier_sync<kConsumerThreads>(kPFull + handed % 2);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          const int r = 8 * (i / 4) + 2 * t + (i & 1);
+          x[i] = p_t[i * 128 + ct] * (x[i] - delta_t[r]);  // dS^T = P^T (dP^T - D)
+        }
+        named_barrier_arrive<kConsumerThreads>(kPEmpty + handed % 2);
+      }
+      uint32_t a[4][4];
+      pack_a_bf16(x, a);
+      wgmma_fence();
+      issue_a_regs_b<kD>(acc, a, c == 0 ? do_s : q_s);  // dV += P^T dO, or dK += dS^T Q
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(acc);
+      ++handed;
+    }
+    mbarrier_arrive(&empty[st]);
+  }
+  // Consumer 1's last two hand-backs have no write after them to wait for: take them here, so
+  // that no barrier is left half arrived.
+  if (c == 0)
+    for (int h = max(handed, 2); h < handed + 2; ++h) named_barrier_sync<kConsumerThreads>(kPEmpty + h % 2);
+
+  const int64_t head = int64_t(kv_plane) * s.seq_kv * kD;
+  const float acc_scale[2] = {c == 0 ? 1.0f : scale, c == 0 ? 1.0f : scale};
+  store_rows_bf16<kPadded<kD> / 2, kD>(acc, (c == 0 ? dv : dk) + head, key_a, s.seq_kv, t, acc_scale);
+}
+//! [wgmma_wide_dkdv]
+
+template <int kD>
+struct WideQLayout {
+  static constexpr int kQ = 0, kDo = kQ + tile_bytes<kD>(kWideRows);
+  static constexpr int kK = kDo + tile_bytes<kD>(kWideRows);           // kStages K tiles: stage c is consumer c's
+  static constexpr int kV = kK + kStages * tile_bytes<kD>(kQKeys);     // kStages V tiles
+  static constexpr int kBars = kV + kStages * tile_bytes<kD>(kQKeys);  // q_full, full[2], empty[2]
+  static constexpr int kBytes = kBars + 8 * (1 + 2 * kStages) + 1024;
+};
+
+//! [wgmma_wide_dq]
+template <int kD>
+__global__ void __launch_bounds__(kThreads, 1)
+    dq_wide_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                   const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
+                   AttentionShape s, const float* lse, const float* delta, __nv_bfloat16* dq) {
+  static_assert(kStages == 2, "one stage per consumer");
+  using L = WideQLayout<kD>;
+  extern __shared__ unsigned char shared_raw[];
+  unsigned char* smem = aligned_smem(shared_raw);
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + L::kBars);
+  uint64_t* full = q_full + 1;
+  uint64_t* empty = full + kStages;
+
+  const int tid = threadIdx.x, wg = tid / 128;
+  const int bh = blockIdx.y;
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * kWideRows;
+  const int kv_plane = (bh / s.heads_q) * s.heads_kv + s.kv_head(bh % s.heads_q);
+  const int key_end = s.visible_keys(min(i0 + kWideRows, s.seq_q) - 1);
+  const int n_tiles = (key_end + kQKeys - 1) / kQKeys;
+
+  if (tid == 0) {
+    mbarrier_init(q_full, 1);
+    for (int st = 0; st < kStages; ++st) {
+      mbarrier_init(&full[st], 1);
+      mbarrier_init(&empty[st], 128);  // one consumer uses each stage
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    setmaxnreg_dec<40>();
+    if (tid != 0) return;
+    mbarrier_arrive_expect_tx(q_full, 2 * tile_bytes<kD>(kWideRows));
+    for (int b = 0; b < kBoxes<kD>; ++b) {
+      tma_load_3d(smem + L::kQ + b * kWideRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh, q_full);
+      tma_load_3d(smem + L::kDo + b * kWideRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh, q_full);
+    }
+    for (int jt = 0; jt < n_tiles; ++jt) {
+      const int st = StageRing::stage(jt);
+      if (jt >= kStages) mbarrier_wait(&empty[st], StageRing::empty_parity(jt));
+      mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kQKeys));
+      for (int b = 0; b < kBoxes<kD>; ++b) {
+        tma_load_3d(smem + L::kK + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_k, 64 * b, jt * kQKeys,
+                    kv_plane, &full[st]);
+        tma_load_3d(smem + L::kV + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_v, 64 * b, jt * kQKeys,
+                    kv_plane, &full[st]);
+      }
+    }
+    return;
+  }
+
+  setmaxnreg_inc<232>();
+  const int c = wg - 1, ct = tid % 128, warp = ct / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int row_a = i0 + 16 * warp + g;  // this thread's rows in both consumers: row_a, row_a + 8
+  const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
+  float row_lse[2], row_delta[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row_a + 8 * h;
+    row_lse[h] = row < s.seq_q ? lse[int64_t(bh) * s.seq_q + row] * kLog2e : 0.0f;
+    row_delta[h] = row < s.seq_q ? delta[int64_t(bh) * s.seq_q + row] : 0.0f;
+  }
+  const int full_until = i0 < s.seq_q ? s.visible_keys(i0) : 0;
+  float dq_acc[kPadded<kD> / 2] = {};
+  mbarrier_wait(q_full, 0);
+
+  // Consumer c takes tiles c, c + 2, ...: all of them in stage c.
+  for (int jt = c; jt < n_tiles; jt += kStages) {
+    const int j0 = jt * kQKeys;
+    const unsigned char* k_s = smem + L::kK + c * tile_bytes<kD>(kQKeys);
+    const unsigned char* v_s = smem + L::kV + c * tile_bytes<kD>(kQKeys);
+    mbarrier_wait(&full[c], StageRing::full_parity(jt));
+    float sc[32], dp[32];
+    wgmma_fence();
+    issue_abt<kD>(sc, smem + L::kQ, tile_bytes<64>(kWideRows), k_s, tile_bytes<64>(kQKeys));
+    issue_abt<kD>(dp, smem + L::kDo, tile_bytes<64>(kWideRows), v_s, tile_bytes<64>(kQKeys));
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operands(sc);
+    fence_operands(dp);
+    const bool masked = j0 + kQKeys > full_until;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int h = (i % 4) / 2, row = row_a + 8 * h, key = j0 + 8 * (i / 4) + 2 * t + (i & 1);
+      float p = fast_exp2(fmaf(sc[i], scale_log2, -row_lse[h]));
+      if (masked && !(row < s.seq_q && key < s.seq_kv && s.visible(row, key))) p = 0.0f;
+      dp[i] = p * (dp[i] - row_delta[h]);  // dS
+    }
+    uint32_t a_ds[4][4];
+    pack_a_bf16(dp, a_ds);
+    wgmma_fence();
+    issue_a_regs_b<kD>(dq_acc, a_ds, k_s);  // dQ_c += dS K
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operands(dq_acc);
+    mbarrier_arrive(&empty[c]);
+  }
+
+  // Consumer 1's partial dQ to consumer 0, through stage 1's K and V tiles (64 floats of each
+  // thread in each): consumer 1 has waited for every copy into stage 1, and no more come.
+  float* part_k = reinterpret_cast<float*>(smem + L::kK + tile_bytes<kD>(kQKeys));
+  float* part_v = reinterpret_cast<float*>(smem + L::kV + tile_bytes<kD>(kQKeys));
+  constexpr int kHalf = kPadded<kD> / 4;
+  if (c == 1) {
+#pragma unroll
+    for (int i = 0; i < kPadded<kD> / 2; ++i) (i < kHalf ? part_k : part_v)[(i % kHalf) * 128 + ct] = dq_acc[i];
+    named_barrier_arrive<kConsumerThreads>(kDqPartial);
+    return;
+  }
+  named_barrier_sync<kConsumerThreads>(kDqPartial);
+#pragma unroll
+  for (int i = 0; i < kPadded<kD> / 2; ++i) dq_acc[i] += (i < kHalf ? part_k : part_v)[(i % kHalf) * 128 + ct];
+  const float dq_scale[2] = {scale, scale};
+  store_rows_bf16<kPadded<kD> / 2, kD>(dq_acc, dq + int64_t(bh) * s.seq_q * kD, row_a, s.seq_q, t, dq_scale);
+}
+//! [wgmma_wide_dq]
+
 // ---- host ----------------------------------------------------------------------------------
+
+/// The kernels that run at head_dim kD, and their shared memory: the wide ones at 256 only.
+template <int kD>
+auto dkdv_kernel_for() {
+  if constexpr (kD == 256) {
+    return dkdv_wide_kernel<kD>;
+  } else {
+    return dkdv_kernel<kD>;
+  }
+}
+template <int kD>
+auto dq_kernel_for() {
+  if constexpr (kD == 256) {
+    return dq_wide_kernel<kD>;
+  } else {
+    return dq_kernel<kD>;
+  }
+}
 
 template <int kD>
 void launch_dim(const BackwardParams& p) {
@@ -389,44 +714,49 @@ void launch_dim(const BackwardParams& p) {
   launch_delta<__nv_bfloat16>(p.o, p.d_o, delta, s.lse_elems(), kD, p.stream);
   const cudaStream_t side = fork_side_stream(p.stream);
   const int q_planes = s.batch * s.heads_q, kv_planes = s.batch * s.heads_kv;
+  // At d = 256 the wide kernels: 64 keys per dK/dV block, 64 rows per dQ block, all boxes 64 rows.
+  constexpr bool kWide = kD == 256;
+  constexpr int kKeysPerBlock = kWide ? kWideKeys : kKvKeys, kRowsPerBlock = kWide ? kWideRows : kQRows;
   {
-    // dK, dV: Q and dO in boxes of 64 rows, K and V in boxes of 128.
+    // dK, dV: Q and dO in boxes of 64 rows, K and V in boxes of a block's keys.
     const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, kD, s.seq_q, q_planes, kKvRows);
     const CUtensorMap tm_do = make_tensor_map_sw128(p.d_o, 2, kD, s.seq_q, q_planes, kKvRows);
-    const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, kD, s.seq_kv, kv_planes, kKvKeys);
-    const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, kD, s.seq_kv, kv_planes, kKvKeys);
-    auto kernel = dkdv_kernel<kD>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, KvLayout<kD>::kBytes));
-    const dim3 grid(unsigned((s.seq_kv + kKvKeys - 1) / kKvKeys), unsigned(kv_planes));
-    kernel<<<grid, kThreads, KvLayout<kD>::kBytes, p.stream>>>(
-        tm_q, tm_k, tm_v, tm_do, s, p.lse, delta, static_cast<__nv_bfloat16*>(p.dk), static_cast<__nv_bfloat16*>(p.dv));
+    const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, kD, s.seq_kv, kv_planes, kKeysPerBlock);
+    const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, kD, s.seq_kv, kv_planes, kKeysPerBlock);
+    auto kernel = dkdv_kernel_for<kD>();
+    constexpr int kBytes = kWide ? WideKvLayout<kD>::kBytes : KvLayout<kD>::kBytes;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+    const dim3 grid(unsigned((s.seq_kv + kKeysPerBlock - 1) / kKeysPerBlock), unsigned(kv_planes));
+    kernel<<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, p.lse, delta,
+                                                 static_cast<__nv_bfloat16*>(p.dk), static_cast<__nv_bfloat16*>(p.dv));
     CUDA_CHECK_LAUNCH();
   }
   {
-    // dQ on the side stream: Q and dO in boxes of 128 rows, K and V in boxes of 64.
-    const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, kD, s.seq_q, q_planes, kQRows);
-    const CUtensorMap tm_do = make_tensor_map_sw128(p.d_o, 2, kD, s.seq_q, q_planes, kQRows);
+    // dQ on the side stream: Q and dO in boxes of a block's rows, K and V in boxes of 64.
+    const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, kD, s.seq_q, q_planes, kRowsPerBlock);
+    const CUtensorMap tm_do = make_tensor_map_sw128(p.d_o, 2, kD, s.seq_q, q_planes, kRowsPerBlock);
     const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, kD, s.seq_kv, kv_planes, kQKeys);
     const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, kD, s.seq_kv, kv_planes, kQKeys);
-    auto kernel = dq_kernel<kD>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, QLayout<kD>::kBytes));
-    const dim3 grid(unsigned((s.seq_q + kQRows - 1) / kQRows), unsigned(q_planes));
-    kernel<<<grid, kThreads, QLayout<kD>::kBytes, side>>>(tm_q, tm_k, tm_v, tm_do, s, p.lse, delta,
-                                                          static_cast<__nv_bfloat16*>(p.dq));
+    auto kernel = dq_kernel_for<kD>();
+    constexpr int kBytes = kWide ? WideQLayout<kD>::kBytes : QLayout<kD>::kBytes;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+    const dim3 grid(unsigned((s.seq_q + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(q_planes));
+    kernel<<<grid, kThreads, kBytes, side>>>(tm_q, tm_k, tm_v, tm_do, s, p.lse, delta,
+                                             static_cast<__nv_bfloat16*>(p.dq));
     CUDA_CHECK_LAUNCH();
   }
   join_side_stream(p.stream);
 }
 
 void launch_wgmma(const BackwardParams& p) {
-  with_head_dim<64, 96, 128>(p.shape.head_dim, [&](auto d) { launch_dim<d.value>(p); });
+  with_head_dim<64, 96, 128, 256>(p.shape.head_dim, [&](auto d) { launch_dim<d.value>(p); });
 }
 
 BackwardKernel wgmma_kernel() {
   const char* summary =
       "variant 3 on Hopper: TMA ring + producer warpgroup, S^T/dP^T/dV/dK and S/dP/dQ by wgmma; no atomics";
   BackwardKernel k{"ch07_wgmma_bf16", 7, 4, "wgmma", DType::BF16, summary, launch_wgmma};
-  k.supports = [](const AttentionShape& s) { return hopper_support(s, "variant 4", {64, 96, 128}); };
+  k.supports = [](const AttentionShape& s) { return hopper_support(s, "variant 4", {64, 96, 128, 256}); };
   k.workspace_bytes = [](const AttentionShape& s) { return std::size_t(s.lse_elems()) * sizeof(float); };
   k.deterministic = true;
   return k;
