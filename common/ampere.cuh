@@ -73,6 +73,19 @@ __device__ inline void cp_async_16(void* smem, const void* gmem, bool valid) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
 }
+/// An L2 cache policy for data read once: its lines are the first the L2 evicts, so a stream of
+/// it does not push out data the kernel reads again (createpolicy, sm_80+).
+__device__ inline uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+/// cp_async_16 under an L2 cache policy (l2_evict_first_policy).
+__device__ inline void cp_async_16_hint(void* smem, const void* gmem, bool valid, uint64_t policy) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(gmem),
+               "r"(valid ? 16 : 0), "l"(policy));
+}
 /// 4 bytes global -> shared, zeros when !valid (.ca: the L2-only .cg form exists for 16 bytes alone).
 __device__ inline void cp_async_4(void* smem, const void* gmem, bool valid) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));

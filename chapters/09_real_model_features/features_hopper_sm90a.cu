@@ -105,16 +105,31 @@ __device__ inline float* bias_at(float* tile, int row, int key) {
 
 /// Rows first_row .. first_row + 63 (of this sequence) and keys j0 .. j0 + 127 of the bias into
 /// `tile`, zeros past either end; each of the warpgroup's 128 threads makes 16 of the copies.
+/// Each bias element is read once, K and V once per Q block: the bias goes through L2 as
+/// evict-first, so that its stream does not push K and V out.
 __device__ inline void copy_bias_tile(float* tile, const float* bias, const AttentionShape& one, int first_row, int j0,
                                       int thread) {
+  const uint64_t policy = ampere::l2_evict_first_policy();
 #pragma unroll
   for (int k = 0; k < 16; ++k) {
     const int e = thread + 128 * k, row = e / 32, key = 4 * (e % 32);
     const bool valid = first_row + row < one.seq_q && j0 + key < one.seq_kv;
     const float* from = valid ? bias + int64_t(first_row + row) * one.seq_kv + j0 + key : bias;
-    ampere::cp_async_16(bias_at(tile, row, key), from, valid);
+    ampere::cp_async_16_hint(bias_at(tile, row, key), from, valid, policy);
   }
   ampere::cp_async_commit();
+}
+
+/// Rows first_row .. first_row + 63 and keys j0 .. j0 + 127 of the bias into L2 (no registers,
+/// no shared memory): each of the warpgroup's 128 threads asks for 2 of the tile's 256 lines.
+__device__ inline void prefetch_bias_tile(const float* bias, const AttentionShape& one, int first_row, int j0,
+                                          int thread) {
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int e = thread + 128 * k, row = e / 4, key = 32 * (e % 4);
+    if (first_row + row < one.seq_q && j0 + key < one.seq_kv)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(bias + int64_t(first_row + row) * one.seq_kv + j0 + key));
+  }
 }
 
 /// Adds the staged bias tile (rows of this consumer from row 0 of the tile) to s.
@@ -180,6 +195,9 @@ struct FeatureOps {
     named_barrier_sync<128>(kBiasBarrier + consumer);  // every thread has read it
     if (j + 1 < n_tiles)
       copy_bias_tile(bias_tile, changes.bias, one, i0 + 64 * consumer, first_key + (j + 1) * kBlockN, thread);
+    // And tile j + 2's into L2: the copy of j + 1 then reads it from there, not from HBM.
+    if (j + 2 < n_tiles)
+      prefetch_bias_tile(changes.bias, one, i0 + 64 * consumer, first_key + (j + 2) * kBlockN, thread);
   }
   /// The bias of the next tile into L2 while this one is worked on: each of the quad's threads
   /// asks for one 128-byte line of each of its two rows (a tile row is 128 floats, 4 lines).
