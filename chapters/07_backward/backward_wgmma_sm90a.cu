@@ -48,8 +48,9 @@ using namespace fa::hopper;
 
 constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers), kConsumerThreads = 128 * kConsumers;
 constexpr int kStages = 2;
-/// Both kernels' two-stage ring of Q/dO (dK/dV kernel) or K/V (dQ kernel) tiles: a full barrier
-/// per stage (the producer's copies landed) and an empty one (both consumers are done with it).
+/// The kernels' two-stage ring of Q/dO (dK/dV kernels) or K/V (dQ kernels) tiles: a full barrier
+/// per stage (the producer's copies landed) and an empty one (the consumers that read the stage
+/// are done with it: both, except in dq_wide_kernel, where each stage has one).
 using StageRing = Ring<kStages>;
 constexpr int kBoxRowBytes = 128;  // a TMA box row: 64 bf16 columns, stored with the 128-byte swizzle
 
@@ -567,6 +568,8 @@ struct WideQLayout {
   static constexpr int kBars = kV + kStages * tile_bytes<kD>(kQKeys);  // q_full, full[2], empty[2]
   static constexpr int kBytes = kBars + 8 * (1 + 2 * kStages) + 1024;
 };
+
+static_assert(WideQLayout<256>::kBytes <= 227 * 1024, "a block may have 227 KiB of shared memory");
 
 //! [wgmma_wide_dq]
 template <int kD>

@@ -26,13 +26,13 @@ std::vector<BackwardCase> backward_cases() {
   // Tails of the 64-row and 64-key tiles, causal rows that see no key (seq_q > seq_kv), GQA, MQA,
   // head_dim 32 to 256 (96: the Hopper kernel's zero-filled columns; 256: its wide kernels).
   const std::vector<AttentionShape> shapes = {
-      shape_of(1, 1, 1, 1, 1, 64, false),     shape_of(1, 2, 2, 17, 17, 64, true),
-      shape_of(2, 4, 2, 65, 65, 32, false),   shape_of(1, 4, 1, 70, 70, 64, true),
-      shape_of(1, 2, 2, 31, 100, 64, true),   shape_of(1, 2, 1, 100, 31, 32, true),
-      shape_of(2, 4, 2, 300, 301, 128, true), shape_of(1, 2, 2, 257, 257, 128, false),
-      shape_of(2, 4, 2, 200, 333, 96, true),  shape_of(1, 2, 1, 257, 130, 96, false),
-      shape_of(1, 2, 2, 17, 17, 256, true),   shape_of(2, 4, 2, 200, 333, 256, true),
-      shape_of(1, 2, 1, 257, 130, 256, false)};
+      shape_of(1, 1, 1, 1, 1, 64, false),      shape_of(1, 2, 2, 17, 17, 64, true),
+      shape_of(2, 4, 2, 65, 65, 32, false),    shape_of(1, 4, 1, 70, 70, 64, true),
+      shape_of(1, 2, 2, 31, 100, 64, true),    shape_of(1, 2, 1, 100, 31, 32, true),
+      shape_of(2, 4, 2, 300, 301, 128, true),  shape_of(1, 2, 2, 257, 257, 128, false),
+      shape_of(2, 4, 2, 200, 333, 96, true),   shape_of(1, 2, 1, 257, 130, 96, false),
+      shape_of(1, 2, 2, 17, 17, 256, true),    shape_of(2, 4, 2, 200, 333, 256, true),
+      shape_of(1, 2, 1, 257, 130, 256, false), shape_of(1, 2, 1, 100, 31, 256, true)};
   std::vector<BackwardCase> cases;
   for (const BackwardKernel& k : backward_kernels()) {
     for (const AttentionShape& s : shapes) cases.push_back({&k, s});
