@@ -7,9 +7,10 @@
   ch06_pingpong.svg                 two consumer warpgroups taking turns on the tensor cores
   ch06_intra_warpgroup_overlap.svg  softmax of S_{j+1} while P_j V_j runs, in one warpgroup
   ch06_fp8_v_layout.svg             V stored transposed and slot-permuted for e4m3 wgmma
+  ch07_wide_handover.svg            chapter 07 at head_dim 256: P^T from consumer 0 to consumer 1
 
-Each picture states facts of chapters/06_flash_attention_v3/ and common/hopper.cuh; the names on
-it are the code's.
+Each picture states facts of chapters/06_flash_attention_v3/ (and the last, of chapter 07's
+backward_wgmma_sm90a.cu) and common/hopper.cuh; the names on it are the code's.
 """
 import re
 
@@ -582,6 +583,56 @@ def fp8_v_layout():
     s.save("ch06_fp8_v_layout.svg")
 
 
+# ---- chapter 07 at head_dim 256: the P^T hand-over between the two consumers -------------------
+def wide_handover():
+    s = Svg(1000, 400, "dkdv_wide_kernel: consumer 0 hands P transposed to consumer 1 through two buffers")
+    s.text(500, 24, "Chapter 07, head_dim 256: one block of 64 keys, dV in consumer 0, dK in consumer 1", 15,
+           weight="bold")
+    x0, u = 150, 76  # time: one unit = one 64 x 64 x 256 product
+    X = lambda t: x0 + u * t  # noqa: E731
+    lh = 28
+    y0, y1, yb = 62, 232, 150  # consumer 0's lane, consumer 1's lane, the buffers
+    s.text(20, y0 + 18, "consumer 0", 12, anchor="start", weight="bold")
+    s.text(20, y0 + 34, "(warpgroup 1)", 10.5, anchor="start", color=SOFT)
+    s.text(20, y1 + 18, "consumer 1", 12, anchor="start", weight="bold")
+    s.text(20, y1 + 34, "(warpgroup 2)", 10.5, anchor="start", color=SOFT)
+    s.text(20, yb + 18, "shared memory", 11, anchor="start", weight="bold")
+
+    def block(t0, t1, y, fill, label, size=10.5, dash=None):
+        s.rect(X(t0), y, X(t1) - X(t0), lh, fill=fill, width=0.8, dash=dash)
+        rich(s, (X(t0) + X(t1)) / 2, y + lh / 2 + 4, label, size)
+
+    for a in range(3):
+        t, b = 3.5 * a, a % 2
+        block(t, t + 1, y0, BLUE, "Sᵀ = K Qᵀ")
+        block(t + 1, t + 1.6, y0, ORANGE, "Pᵀ", 10)
+        block(t + 1.6, t + 2.6, y0, BLUE, "dV += Pᵀ dO", 10)
+        block(t, t + 1, y1, GREEN, "dPᵀ = V dOᵀ")
+        block(t + 1.6, t + 2.2, y1, ORANGE, "dSᵀ", 10)
+        block(t + 2.2, t + 3.2, y1, GREEN, "dK += dSᵀ Q", 10)
+        # Pᵀ written to buffer b, arrive on kPFull + b; consumer 1 waits on it, reads, arrives on kPEmpty + b.
+        bx = X(t + 1.3) - 34
+        box(s, bx, yb, 68, lh, fill=LIGHT_ORANGE)
+        rich(s, bx + 34, yb + lh / 2 + 4, f"Pᵀ buffer {b}", 10)
+        s.arrow(X(t + 1.45), y0 + lh, X(t + 1.45), yb - 2, color="#c33")
+        s.arrow(X(t + 1.6), yb + lh, X(t + 1.6), y1 - 2, color="#c33")
+        rich_bg(s, X(t + 1.45) + 4, y0 + lh + 17, f"arrive {1 + b}", 9.5, anchor="start", color="#a33")
+        rich_bg(s, X(t + 1.6) + 4, y1 - 8, f"sync {1 + b}, read, arrive {3 + b}", 9.5, anchor="start", color="#a33")
+        if a >= 2:
+            rich_bg(s, X(t + 1.3), y0 - 8, f"sync {3 + b} first: buffer {b} was read", 9.5, color="#a33")
+    s.text(X(10.2) + 6, y0 + 20, "…", 13, anchor="start")
+    ly = 300
+    rich(s, 40, ly, "Both consumers hold the same (key, row) elements of their 64 × 64 accumulators, thread by thread: "
+                    "thread t writes its 32 floats of Pᵀ", 11, anchor="start")
+    rich(s, 40, ly + 20, "and thread t of the other consumer reads them. Named barriers of 256 threads: 1, 2 = buffer "
+                         "0, 1 full (kPFull); 3, 4 = buffer 0, 1 read (kPEmpty).", 11, anchor="start")
+    rich(s, 40, ly + 40, "Each consumer runs two of the four products and keeps one accumulator (128 floats); "
+                         "durations are schematic.", 11, anchor="start", color=SOFT)
+    caption(s, "dkdv_wide_kernel in backward_wgmma_sm90a.cu; the trailing syncs after the loop take consumer 1's "
+               "last two arrivals.")
+    s.save("ch07_wide_handover.svg")
+
+
 def draw_all():
     tma_swizzle()
     mbarrier_ring()
@@ -589,3 +640,4 @@ def draw_all():
     pingpong()
     intra_warpgroup_overlap()
     fp8_v_layout()
+    wide_handover()
