@@ -107,6 +107,21 @@ __device__ inline void issue_a_regs_b(float (&acc)[kPadded<kD> / 2], const uint3
   }
 }
 
+/// Thread 0 sets up a kernel's ring (first: kv_full or q_full, one arrival; full[kStages] and
+/// empty[kStages] with the given arrival counts), then the block waits for it.
+__device__ inline void init_stages(uint64_t* first, uint64_t* full, uint64_t* empty, int full_arrivals,
+                                   int empty_arrivals) {
+  if (threadIdx.x == 0) {
+    mbarrier_init(first, 1);
+    for (int st = 0; st < kStages; ++st) {
+      mbarrier_init(&full[st], full_arrivals);
+      mbarrier_init(&empty[st], empty_arrivals);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+}
+
 // ---- the dK/dV kernel ----------------------------------------------------------------------
 
 constexpr int kKvKeys = 64 * kConsumers;  // keys per block
@@ -122,6 +137,65 @@ struct KvLayout {
   static constexpr int kBars = kDelta + kStages * kKvRows * 4;          // kv_full, full[2], empty[2]
   static constexpr int kBytes = kBars + 8 * (1 + 2 * kStages) + 1024;
 };
+
+/// A dK/dV block's work items: item it is (query head kvh * group + it / row_tiles, Q tile
+/// first_tile + it % row_tiles) over the query heads sharing the block's K/V head; with the causal
+/// mask, Q tiles wholly above the block's first key j0 are left out.
+struct KvItems {
+  int head0, first_tile, row_tiles, n;
+  __device__ KvItems(const AttentionShape& s, int kv_plane, int j0) {
+    const int batch = kv_plane / s.heads_kv, kvh = kv_plane % s.heads_kv, group = s.group_size();
+    head0 = batch * s.heads_q + kvh * group;
+    first_tile = (s.causal ? max(0, j0 - s.causal_offset()) : 0) / kKvRows;
+    row_tiles = max((s.seq_q + kKvRows - 1) / kKvRows - first_tile, 0);
+    n = group * row_tiles;
+  }
+  __device__ int bh(int it) const { return head0 + it / row_tiles; }
+  __device__ int i0(int it) const { return (first_tile + it % row_tiles) * kKvRows; }
+};
+
+/// The dK/dV kernels' producer warp (lane = 0 .. 31). L: the kernel's layout; kKeys: its keys per
+/// block, j0 the first.
+template <int kD, int kKeys, class L>
+__device__ inline void produce_dkdv(unsigned char* smem, const CUtensorMap& tm_q, const CUtensorMap& tm_k,
+                                    const CUtensorMap& tm_v, const CUtensorMap& tm_do, const AttentionShape& s,
+                                    const KvItems& items, int j0, int kv_plane, const float* lse, const float* delta,
+                                    uint64_t* kv_full, uint64_t* full, uint64_t* empty, int lane) {
+  float* lse_s = reinterpret_cast<float*>(smem + L::kLse);
+  float* delta_s = reinterpret_cast<float*>(smem + L::kDelta);
+  //! [wgmma_dkdv_producer]
+  // One warp: lane 0 issues the TMA copies of K and V (once) and of each item's Q and dO; all
+  // 32 lanes copy the item's LSE (in log2 units) and D into shared memory, then arrive.
+  if (lane == 0) {
+    mbarrier_arrive_expect_tx(kv_full, 2 * tile_bytes<kD>(kKeys));
+    for (int b = 0; b < kBoxes<kD>; ++b) {
+      tma_load_3d(smem + L::kK + b * kKeys * kBoxRowBytes, &tm_k, 64 * b, j0, kv_plane, kv_full);
+      tma_load_3d(smem + L::kV + b * kKeys * kBoxRowBytes, &tm_v, 64 * b, j0, kv_plane, kv_full);
+    }
+  }
+  for (int it = 0; it < items.n; ++it) {
+    const int st = StageRing::stage(it), bh = items.bh(it), i0 = items.i0(it);
+    if (it >= kStages) mbarrier_wait(&empty[st], StageRing::empty_parity(it));
+    for (int r = lane; r < kKvRows; r += 32) {
+      const int row = i0 + r;
+      const bool in = row < s.seq_q;  // rows past the end: Q = dO = 0 (TMA), LSE = D = 0, so P^T dO = dS^T Q = 0
+      lse_s[st * kKvRows + r] = in ? lse[int64_t(bh) * s.seq_q + row] * kLog2e : 0.0f;
+      delta_s[st * kKvRows + r] = in ? delta[int64_t(bh) * s.seq_q + row] : 0.0f;
+    }
+    if (lane == 0) {
+      mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kKvRows));
+      for (int b = 0; b < kBoxes<kD>; ++b) {
+        tma_load_3d(smem + L::kQ + st * tile_bytes<kD>(kKvRows) + b * kKvRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh,
+                    &full[st]);
+        tma_load_3d(smem + L::kDo + st * tile_bytes<kD>(kKvRows) + b * kKvRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh,
+                    &full[st]);
+      }
+    } else {
+      mbarrier_arrive(&full[st]);
+    }
+  }
+  //! [wgmma_dkdv_producer]
+}
 
 //! [wgmma_dkdv_kernel]
 template <int kD>
@@ -140,61 +214,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int tid = threadIdx.x, wg = tid / 128;
   const int j0 = blockIdx.x * kKvKeys, kv_plane = blockIdx.y;
-  const int batch = kv_plane / s.heads_kv, kvh = kv_plane % s.heads_kv, group = s.group_size();
-  // Work items: (query head kvh * group + it / row_tiles, Q tile first_tile + it % row_tiles);
-  // with the causal mask, Q tiles wholly above the block's first key are skipped.
-  const int first_tile = (s.causal ? max(0, j0 - s.causal_offset()) : 0) / kKvRows;
-  const int row_tiles = max((s.seq_q + kKvRows - 1) / kKvRows - first_tile, 0);
-  const int n_items = group * row_tiles;
-  auto item_bh = [&](int it) { return batch * s.heads_q + kvh * group + it / row_tiles; };
-  auto item_i0 = [&](int it) { return (first_tile + it % row_tiles) * kKvRows; };
-
-  if (tid == 0) {
-    mbarrier_init(kv_full, 1);
-    for (int st = 0; st < kStages; ++st) {
-      mbarrier_init(&full[st], 32);  // the producer warp: lane 0's expect_tx + 31 plain arrivals
-      mbarrier_init(&empty[st], kConsumerThreads);
-    }
-    fence_barrier_init();
-  }
-  __syncthreads();
+  const KvItems items(s, kv_plane, j0);
+  // Full: the producer warp (lane 0's expect_tx + 31 plain arrivals); empty: both consumers.
+  init_stages(kv_full, full, empty, 32, kConsumerThreads);
 
   if (wg == 0) {
-    //! [wgmma_dkdv_producer]
-    // One warp: lane 0 issues the TMA copies of K and V (once) and of each item's Q and dO; all
-    // 32 lanes copy the item's LSE (in log2 units) and D into shared memory, then arrive.
     setmaxnreg_dec<40>();
-    if (tid >= 32) return;
-    const int lane = tid;
-    if (lane == 0) {
-      mbarrier_arrive_expect_tx(kv_full, 2 * tile_bytes<kD>(kKvKeys));
-      for (int b = 0; b < kBoxes<kD>; ++b) {
-        tma_load_3d(smem + L::kK + b * kKvKeys * kBoxRowBytes, &tm_k, 64 * b, j0, kv_plane, kv_full);
-        tma_load_3d(smem + L::kV + b * kKvKeys * kBoxRowBytes, &tm_v, 64 * b, j0, kv_plane, kv_full);
-      }
-    }
-    for (int it = 0; it < n_items; ++it) {
-      const int st = StageRing::stage(it), bh = item_bh(it), i0 = item_i0(it);
-      if (it >= kStages) mbarrier_wait(&empty[st], StageRing::empty_parity(it));
-      for (int r = lane; r < kKvRows; r += 32) {
-        const int row = i0 + r;
-        const bool in = row < s.seq_q;  // rows past the end: Q = dO = 0 (TMA), LSE = D = 0, so P^T dO = dS^T Q = 0
-        lse_s[st * kKvRows + r] = in ? lse[int64_t(bh) * s.seq_q + row] * kLog2e : 0.0f;
-        delta_s[st * kKvRows + r] = in ? delta[int64_t(bh) * s.seq_q + row] : 0.0f;
-      }
-      if (lane == 0) {
-        mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kKvRows));
-        for (int b = 0; b < kBoxes<kD>; ++b) {
-          tma_load_3d(smem + L::kQ + st * tile_bytes<kD>(kKvRows) + b * kKvRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh,
-                      &full[st]);
-          tma_load_3d(smem + L::kDo + st * tile_bytes<kD>(kKvRows) + b * kKvRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh,
-                      &full[st]);
-        }
-      } else {
-        mbarrier_arrive(&full[st]);
-      }
-    }
-    //! [wgmma_dkdv_producer]
+    if (tid < 32)
+      produce_dkdv<kD, kKvKeys, L>(smem, tm_q, tm_k, tm_v, tm_do, s, items, j0, kv_plane, lse, delta, kv_full, full,
+                                   empty, tid);
     return;
   }
 
@@ -208,8 +236,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   float dk_acc[kPadded<kD> / 2] = {}, dv_acc[kPadded<kD> / 2] = {};
   mbarrier_wait(kv_full, 0);
 
-  for (int it = 0; it < n_items; ++it) {
-    const int st = StageRing::stage(it), i0 = item_i0(it);
+  for (int it = 0; it < items.n; ++it) {
+    const int st = StageRing::stage(it), i0 = items.i0(it);
     mbarrier_wait(&full[st], StageRing::full_parity(it));
     // With the causal mask, a Q tile may end before the first row that sees this consumer's keys.
     if (jc < s.visible_keys(min(i0 + kKvRows, s.seq_q) - 1)) {
@@ -276,6 +304,30 @@ struct QLayout {
   static constexpr int kBytes = kBars + 8 * (1 + 2 * kStages) + 1024;
 };
 
+/// The dQ kernels' producer thread: the block's kRows rows of Q and dO (from i0), then its K/V
+/// tiles into the ring. L: the kernel's layout.
+template <int kD, int kRows, class L>
+__device__ inline void produce_dq(unsigned char* smem, const CUtensorMap& tm_q, const CUtensorMap& tm_k,
+                                  const CUtensorMap& tm_v, const CUtensorMap& tm_do, int i0, int bh, int kv_plane,
+                                  int n_tiles, uint64_t* q_full, uint64_t* full, uint64_t* empty) {
+  mbarrier_arrive_expect_tx(q_full, 2 * tile_bytes<kD>(kRows));
+  for (int b = 0; b < kBoxes<kD>; ++b) {
+    tma_load_3d(smem + L::kQ + b * kRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh, q_full);
+    tma_load_3d(smem + L::kDo + b * kRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh, q_full);
+  }
+  for (int jt = 0; jt < n_tiles; ++jt) {
+    const int st = StageRing::stage(jt);
+    if (jt >= kStages) mbarrier_wait(&empty[st], StageRing::empty_parity(jt));
+    mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kQKeys));
+    for (int b = 0; b < kBoxes<kD>; ++b) {
+      tma_load_3d(smem + L::kK + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_k, 64 * b, jt * kQKeys,
+                  kv_plane, &full[st]);
+      tma_load_3d(smem + L::kV + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_v, 64 * b, jt * kQKeys,
+                  kv_plane, &full[st]);
+    }
+  }
+}
+
 //! [wgmma_dq_kernel]
 template <int kD>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -295,36 +347,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int kv_plane = (bh / s.heads_q) * s.heads_kv + s.kv_head(bh % s.heads_q);
   const int key_end = s.visible_keys(min(i0 + kQRows, s.seq_q) - 1);
   const int n_tiles = (key_end + kQKeys - 1) / kQKeys;
-
-  if (tid == 0) {
-    mbarrier_init(q_full, 1);
-    for (int st = 0; st < kStages; ++st) {
-      mbarrier_init(&full[st], 1);
-      mbarrier_init(&empty[st], kConsumerThreads);
-    }
-    fence_barrier_init();
-  }
-  __syncthreads();
+  init_stages(q_full, full, empty, 1, kConsumerThreads);
 
   if (wg == 0) {
     setmaxnreg_dec<40>();
-    if (tid != 0) return;
-    mbarrier_arrive_expect_tx(q_full, 2 * tile_bytes<kD>(kQRows));
-    for (int b = 0; b < kBoxes<kD>; ++b) {
-      tma_load_3d(smem + L::kQ + b * kQRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh, q_full);
-      tma_load_3d(smem + L::kDo + b * kQRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh, q_full);
-    }
-    for (int jt = 0; jt < n_tiles; ++jt) {
-      const int st = StageRing::stage(jt);
-      if (jt >= kStages) mbarrier_wait(&empty[st], StageRing::empty_parity(jt));
-      mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kQKeys));
-      for (int b = 0; b < kBoxes<kD>; ++b) {
-        tma_load_3d(smem + L::kK + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_k, 64 * b, jt * kQKeys,
-                    kv_plane, &full[st]);
-        tma_load_3d(smem + L::kV + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_v, 64 * b, jt * kQKeys,
-                    kv_plane, &full[st]);
-      }
-    }
+    if (tid == 0)
+      produce_dq<kD, kQRows, L>(smem, tm_q, tm_k, tm_v, tm_do, i0, bh, kv_plane, n_tiles, q_full, full, empty);
     return;
   }
 
@@ -437,55 +465,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int tid = threadIdx.x, wg = tid / 128;
   const int j0 = blockIdx.x * kWideKeys, kv_plane = blockIdx.y;
-  const int batch = kv_plane / s.heads_kv, kvh = kv_plane % s.heads_kv, group = s.group_size();
-  const int first_tile = (s.causal ? max(0, j0 - s.causal_offset()) : 0) / kKvRows;
-  const int row_tiles = max((s.seq_q + kKvRows - 1) / kKvRows - first_tile, 0);
-  const int n_items = group * row_tiles;
-  auto item_bh = [&](int it) { return batch * s.heads_q + kvh * group + it / row_tiles; };
-  auto item_i0 = [&](int it) { return (first_tile + it % row_tiles) * kKvRows; };
+  const KvItems items(s, kv_plane, j0);
+  init_stages(kv_full, full, empty, 32, kConsumerThreads);
 
-  if (tid == 0) {
-    mbarrier_init(kv_full, 1);
-    for (int st = 0; st < kStages; ++st) {
-      mbarrier_init(&full[st], 32);
-      mbarrier_init(&empty[st], kConsumerThreads);
-    }
-    fence_barrier_init();
-  }
-  __syncthreads();
-
-  if (wg == 0) {  // the producer: as in dkdv_kernel, with a 64-key K/V tile
+  if (wg == 0) {  // the producer, as in dkdv_kernel, with 64 keys
     setmaxnreg_dec<40>();
-    if (tid >= 32) return;
-    const int lane = tid;
-    if (lane == 0) {
-      mbarrier_arrive_expect_tx(kv_full, 2 * tile_bytes<kD>(kWideKeys));
-      for (int b = 0; b < kBoxes<kD>; ++b) {
-        tma_load_3d(smem + L::kK + b * kWideKeys * kBoxRowBytes, &tm_k, 64 * b, j0, kv_plane, kv_full);
-        tma_load_3d(smem + L::kV + b * kWideKeys * kBoxRowBytes, &tm_v, 64 * b, j0, kv_plane, kv_full);
-      }
-    }
-    for (int it = 0; it < n_items; ++it) {
-      const int st = StageRing::stage(it), bh = item_bh(it), i0 = item_i0(it);
-      if (it >= kStages) mbarrier_wait(&empty[st], StageRing::empty_parity(it));
-      for (int r = lane; r < kKvRows; r += 32) {
-        const int row = i0 + r;
-        const bool in = row < s.seq_q;
-        lse_s[st * kKvRows + r] = in ? lse[int64_t(bh) * s.seq_q + row] * kLog2e : 0.0f;
-        delta_s[st * kKvRows + r] = in ? delta[int64_t(bh) * s.seq_q + row] : 0.0f;
-      }
-      if (lane == 0) {
-        mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kKvRows));
-        for (int b = 0; b < kBoxes<kD>; ++b) {
-          tma_load_3d(smem + L::kQ + st * tile_bytes<kD>(kKvRows) + b * kKvRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh,
-                      &full[st]);
-          tma_load_3d(smem + L::kDo + st * tile_bytes<kD>(kKvRows) + b * kKvRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh,
-                      &full[st]);
-        }
-      } else {
-        mbarrier_arrive(&full[st]);
-      }
-    }
+    if (tid < 32)
+      produce_dkdv<kD, kWideKeys, L>(smem, tm_q, tm_k, tm_v, tm_do, s, items, j0, kv_plane, lse, delta, kv_full, full,
+                                     empty, tid);
     return;
   }
 
@@ -497,8 +484,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   mbarrier_wait(kv_full, 0);
 
   int handed = 0;  // P^T tiles handed from consumer 0 to consumer 1 so far; buffer handed % 2
-  for (int it = 0; it < n_items; ++it) {
-    const int st = StageRing::stage(it), i0 = item_i0(it);
+  for (int it = 0; it < items.n; ++it) {
+    const int st = StageRing::stage(it), i0 = items.i0(it);
     mbarrier_wait(&full[st], StageRing::full_parity(it));
     if (j0 < s.visible_keys(min(i0 + kKvRows, s.seq_q) - 1)) {
       const unsigned char* q_s = smem + L::kQ + st * tile_bytes<kD>(kKvRows);
@@ -507,12 +494,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float* delta_t = delta_s + st * kKvRows;
       float* p_t = p_buf + (handed % 2) * 32 * 128;
       float x[32];  // consumer 0: S^T, then P^T; consumer 1: dP^T, then dS^T (element i as in dkdv_kernel)
+      // The operands are selected, not the wgmma: a wgmma under a branch that ptxas cannot prove
+      // uniform is serialized (warning C7520).
       wgmma_fence();
-      if (c == 0) {
-        issue_abt<kD>(x, smem + L::kK, tile_bytes<64>(kWideKeys), q_s, tile_bytes<64>(kKvRows));
-      } else {
-        issue_abt<kD>(x, smem + L::kV, tile_bytes<64>(kWideKeys), do_s, tile_bytes<64>(kKvRows));
-      }
+      issue_abt<kD>(x, smem + (c == 0 ? L::kK : L::kV), tile_bytes<64>(kWideKeys), c == 0 ? q_s : do_s,
+                    tile_bytes<64>(kKvRows));
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(x);
@@ -591,36 +577,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int kv_plane = (bh / s.heads_q) * s.heads_kv + s.kv_head(bh % s.heads_q);
   const int key_end = s.visible_keys(min(i0 + kWideRows, s.seq_q) - 1);
   const int n_tiles = (key_end + kQKeys - 1) / kQKeys;
-
-  if (tid == 0) {
-    mbarrier_init(q_full, 1);
-    for (int st = 0; st < kStages; ++st) {
-      mbarrier_init(&full[st], 1);
-      mbarrier_init(&empty[st], 128);  // one consumer uses each stage
-    }
-    fence_barrier_init();
-  }
-  __syncthreads();
+  init_stages(q_full, full, empty, 1, 128);  // empty: one consumer uses each stage
 
   if (wg == 0) {
     setmaxnreg_dec<40>();
-    if (tid != 0) return;
-    mbarrier_arrive_expect_tx(q_full, 2 * tile_bytes<kD>(kWideRows));
-    for (int b = 0; b < kBoxes<kD>; ++b) {
-      tma_load_3d(smem + L::kQ + b * kWideRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh, q_full);
-      tma_load_3d(smem + L::kDo + b * kWideRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh, q_full);
-    }
-    for (int jt = 0; jt < n_tiles; ++jt) {
-      const int st = StageRing::stage(jt);
-      if (jt >= kStages) mbarrier_wait(&empty[st], StageRing::empty_parity(jt));
-      mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kQKeys));
-      for (int b = 0; b < kBoxes<kD>; ++b) {
-        tma_load_3d(smem + L::kK + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_k, 64 * b, jt * kQKeys,
-                    kv_plane, &full[st]);
-        tma_load_3d(smem + L::kV + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_v, 64 * b, jt * kQKeys,
-                    kv_plane, &full[st]);
-      }
-    }
+    if (tid == 0)
+      produce_dq<kD, kWideRows, L>(smem, tm_q, tm_k, tm_v, tm_do, i0, bh, kv_plane, n_tiles, q_full, full, empty);
     return;
   }
 
