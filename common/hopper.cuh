@@ -99,6 +99,12 @@ __device__ inline void tma_load_3d(void* dst, const CUtensorMap* map, int c0, in
       : "memory");
 }
 
+/// The head_dim a kernel's bf16 tiles and accumulators are laid out for: whole TMA boxes of 64
+/// columns (the 128 bytes of a 128-byte-swizzled row). At head_dim 96 the second box runs past
+/// the tensor's end and TMA fills the 32 columns there with zeros.
+template <int kD>
+constexpr int kPaddedDim = (kD + 63) / 64 * 64;
+
 // ---- wgmma ---------------------------------------------------------------------------------
 /// A shared-memory matrix descriptor for the 128-byte swizzle, the layout TMA writes for a box
 /// whose rows are 128 bytes. Fields (PTX ISA, "matrix descriptor"): start address, leading and

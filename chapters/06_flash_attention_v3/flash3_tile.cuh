@@ -29,9 +29,7 @@ namespace fa::flash3 {
 constexpr int kBlockN = 128;          // keys per K/V tile
 constexpr int kBoxBytes = 128 * 128;  // one TMA box of 128 rows
 
-/// The head_dim the tiles and the O accumulators are laid out for: whole 64-column boxes.
-template <int kD>
-constexpr int kPaddedDim = (kD + 63) / 64 * 64;
+using hopper::kPaddedDim;  // the head_dim of the tiles and of O: whole 64-column boxes
 
 /// Keys per K/V tile in variant 4: at head_dim 256 a 128-key tile's S (64 floats per thread)
 /// next to O (128) and P (32) would leave too few of the 240 registers a consumer has, and two

@@ -23,7 +23,7 @@
 //     dQ_c += dS K                                               wgmma rs (B = K, MN-major)
 // The dQ kernel is chapter 06's forward with dP in place of the online softmax: no max to track,
 // since the LSE is known. The two kernels are independent (both need only D) and run on two
-// streams, as in variant 3. Head dims 64, 128, 96 as 128 with zero-filled columns (kPadded), and
+// streams, as in variant 3. Head dims 64, 128, 96 as 128 with zero-filled columns (kPaddedDim), and
 // 256 with the work of a block split another way (dkdv_wide_kernel, dq_wide_kernel).
 // Run: build/bin/ch07_backward --variant wgmma
 #include <cuda_bf16.h>
@@ -54,14 +54,11 @@ constexpr int kStages = 2;
 using StageRing = Ring<kStages>;
 constexpr int kBoxRowBytes = 128;  // a TMA box row: 64 bf16 columns, stored with the 128-byte swizzle
 
-/// The head_dim the tiles and accumulators are laid out for: whole 64-column boxes. At kD = 96
-/// the second box's last 32 columns lie past the tensors' end and TMA fills them with zeros, so
-/// the kernels run as at 128: the zero columns add nothing to S or dP, and the dQ, dK, dV
-/// columns they produce are not stored.
+/// Tiles and accumulators are laid out for kPaddedDim<kD> (hopper.cuh): at kD = 96 the kernels
+/// run as at 128, the zero columns TMA fills in add nothing to S or dP, and the dQ, dK, dV
+/// columns they produce are not stored. kBoxes: the 64-column TMA boxes of a row.
 template <int kD>
-constexpr int kPadded = (kD + 63) / 64 * 64;
-template <int kD>
-constexpr int kBoxes = kPadded<kD> / 64;
+constexpr int kBoxes = kPaddedDim<kD> / 64;
 
 /// A tile of `rows` rows of head_dim kD as TMA boxes of rows x 64 columns, side by side.
 template <int kD>
@@ -89,17 +86,17 @@ __device__ inline void issue_abt(float (&c)[32], const unsigned char* a_rows, in
 /// 64 rows of a [rows][kD] tile (boxes of 64 rows, 8 KiB apart), read "MN-major" (kD contiguous),
 /// the way chapter 06 reads V in P V.
 template <int kD>
-__device__ inline void issue_a_regs_b(float (&acc)[kPadded<kD> / 2], const uint32_t (&a)[4][4],
+__device__ inline void issue_a_regs_b(float (&acc)[kPaddedDim<kD> / 2], const uint32_t (&a)[4][4],
                                       const unsigned char* b_tile) {
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     const uint64_t b = make_desc_sw128(b_tile + kk * 16 * kBoxRowBytes, tile_bytes<64>(64), 1024);
-    if constexpr (kPadded<kD> == 256) {  // two halves of acc, columns 0-127 (boxes 0-1) and 128-255 (boxes 2-3)
+    if constexpr (kPaddedDim<kD> == 256) {  // two halves of acc, columns 0-127 (boxes 0-1) and 128-255 (boxes 2-3)
       const uint64_t b_hi =
           make_desc_sw128(b_tile + 2 * tile_bytes<64>(64) + kk * 16 * kBoxRowBytes, tile_bytes<64>(64), 1024);
       wgmma_m64n128k16_rs<1>(*reinterpret_cast<float(*)[64]>(&acc[0]), a[kk], b, true);
       wgmma_m64n128k16_rs<1>(*reinterpret_cast<float(*)[64]>(&acc[64]), a[kk], b_hi, true);
-    } else if constexpr (kPadded<kD> == 128) {
+    } else if constexpr (kPaddedDim<kD> == 128) {
       wgmma_m64n128k16_rs<1>(acc, a[kk], b, true);
     } else {
       wgmma_m64n64k16_rs<1>(acc, a[kk], b, true);
@@ -233,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
   const unsigned char* k_rows = smem + L::kK + 64 * c * kBoxRowBytes;
   const unsigned char* v_rows = smem + L::kV + 64 * c * kBoxRowBytes;
-  float dk_acc[kPadded<kD> / 2] = {}, dv_acc[kPadded<kD> / 2] = {};
+  float dk_acc[kPaddedDim<kD> / 2] = {}, dv_acc[kPaddedDim<kD> / 2] = {};
   mbarrier_wait(kv_full, 0);
 
   for (int it = 0; it < items.n; ++it) {
@@ -285,8 +282,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // dK = dS^T Q * scale and dV for this thread's two keys, rounded once.
   const int64_t head = int64_t(kv_plane) * s.seq_kv * kD;
   const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.0f, 1.0f};
-  store_rows_bf16<kPadded<kD> / 2, kD>(dk_acc, dk + head, key_a, s.seq_kv, t, dk_scale);
-  store_rows_bf16<kPadded<kD> / 2, kD>(dv_acc, dv + head, key_a, s.seq_kv, t, dv_scale);
+  store_rows_bf16<kPaddedDim<kD> / 2, kD>(dk_acc, dk + head, key_a, s.seq_kv, t, dk_scale);
+  store_rows_bf16<kPaddedDim<kD> / 2, kD>(dv_acc, dv + head, key_a, s.seq_kv, t, dv_scale);
 }
 //! [wgmma_dkdv_kernel]
 
@@ -373,7 +370,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int full_until = ic < s.seq_q ? s.visible_keys(ic) : 0;
   const unsigned char* q_rows = smem + L::kQ + 64 * c * kBoxRowBytes;
   const unsigned char* do_rows = smem + L::kDo + 64 * c * kBoxRowBytes;
-  float dq_acc[kPadded<kD> / 2] = {};
+  float dq_acc[kPaddedDim<kD> / 2] = {};
   mbarrier_wait(q_full, 0);
 
   for (int jt = 0; jt < n_tiles; ++jt) {
@@ -411,7 +408,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   const float dq_scale[2] = {scale, scale};
-  store_rows_bf16<kPadded<kD> / 2, kD>(dq_acc, dq + int64_t(bh) * s.seq_q * kD, row_a, s.seq_q, t, dq_scale);
+  store_rows_bf16<kPaddedDim<kD> / 2, kD>(dq_acc, dq + int64_t(bh) * s.seq_q * kD, row_a, s.seq_q, t, dq_scale);
 }
 //! [wgmma_dq_kernel]
 
@@ -480,7 +477,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int c = wg - 1, ct = tid % 128, warp = ct / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int key_a = j0 + 16 * warp + g;  // this thread's keys in both consumers: key_a, key_a + 8
   const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
-  float acc[kPadded<kD> / 2] = {};  // consumer 0: dV, consumer 1: dK
+  float acc[kPaddedDim<kD> / 2] = {};  // consumer 0: dV, consumer 1: dK
   mbarrier_wait(kv_full, 0);
 
   int handed = 0;  // P^T tiles handed from consumer 0 to consumer 1 so far; buffer handed % 2
@@ -542,7 +539,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int64_t head = int64_t(kv_plane) * s.seq_kv * kD;
   const float acc_scale[2] = {c == 0 ? 1.0f : scale, c == 0 ? 1.0f : scale};
-  store_rows_bf16<kPadded<kD> / 2, kD>(acc, (c == 0 ? dv : dk) + head, key_a, s.seq_kv, t, acc_scale);
+  store_rows_bf16<kPaddedDim<kD> / 2, kD>(acc, (c == 0 ? dv : dk) + head, key_a, s.seq_kv, t, acc_scale);
 }
 //! [wgmma_wide_dkdv]
 
@@ -598,7 +595,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     row_delta[h] = row < s.seq_q ? delta[int64_t(bh) * s.seq_q + row] : 0.0f;
   }
   const int full_until = i0 < s.seq_q ? s.visible_keys(i0) : 0;
-  float dq_acc[kPadded<kD> / 2] = {};
+  float dq_acc[kPaddedDim<kD> / 2] = {};
   mbarrier_wait(q_full, 0);
 
   // Consumer c takes tiles c, c + 2, ...: all of them in stage c.
@@ -637,18 +634,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   // thread in each): consumer 1 has waited for every copy into stage 1, and no more come.
   float* part_k = reinterpret_cast<float*>(smem + L::kK + tile_bytes<kD>(kQKeys));
   float* part_v = reinterpret_cast<float*>(smem + L::kV + tile_bytes<kD>(kQKeys));
-  constexpr int kHalf = kPadded<kD> / 4;
+  constexpr int kHalf = kPaddedDim<kD> / 4;
   if (c == 1) {
 #pragma unroll
-    for (int i = 0; i < kPadded<kD> / 2; ++i) (i < kHalf ? part_k : part_v)[(i % kHalf) * 128 + ct] = dq_acc[i];
+    for (int i = 0; i < kPaddedDim<kD> / 2; ++i) (i < kHalf ? part_k : part_v)[(i % kHalf) * 128 + ct] = dq_acc[i];
     named_barrier_arrive<kConsumerThreads>(kDqPartial);
     return;
   }
   named_barrier_sync<kConsumerThreads>(kDqPartial);
 #pragma unroll
-  for (int i = 0; i < kPadded<kD> / 2; ++i) dq_acc[i] += (i < kHalf ? part_k : part_v)[(i % kHalf) * 128 + ct];
+  for (int i = 0; i < kPaddedDim<kD> / 2; ++i) dq_acc[i] += (i < kHalf ? part_k : part_v)[(i % kHalf) * 128 + ct];
   const float dq_scale[2] = {scale, scale};
-  store_rows_bf16<kPadded<kD> / 2, kD>(dq_acc, dq + int64_t(bh) * s.seq_q * kD, row_a, s.seq_q, t, dq_scale);
+  store_rows_bf16<kPaddedDim<kD> / 2, kD>(dq_acc, dq + int64_t(bh) * s.seq_q * kD, row_a, s.seq_q, t, dq_scale);
 }
 //! [wgmma_wide_dq]
 
