@@ -210,7 +210,7 @@ def mbarrier_ring():
 
     # The table: j = 0..7 with kStages = 2 (variants 3 and 4).
     ty, lx, cw, rh = 382, 300, 68, 26
-    s.text(30, ty - 8, "kStages = 2 (variants 3, 4; variant 5 uses 4)", 12, anchor="start", weight="bold")
+    s.text(30, ty - 8, "kStages = 2 (variants 3, 4; variant 5 uses 4, 2 at head_dim 256)", 12, anchor="start", weight="bold")
     rows = [("item j", lambda j: str(j), None),
             ("stage(j) = j % kStages", lambda j: str(j % 2), None),
             ("use u = j / kStages", lambda j: str(j // 2), None),

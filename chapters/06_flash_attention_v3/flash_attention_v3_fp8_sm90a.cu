@@ -1,12 +1,13 @@
 // Chapter 06, variant 5 -- `fp8`: variant 4's warp-specialized ping-pong kernel on e4m3
 // operands, with FlashAttention-3's two accuracy tricks (block quantization and incoherent
-// processing). bf16 in and out; head_dim 64 and 128. This file is the host side; the device
+// processing). bf16 in and out; head_dim 64, 128 and 256. This file is the host side; the device
 // side is read in this order:
 //   fp8_quantize.cuh         the preprocessing: Hadamard rotation, block scales, V transposed;
 //   fp8_tile.cuh             the per-tile e4m3 work both attention kernels share;
 //   fp8_pingpong.cuh         the attention kernel at head_dim 64: variant 4's schedule on e4m3;
 //   fp8_three_consumers.cuh  the attention kernel at head_dim 128: three consumer warpgroups,
-//                            P through shared memory, row sums on the tensor cores;
+//                            P through shared memory, row sums on the tensor cores (and at
+//                            256 with two consumers);
 //   fp8_scheduler.cuh        which block takes which Q block, and the split last wave.
 // Variant 6, `fp8_plain`, is the control: the same kernels without the rotation.
 // The CPU model of all this, and its accuracy experiment, is algorithm.h / tests/cpu/test_fp8.cpp.
@@ -36,11 +37,12 @@ auto fp8_attention_kernel() {
   if constexpr (kD == 64) {
     return flash3_fp8_pingpong_kernel<64>;
   } else {
-    return flash3_fp8_three_consumers_kernel<128>;
+    return flash3_fp8_three_consumers_kernel<kD>;
   }
 }
 template <int kD>
-constexpr int kFp8SmemBytes = kD == 64 ? Fp8PingpongSmem<64>::kBytes : Fp8ThreeSmem<128>::kBytes;
+constexpr int kFp8SmemBytes = kD == 64 ? Fp8PingpongSmem<64>::kBytes : Fp8ThreeSmem<kD>::kBytes;
+static_assert(kFp8SmemBytes<256> <= 232448, "head_dim 256: Q, two K and V^T stages and the P buffers fit a block");
 
 /// The attention kernel's compile-time sizes at this shape's head_dim, for the host.
 struct Fp8Dims {
@@ -49,7 +51,7 @@ struct Fp8Dims {
 };
 Fp8Dims fp8_dims(const AttentionShape& s) {
   Fp8Dims dims{};
-  with_head_dim<64, 128>(s.head_dim, [&](auto d) { dims = {kConsumers8<d.value>, kRecordFloats<d.value>}; });
+  with_head_dim<64, 128, 256>(s.head_dim, [&](auto d) { dims = {kConsumers8<d.value>, kRecordFloats<d.value>}; });
   return dims;
 }
 
@@ -143,11 +145,11 @@ void launch_fp8_dim(const ForwardParams& p) {
   CUDA_CHECK_LAUNCH();
   mark_phase(p.stream, "quantize");
 
-  // Q and K rows are kD bytes (64- or 128-byte swizzle); V^T rows are 128 keys = 128 bytes. A Q
-  // box is 64 rows per consumer warpgroup.
+  // Q and K rows are kD bytes, in boxes of up to 128 (64- or 128-byte swizzle; two boxes per row
+  // at 256); V^T rows are 128 keys = 128 bytes. A Q box is 64 rows per consumer warpgroup.
   constexpr int kC = kConsumers8<kD>;
-  const CUtensorMap tm_q = make_tensor_map_swizzled(w.q8, 1, kD, s.seq_q, planes_q, 64 * kC, kD);
-  const CUtensorMap tm_k = make_tensor_map_swizzled(w.k8, 1, kD, s.seq_kv, planes_kv, kRows8, kD);
+  const CUtensorMap tm_q = make_tensor_map_swizzled(w.q8, 1, kD, s.seq_q, planes_q, 64 * kC, kBoxBytes8<kD>);
+  const CUtensorMap tm_k = make_tensor_map_swizzled(w.k8, 1, kD, s.seq_kv, planes_kv, kRows8, kBoxBytes8<kD>);
   const CUtensorMap tm_vt = make_tensor_map_swizzled(w.vt8, 1, w.kv_padded, kD, planes_kv, kD, 128);
   const Fp8Scales scales{w.q_scales, w.k_scales, w.v_scales, w.q_blocks, w.kv_blocks};
   auto kernel = fp8_attention_kernel<kD>();
@@ -166,13 +168,13 @@ void launch_fp8_dim(const ForwardParams& p) {
 
 template <bool kRotate>
 void launch_fp8(const ForwardParams& p) {
-  with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) { launch_fp8_dim<d.value, kRotate>(p); });
+  with_head_dim<64, 128, 256>(p.shape.head_dim, [&](auto d) { launch_fp8_dim<d.value, kRotate>(p); });
 }
 
 ForwardKernel fp8_kernel(const char* name, int number, const char* variant, const char* summary,
                          void (*launch)(const ForwardParams&)) {
   ForwardKernel k{name, 6, number, variant, DType::BF16, summary, launch};
-  k.supports = [](const AttentionShape& s) { return hopper_support(s); };  // head_dim 64 or 128, an sm_90 GPU
+  k.supports = [](const AttentionShape& s) { return hopper_support(s, {64, 128, 256}); };
   k.workspace_bytes = fp8_workspace_bytes;
   k.tolerance = fp8_tolerance();
   return k;
@@ -182,18 +184,18 @@ ForwardKernel fp8_kernel(const char* name, int number, const char* variant, cons
 
 Fp8TailSplit fp8_tail_split(const AttentionShape& s) {
   Fp8TailSplit split;
-  if (s.head_dim != 64 && s.head_dim != 128) return split;
+  if (s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256) return split;
   split.blocks = fp8_q_blocks(s) * s.batch * s.heads_q;
   if (s.causal) return split;  // causal blocks differ in length: longest first instead
   // The block slots, asked once per device (the answer does not change).
-  static int cached[64][2] = {};
+  static int cached[64][3] = {};
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device >= 64) {
     (void)cudaGetLastError();
     return split;
   }
-  int& slots = cached[device][s.head_dim == 128];
-  if (slots == 0) with_head_dim<64, 128>(s.head_dim, [&](auto d) { slots = fp8_block_slots<d.value>(); });
+  int& slots = cached[device][s.head_dim == 64 ? 0 : s.head_dim == 128 ? 1 : 2];
+  if (slots == 0) with_head_dim<64, 128, 256>(s.head_dim, [&](auto d) { slots = fp8_block_slots<d.value>(); });
   split.slots = slots;
   if (split.slots == 0) return split;
   split.tail = split.blocks % split.slots;

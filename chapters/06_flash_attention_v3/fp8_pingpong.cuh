@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(128 * 3, 1)
   constexpr int kConsumers = 2, kBlockM = 64 * kConsumers;
   extern __shared__ unsigned char shared_raw[];
   unsigned char* smem = aligned_smem(shared_raw);
-  const Fp8Barriers bars(smem + L::kBars);
+  const Fp8Barriers bars(smem + L::kBars, L::kStages);
 
   const int tid = threadIdx.x, wg = tid / 128;
   const Piece work(grid, blockIdx.x);
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(128 * 3, 1)
   const int i0 = q_block * kBlockM;
   const PieceTiles tiles(shape, work, bh, i0, kBlockM);
 
-  init_ring(bars.q_full, bars.k_full, bars.v_full, kStages, bars.k_empty, bars.v_empty, 128 * kConsumers);
+  init_ring(bars.q_full, bars.k_full, bars.v_full, L::kStages, bars.k_empty, bars.v_empty, 128 * kConsumers);
   if (wg == 0) {  // the producer, as in variant 3
     setmaxnreg_dec<24>();
     if (tid == 0) produce_fp8<L>(smem, bars, tm_q, tm_k, tm_vt, i0, bh, tiles);

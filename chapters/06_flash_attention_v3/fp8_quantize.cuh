@@ -42,7 +42,7 @@ __device__ inline uint32_t e4m3x4(float a, float b, float c, float d) {
 template <int kD, int kN>
 __device__ inline void load_rows(float (&v)[kN][kD / 32], const __nv_bfloat16* plane_base, int row0, int rows,
                                  int lane) {
-  using Raw = std::conditional_t<kD == 128, uint2, uint32_t>;  // kD / 32 bf16
+  using Raw = std::conditional_t<kD == 256, uint4, std::conditional_t<kD == 128, uint2, uint32_t>>;  // kD / 32 bf16
   Raw raw[kN];
 #pragma unroll
   for (int r = 0; r < kN; ++r)
@@ -57,6 +57,20 @@ __device__ inline void load_rows(float (&v)[kN][kD / 32], const __nv_bfloat16* p
       v[r][e] = f.x;
       v[r][e + 1] = f.y;
     }
+  }
+}
+
+/// A lane's kD / 32 floats (already divided by the scale) as e4m3 bytes at `at`.
+template <int kD>
+__device__ inline void store_e4m3(uint8_t* at, const float (&v)[kD / 32], float inv) {
+  if constexpr (kD == 64) {
+    *reinterpret_cast<uint16_t*>(at) =
+        uint16_t(__nv_cvt_float2_to_fp8x2(make_float2(v[0] * inv, v[1] * inv), __NV_SATFINITE, __NV_E4M3));
+  } else {
+#pragma unroll
+    for (int w = 0; w < kD / 128; ++w)  // 4-byte stores: the V kernel's staging rows are only 4-byte aligned
+      reinterpret_cast<uint32_t*>(at)[w] =
+          e4m3x4(v[4 * w] * inv, v[4 * w + 1] * inv, v[4 * w + 2] * inv, v[4 * w + 3] * inv);
   }
 }
 
@@ -87,7 +101,7 @@ __device__ inline void rotate_row(float (&v)[kD / 32], int lane) {
       v[e] = upper ? other - v[e] : v[e] + other;
     }
   }
-  const float norm = kD == 128 ? 0.08838834764831845f : 0.125f;  // 1 / sqrt(kD)
+  const float norm = kD == 256 ? 0.0625f : kD == 128 ? 0.08838834764831845f : 0.125f;  // 1 / sqrt(kD)
 #pragma unroll
   for (int e = 0; e < kPer; ++e) v[e] *= norm;
 }
@@ -124,13 +138,7 @@ __global__ void __launch_bounds__(kPrepThreads)
 #pragma unroll
   for (int r = 0; r < kN; ++r) {
     if (row0 + r >= rows) continue;
-    uint8_t* row_dst = dst + int64_t(row0 + r) * kD + (kD / 32) * lane;
-    if constexpr (kD == 128) {
-      *reinterpret_cast<uint32_t*>(row_dst) = e4m3x4(v[r][0] * inv, v[r][1] * inv, v[r][2] * inv, v[r][3] * inv);
-    } else {
-      *reinterpret_cast<uint16_t*>(row_dst) =
-          uint16_t(__nv_cvt_float2_to_fp8x2(make_float2(v[r][0] * inv, v[r][1] * inv), __NV_SATFINITE, __NV_E4M3));
-    }
+    store_e4m3<kD>(dst + int64_t(row0 + r) * kD + (kD / 32) * lane, v[r], inv);
   }
 }
 
@@ -177,13 +185,7 @@ __global__ void __launch_bounds__(kPrepThreads)
   if (threadIdx.x == 0) scales[int64_t(plane) * gridDim.x + blockIdx.x] = scale;
 #pragma unroll
   for (int r = 0; r < kN; ++r) {
-    uint8_t* at = tile + (key0 + r) * kPitch + (kD / 32) * lane;
-    if constexpr (kD == 128) {
-      *reinterpret_cast<uint32_t*>(at) = e4m3x4(x[r][0] * inv, x[r][1] * inv, x[r][2] * inv, x[r][3] * inv);
-    } else {
-      *reinterpret_cast<uint16_t*>(at) =
-          uint16_t(__nv_cvt_float2_to_fp8x2(make_float2(x[r][0] * inv, x[r][1] * inv), __NV_SATFINITE, __NV_E4M3));
-    }
+    store_e4m3<kD>(tile + (key0 + r) * kPitch + (kD / 32) * lane, x[r], inv);
   }
   __syncthreads();
   //! [v_transpose]

@@ -1,13 +1,14 @@
-// Chapter 06, variant 5 at head_dim 128: the FP8 ping-pong kernel (fp8_pingpong.cuh) refined in
-// three steps, each for the same reason: FP8 halves the tensor cores' time per tile but not the
-// softmax's, so the softmax becomes what the tensor cores wait for.
+// Chapter 06, variant 5 at head_dim 128 (and 256): the FP8 ping-pong kernel (fp8_pingpong.cuh)
+// refined in three steps, each for the same reason: FP8 halves the tensor cores' time per tile
+// but not the softmax's, so the softmax becomes what the tensor cores wait for.
 //   1. Three consumer warpgroups (192 Q rows per block) instead of two, issuing when ready (no
 //      turns): a third warpgroup's GEMMs fill the time the other two spend in their softmax.
 //   2. P through shared memory, in two buffers per warpgroup (the register file has no room for
 //      P next to S and O at this size); P V reads it as an SS wgmma.
 //   3. The softmax's row sums on the tensor cores: P8 times a tile of ones, in P V's group.
 // The schedule (three_consumer_schedule) is variant 4's without the turns, with P_{j+1} packed
-// while P_j V_j runs and V_j waited for only after S_{j+1} is issued.
+// while P_j V_j runs and V_j waited for only after S_{j+1} is issued. At head_dim 256 the same
+// kernel runs with two consumers (kConsumers8), P still through shared memory.
 // Run: build/bin/ch06_flash_attention_v3 --variant fp8 --dim 128
 #pragma once
 
@@ -22,12 +23,17 @@ namespace {
 // most of them. P_j, which in variant 4 sits in 16 more registers while S_{j+1} is computed,
 // goes to shared memory instead (wgmma reads A from there too), in two buffers per warpgroup,
 // so that P_{j+1} can be stored while P_j V_j still reads P_j. Q is read from shared memory.
-constexpr int kThreeConsumers = 3;
+// At head_dim 256, O alone is 128 registers: two consumers of 240 registers each (kConsumers8),
+// and P goes through shared memory for the same reason.
 constexpr int kPTile = 64 * kBlockN;  // one warpgroup's P: 64 rows x 128 keys of e4m3
 /// Extra shared memory: two P buffers per consumer, then 8 rows of 128 e4m3 ones (fp8_row_sums).
-constexpr int kPBuffersBytes = 2 * kThreeConsumers * kPTile, kOnesBytes = 1024;
+constexpr int p_buffers_bytes(int consumers) { return 2 * consumers * kPTile; }
+constexpr int kOnesBytes = 1024;
 template <int kD>
-using Fp8ThreeSmem = Fp8Smem<kD, kThreeConsumers, kPBuffersBytes + kOnesBytes>;
+using Fp8ThreeSmem = Fp8Smem<kD, kConsumers8<kD>, p_buffers_bytes(kConsumers8<kD>) + kOnesBytes>;
+/// Registers per consumer thread: 128 x (24 + kConsumers x this) <= 65536.
+template <int kD>
+constexpr int kConsumerRegs8 = kConsumers8<kD> == 3 ? 160 : 240;
 //! [three_consumers]
 
 /// Byte offset in a P buffer of the row that lane gives stmatrix (matrix i = lane / 8 is rows
@@ -49,7 +55,8 @@ struct Fp8ThreeConsumerOps : Fp8OpsBase<kD, Fp8ThreeSmem<kD>, 64> {
   using Base::p;
   using Base::smem;
   using Base::smem_lo;
-  static constexpr int kP = L::kExtraAt, kOnes = kP + kPBuffersBytes;
+  static constexpr int kConsumers = kConsumers8<kD>;
+  static constexpr int kP = L::kExtraAt, kOnes = kP + p_buffers_bytes(kConsumers);
   unsigned char* p_tile;             // this warpgroup's first P buffer
   uint32_t p_store;                  // this lane's stmatrix row address in it, for k-step 0 (see pack)
   uint32_t p_cur = 1;                // the buffer pack wrote last, which pv reads
@@ -74,7 +81,7 @@ struct Fp8ThreeConsumerOps : Fp8OpsBase<kD, Fp8ThreeSmem<kD>, 64> {
     // row g's bytes 4t .. 4t + 3), so one stmatrix per k-step stores all four. Each lane gives
     // one row's address (p_store, for k-step 0); k-step kk moves the chunk by 2 kk, an XOR.
     p_cur ^= 1u;
-    const uint32_t base = p_store + p_cur * kThreeConsumers * kPTile;
+    const uint32_t base = p_store + p_cur * kConsumers * kPTile;
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 32; ++kk) stmatrix_x4(base ^ uint32_t(32 * kk), p[kk]);
     // (The fence that makes these stores visible to wgmma is in pv.)
@@ -83,9 +90,10 @@ struct Fp8ThreeConsumerOps : Fp8OpsBase<kD, Fp8ThreeSmem<kD>, 64> {
   __device__ void pv(int j) {
     //! [fp8_pv_smem]
     // O += P8 V8 with both operands in shared memory: A = this warpgroup's P buffer, B = the V^T
-    // tile (keys contiguous in each of its kD rows of 128 bytes).
+    // tile (keys contiguous in each of its kD rows of 128 bytes). At head_dim 256, as two n = 128
+    // halves: O's columns 128.. (out[64..]) from V^T's rows 128.., 16 KiB further.
     const uint32_t v_lo = Base::v_lo(j);
-    const uint32_t p_lo = smem_lo + uint32_t(p_tile - smem) / 16 + p_cur * (kThreeConsumers * kPTile / 16);
+    const uint32_t p_lo = smem_lo + uint32_t(p_tile - smem) / 16 + p_cur * (kConsumers * kPTile / 16);
     // wgmma reads shared memory through the async proxy: pack's stores must be made visible to
     // it. The fence waits for those stores to land, so it sits here, after S_{j+1} is issued,
     // not right after the stores. Each warp's 16 rows of P feed only its own 16 rows of O, so the
@@ -94,8 +102,11 @@ struct Fp8ThreeConsumerOps : Fp8OpsBase<kD, Fp8ThreeSmem<kD>, 64> {
     __syncwarp();
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 32; ++kk)
-      wgmma_m64n128k32_e4m3_ss(out, desc_join(p_lo + 2 * kk, kKeysHi), desc_join(v_lo + 2 * kk, kKeysHi), true);
+    for (int half = 0; half < kD / 128; ++half)
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 32; ++kk)
+        wgmma_m64n128k32_e4m3_ss(*reinterpret_cast<float(*)[64]>(&out[64 * half]), desc_join(p_lo + 2 * kk, kKeysHi),
+                                 desc_join(v_lo + half * (128 * 128 / 16) + 2 * kk, kKeysHi), true);
     issue_row_sums(p_lo);
     wgmma_commit();
     //! [fp8_pv_smem]
@@ -181,17 +192,17 @@ __device__ inline void three_consumer_schedule(Ops& ops, int n_tiles) {
 }
 
 template <int kD>
-__global__ void __launch_bounds__(128 * (1 + kThreeConsumers), 1)
+__global__ void __launch_bounds__(128 * (1 + kConsumers8<kD>), 1)
     flash3_fp8_three_consumers_kernel(const __grid_constant__ CUtensorMap tm_q,
                                       const __grid_constant__ CUtensorMap tm_k,
                                       const __grid_constant__ CUtensorMap tm_vt, AttentionShape shape, Fp8Scales scales,
                                       Fp8Grid grid, __nv_bfloat16* o, float* lse) {
   using L = Fp8ThreeSmem<kD>;
   using Ops = Fp8ThreeConsumerOps<kD>;
-  constexpr int kConsumers = kThreeConsumers, kBlockM = 64 * kConsumers;
+  constexpr int kConsumers = kConsumers8<kD>, kBlockM = 64 * kConsumers;
   extern __shared__ unsigned char shared_raw[];
   unsigned char* smem = aligned_smem(shared_raw);
-  const Fp8Barriers bars(smem + L::kBars);
+  const Fp8Barriers bars(smem + L::kBars, L::kStages);
 
   const int tid = threadIdx.x, wg = tid / 128;
   const Piece work(grid, blockIdx.x);
@@ -208,7 +219,7 @@ __global__ void __launch_bounds__(128 * (1 + kThreeConsumers), 1)
   const int tile0 = tiles.tile0, n_tiles = tiles.n_tiles;
 
   Ops::write_ones(smem, tid);
-  init_ring(bars.q_full, bars.k_full, bars.v_full, kStages, bars.k_empty, bars.v_empty, 128 * kConsumers);
+  init_ring(bars.q_full, bars.k_full, bars.v_full, L::kStages, bars.k_empty, bars.v_empty, 128 * kConsumers);
   if (wg == 0) {  // the producer, as in variant 3
     setmaxnreg_dec<24>();
     if (tid == 0) produce_fp8<L>(smem, bars, tm_q, tm_k, tm_vt, i0, bh, tiles);
@@ -216,7 +227,7 @@ __global__ void __launch_bounds__(128 * (1 + kThreeConsumers), 1)
   }
 
   //! [uniform_consumer]
-  setmaxnreg_inc<160>();  // 128 x (24 + 3 x 160) <= 65536 registers
+  setmaxnreg_inc<kConsumerRegs8<kD>>();  // 160 with three consumers, 240 with two
   // consumer and warp through a shuffle from lane 0: the compiler then knows they are the same in
   // every lane of a warp, and keeps what derives from them in uniform registers.
   const int consumer = __shfl_sync(0xFFFFFFFFu, wg - 1, 0), warp = __shfl_sync(0xFFFFFFFFu, (tid % 128) / 32, 0);
@@ -224,7 +235,7 @@ __global__ void __launch_bounds__(128 * (1 + kThreeConsumers), 1)
   const int c0 = i0 + 64 * consumer;
   // A consumer stops at its own last visible tile (under the causal mask the first one's rows see
   // up to 128 keys fewer) and only waits for and releases the rest, so the ring's counts stay the
-  // same for all three.
+  // same for all consumers.
   const int my_end = c0 >= shape.seq_q || c0 < 0 ? 0
                      : shape.causal              ? shape.visible_keys(min(c0 + 64, shape.seq_q) - 1)
                                                  : shape.seq_kv;

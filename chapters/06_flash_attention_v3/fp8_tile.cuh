@@ -1,6 +1,6 @@
 // Chapter 06, variant 5: the per-tile work both FP8 attention kernels share (the two-consumer
-// ping-pong at head_dim 64, fp8_pingpong.cuh, and the three-consumer kernel at 128,
-// fp8_three_consumers.cuh). Variant 4's structure on e4m3 operands:
+// ping-pong at head_dim 64, fp8_pingpong.cuh, and the kernel with P through shared memory at 128
+// and 256, fp8_three_consumers.cuh). Variant 4's structure on e4m3 operands:
 //   S = Q8 K8^T with wgmma.m64nNk32.e4m3, times scale_q * scale_k folded into the exponent;
 //   P * 2^8 (inside the exponent) rounded to e4m3 (2^8 keeps small probabilities above e4m3's
 //   floor);
@@ -22,12 +22,20 @@ namespace {
 
 using namespace fa::hopper;
 
-constexpr int kStages = 4;  // e4m3 tiles are small: 4 stages fit
+/// Ring stages: e4m3 tiles are small, 4 stages fit up to head_dim 128; at 256 a K or V^T tile is
+/// 32 KiB and two stages of each are what fits beside Q and the P buffers.
+template <int kD>
+constexpr int kStages8 = kD == 256 ? 2 : 4;
 /// Bytes of one tile: 128 rows of head_dim e4m3 (Q, K), or head_dim rows of 128 keys (V^T).
 template <int kD>
 constexpr int kTileBytes8 = (kRows8 * kD);
+/// Q and K rows are head_dim bytes; a swizzled TMA box row is at most 128, so at 256 a row is
+/// two boxes (columns 0..127 and 128..255), each stored as its own sub-tile.
+template <int kD>
+constexpr int kBoxBytes8 = kD < 128 ? kD : 128;
 /// Consumer warpgroups (64 Q rows each) of the kernel that runs at head_dim kD: the two-consumer
-/// ping-pong at 64, the three-consumer kernel at 128.
+/// ping-pong at 64, P through shared memory with three consumers at 128 and with two at 256
+/// (where O alone is 128 registers per thread).
 template <int kD>
 constexpr int kConsumers8 = kD == 128 ? 3 : 2;
 
@@ -40,40 +48,49 @@ struct Fp8Scales {
 
 /// Byte offsets of a block's shared memory: the Q tile (64 rows per consumer), kStages K tiles,
 /// kStages V^T tiles, kExtra bytes the kernel adds (P buffers, the tile of ones), the barriers
-/// q_full, k_full, v_full, k_empty, v_empty.
+/// q_full, k_full, v_full, k_empty, v_empty. Q and K tiles are kD / kBox sub-tiles of kBox-byte
+/// rows (kBoxBytes8), Q's of 64 * kConsumers rows and K's of 128.
 template <int kD, int kConsumers, int kExtra = 0>
 struct Fp8Smem {
+  static constexpr int kStages = kStages8<kD>, kBox = kBoxBytes8<kD>;
   static constexpr int kTile = kTileBytes8<kD>, kQTile = 64 * kConsumers * kD;
+  static constexpr int kQBox = 64 * kConsumers * kBox, kKBox = kRows8 * kBox;  // one sub-tile of Q, of K
   static constexpr int kQ = 0, kK = kQTile, kV = kK + kStages * kTile, kExtraAt = kV + kStages * kTile;
   static constexpr int kBars = kExtraAt + kExtra;
   static constexpr int kBytes = kBars + 8 * (1 + 4 * kStages) + 1024;  // + slack to align the base to 1024
 };
 
-/// The ring's barriers, laid out at `bars`.
+/// The ring's barriers, laid out at `bars`, for a ring of `stages` stages.
 struct Fp8Barriers {
   uint64_t *q_full, *k_full, *v_full, *k_empty, *v_empty;
-  __device__ explicit Fp8Barriers(unsigned char* bars)
+  __device__ Fp8Barriers(unsigned char* bars, int stages)
       : q_full(reinterpret_cast<uint64_t*>(bars)),
         k_full(q_full + 1),
-        v_full(k_full + kStages),
-        k_empty(v_full + kStages),
-        v_empty(k_empty + kStages) {}
+        v_full(k_full + stages),
+        k_empty(v_full + stages),
+        v_empty(k_empty + stages) {}
 };
 
 /// The producer warpgroup's one thread: the Q tile, then the piece's K/V tiles into the ring, as
-/// in variant 3. V^T tiles are (keys, d rows) boxes.
+/// in variant 3. Q and K come in boxes of kBox columns (two per row at head_dim 256); V^T tiles
+/// are (keys, d rows) boxes.
 template <class L>
 __device__ inline void produce_fp8(unsigned char* smem, const Fp8Barriers& bars, const CUtensorMap& tm_q,
                                    const CUtensorMap& tm_k, const CUtensorMap& tm_vt, int i0, int bh,
                                    const PieceTiles& tiles) {
+  constexpr int kBoxes = L::kTile / L::kKBox;
   const int kv_plane = tiles.kv_plane, tile0 = tiles.tile0;
   mbarrier_arrive_expect_tx(bars.q_full, L::kQTile);
-  tma_load_3d(smem + L::kQ, &tm_q, 0, i0, bh, bars.q_full);
-  produce_kv<kStages>(
+#pragma unroll
+  for (int b = 0; b < kBoxes; ++b) tma_load_3d(smem + L::kQ + b * L::kQBox, &tm_q, b * L::kBox, i0, bh, bars.q_full);
+  produce_kv<L::kStages>(
       tiles.n_tiles, bars.k_empty, bars.v_empty,
       [&](int j, int stage) {
         mbarrier_arrive_expect_tx(&bars.k_full[stage], L::kTile);
-        tma_load_3d(smem + L::kK + stage * L::kTile, &tm_k, 0, (tile0 + j) * kBlockN, kv_plane, &bars.k_full[stage]);
+#pragma unroll
+        for (int b = 0; b < kBoxes; ++b)
+          tma_load_3d(smem + L::kK + stage * L::kTile + b * L::kKBox, &tm_k, b * L::kBox, (tile0 + j) * kBlockN,
+                      kv_plane, &bars.k_full[stage]);
       },
       [&](int j, int stage) {
         mbarrier_arrive_expect_tx(&bars.v_full[stage], L::kTile);
@@ -159,7 +176,7 @@ struct Fp8ConsumerSetup {
 /// kMaskRows: the rows whose mask test decides whether a tile needs the mask.
 template <int kD, class L, int kMaskRows>
 struct Fp8OpsBase {
-  using R = Ring<kStages>;
+  using R = Ring<L::kStages>;
   static constexpr int kKeys = kBlockN;
   unsigned char* smem;
   uint32_t smem_lo;  // the descriptor low word of smem's first byte (see desc_lo)
@@ -178,7 +195,7 @@ struct Fp8OpsBase {
   __device__ explicit Fp8OpsBase(const Fp8ConsumerSetup& c)
       : smem(c.smem),
         smem_lo(desc_lo(c.smem, 16)),
-        q_rows(c.smem + L::kQ + c.consumer * 64 * kD),
+        q_rows(c.smem + L::kQ + c.consumer * 64 * L::kBox),
         bars(c.bars),
         shape(*c.shape),
         k_scales(c.scales->k + int64_t(c.kv_plane) * c.scales->kv_blocks),
@@ -206,9 +223,10 @@ struct Fp8OpsBase {
   __device__ void wait_v(int j) { mbarrier_wait(&bars.v_full[R::stage(j)], R::full_parity(j)); }
   __device__ void release_k(int j) { mbarrier_arrive(&bars.k_empty[R::stage(j)]); }
   __device__ void release_v(int j) { mbarrier_arrive(&bars.v_empty[R::stage(j)]); }
-  /// Descriptor high words. Q and K rows are kD bytes: the 128-byte swizzle at head_dim 128, the
-  /// 64-byte one at 64 (8-row groups 1024 or 512 bytes apart). V^T and P rows are 128 bytes.
-  static constexpr uint32_t kRowsHi = kD == 128 ? desc_hi(1024, 1) : desc_hi(512, 2), kKeysHi = desc_hi(1024, 1);
+  /// Descriptor high words. Q and K sub-tile rows are kBox bytes: the 128-byte swizzle at head_dim
+  /// 128 and 256, the 64-byte one at 64 (8-row groups 1024 or 512 bytes apart). V^T and P rows
+  /// are 128 bytes.
+  static constexpr uint32_t kRowsHi = L::kBox == 128 ? desc_hi(1024, 1) : desc_hi(512, 2), kKeysHi = desc_hi(1024, 1);
   /// The descriptor low word of the V^T tile of item j (a tile at byte offset x of smem has the
   /// low word smem_lo + x / 16).
   __device__ uint32_t v_lo(int j) const { return smem_lo + (L::kV + R::stage(j) * L::kTile) / 16; }
@@ -216,13 +234,18 @@ struct Fp8OpsBase {
   __device__ void scores(int j, float (&s)[kBlockN / 2]) {
     //! [fp8_scores]
     // S = Q8 K8^T: kD / 32 wgmma of k = 32 bytes; the true scores are S * scale_q * scale_k.
-    // Descriptors by 32-bit adds (desc_lo): the k-th step starts 32 bytes further in Q and K.
+    // Descriptors by 32-bit adds (desc_lo): the k-th step starts 32 bytes further in Q and K,
+    // and every kBox / 32 steps moves on to the next sub-tile (head_dim 256 only).
+    constexpr int kSteps = L::kBox / 32;
     const uint32_t q_lo = smem_lo + uint32_t(q_rows - smem) / 16,
                    k_lo = smem_lo + (L::kK + R::stage(j) * L::kTile) / 16;
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < kD / 32; ++ks)
-      wgmma_m64n128k32_e4m3_ss(s, desc_join(q_lo + 2 * ks, kRowsHi), desc_join(k_lo + 2 * ks, kRowsHi), ks > 0);
+    for (int ks = 0; ks < kD / 32; ++ks) {
+      const uint32_t b = ks / kSteps, step = 2 * (ks % kSteps);
+      wgmma_m64n128k32_e4m3_ss(s, desc_join(q_lo + b * (L::kQBox / 16) + step, kRowsHi),
+                               desc_join(k_lo + b * (L::kKBox / 16) + step, kRowsHi), ks > 0);
+    }
     wgmma_commit();
     //! [fp8_scores]
   }

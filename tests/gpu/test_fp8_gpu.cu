@@ -151,7 +151,7 @@ TEST(Fp8OnTheGpu, RowMaxJumps) {
   if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason;
   const ForwardKernel* kernel = find_kernel("ch06_fp8");
   ASSERT_TRUE(kernel) << "chapter 06's FP8 kernel is not registered";
-  for (int d : {64, 128}) {
+  for (int d : {64, 128, 256}) {
     const AttentionShape s = shape_of(1, 2, 2, 320, 500, d, false);
     const std::string why = kernel->supports(s);
     if (!why.empty()) GTEST_SKIP() << why;
@@ -218,8 +218,8 @@ TEST(Fp8OnTheGpu, SplitTailMatchesOracle) {
   SKIP_WITHOUT_GPU();
   const ForwardKernel* kernel = find_kernel("ch06_fp8");
   ASSERT_TRUE(kernel) << "chapter 06's FP8 kernel is not registered";
-  for (int d : {128, 64}) {
-    const int rows = d == 128 ? 192 : 128;  // one Q block per plane
+  for (int d : {128, 64, 256}) {
+    const int rows = d == 128 ? 192 : 128;  // one Q block per plane (three or two 64-row consumers)
     const AttentionShape probe = shape_of(1, 1, 1, rows, 8269, d, false);
     const std::string why = kernel->supports(probe);
     if (!why.empty()) GTEST_SKIP() << why;
