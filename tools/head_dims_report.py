@@ -4,18 +4,19 @@
     python3 tools/head_dims_report.py FA_CSV TORCH_CSV --out docs/results/h100/head_dims.csv \\
         --line "NVIDIA H100 80GB HBM3, ..., 2026-11-24: the commands"
 
-FA_CSV: `fa_bench --dims 64,96,128,256 --kernels ch05_tuned_bf16,ch06_pingpong_bf16,ch06_fp8`;
+FA_CSV: `fa_bench --dims 64,96,128,256 --kernels
+ch05_tuned_bf16,ch06_pingpong_bf16,ch06_persistent_bf16,ch06_fp8`;
 TORCH_CSV: `tools/bench_torch.py --dims 64,96,128,256 --backends flash_bf16,cudnn_bf16` on the same
 sweep. One row per (head_dim, causal, seq): the kernels' TFLOP/s (FP8 where it runs: 64, 128 and
-256), SDPA's FLASH and cuDNN backends', and the ratios of chapter 06's bf16 and FP8 kernels to
-cuDNN's. The first line of the output is the '# ' line saying
+256), SDPA's FLASH and cuDNN backends', and the ratios of chapter 06's bf16 (variants 4 and 7)
+and FP8 kernels to cuDNN's. The first line of the output is the '# ' line saying
 where it was measured (tools/tables.py needs it).
 """
 import argparse
 import csv
 import sys
 
-OURS = ("ch05_tuned_bf16", "ch06_pingpong_bf16", "ch06_fp8")
+OURS = ("ch05_tuned_bf16", "ch06_pingpong_bf16", "ch06_persistent_bf16", "ch06_fp8")
 
 
 def main():
@@ -47,15 +48,17 @@ def main():
     with open(args.out, "w", newline="") as f:
         f.write(f"# {args.line}\n")
         w = csv.writer(f, lineterminator="\n")
-        w.writerow(["head_dim", "causal", "seq", "batch", "heads", "tuned_tflops", "pingpong_tflops", "fp8_tflops",
-                    "flash_tflops", "cudnn_tflops", "pingpong_over_flash", "pingpong_over_cudnn", "fp8_over_cudnn"])
+        w.writerow(["head_dim", "causal", "seq", "batch", "heads", "tuned_tflops", "pingpong_tflops",
+                    "persistent_tflops", "fp8_tflops", "flash_tflops", "cudnn_tflops", "pingpong_over_flash",
+                    "pingpong_over_cudnn", "persistent_over_cudnn", "fp8_over_cudnn"])
         for key in sorted(points):
             d, causal, seq = key
             ping, fp8 = ours.get(("ch06_pingpong_bf16", key)), ours.get(("ch06_fp8", key))
-            cudnn = torch.get(("cudnn", key))
+            persistent, cudnn = ours.get(("ch06_persistent_bf16", key)), torch.get(("cudnn", key))
             w.writerow([d, causal, seq, 16384 // seq, 2048 // d, value(ours, "ch05_tuned_bf16", key),
-                        value(ours, "ch06_pingpong_bf16", key), value(ours, "ch06_fp8", key), value(torch, "flash", key),
-                        value(torch, "cudnn", key), over(ping, torch.get(("flash", key))), over(ping, cudnn),
+                        value(ours, "ch06_pingpong_bf16", key), value(ours, "ch06_persistent_bf16", key),
+                        value(ours, "ch06_fp8", key), value(torch, "flash", key), value(torch, "cudnn", key),
+                        over(ping, torch.get(("flash", key))), over(ping, cudnn), over(persistent, cudnn),
                         over(fp8, cudnn)])
 
 

@@ -293,14 +293,18 @@ def features_table():
 def head_dims_table():
     line, rows = load_with_line("head_dims.csv")
     shown = [r for r in rows if int(r["seq"]) in (4096, 16384)]
+    def x(v):
+        return f"{v}×" if v else "–"
+
     body = table(["head_dim", "mask", "seq × batch", "heads", "`ch05_tuned_bf16`", "`ch06_pingpong_bf16`",
-                  "`ch06_fp8`", "SDPA FLASH", "SDPA cuDNN", "pingpong × FLASH", "pingpong × cuDNN", "fp8 × cuDNN"],
+                  "`ch06_persistent_bf16`", "`ch06_fp8`", "SDPA FLASH", "SDPA cuDNN", "pingpong × FLASH",
+                  "pingpong × cuDNN", "persistent × cuDNN", "fp8 × cuDNN"],
                  [[r["head_dim"], "causal" if r["causal"] == "1" else "none",
                    f"{int(r['seq']) // 1024}k × {r['batch']}", r["heads"], r["tuned_tflops"] or "–",
-                   r["pingpong_tflops"] or "–", r["fp8_tflops"] or "–", r["flash_tflops"] or "–",
-                   r["cudnn_tflops"] or "–", f"{r['pingpong_over_flash']}×" if r["pingpong_over_flash"] else "–",
-                   f"{r['pingpong_over_cudnn']}×" if r["pingpong_over_cudnn"] else "–",
-                   f"{r['fp8_over_cudnn']}×" if r["fp8_over_cudnn"] else "–"] for r in shown])
+                   r["pingpong_tflops"] or "–", r["persistent_tflops"] or "–", r["fp8_tflops"] or "–",
+                   r["flash_tflops"] or "–", r["cudnn_tflops"] or "–", x(r["pingpong_over_flash"]),
+                   x(r["pingpong_over_cudnn"]), x(r["persistent_over_cudnn"]), x(r["fp8_over_cudnn"])]
+                  for r in shown])
     return (body + "\n\nTFLOP/s, bf16 in and out (`ch06_fp8` computes in e4m3 inside, the time of its "
             "quantizing passes included), the standard sweep's 16k tokens (batch = 16384 / seq) and hidden 2048 "
             "(heads = 2048 / d, 21 at d = 96); seq 4k and 16k shown, 512 to 16k in `docs/results/h100/head_dims.csv`. "

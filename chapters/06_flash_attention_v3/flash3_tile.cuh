@@ -308,12 +308,13 @@ __device__ inline void pingpong_schedule(Ops& ops, int n_tiles, int consumer) {
   //! [pingpong]
 }
 
-/// The host side of variants 1-4: tensor maps over the bf16 Q (boxes of block_m rows), K and V
-/// (boxes of key_rows), the shared-memory limit raised to smem_bytes, one block per (Q tile,
-/// batch * head). `kernel` takes (tm_q, tm_k, tm_v, shape, o, lse).
-template <class Kernel>
+/// The host side of variants 1-4 and 7: tensor maps over the bf16 Q (boxes of block_m rows), K and
+/// V (boxes of key_rows), the shared-memory limit raised to smem_bytes, one block per (Q tile,
+/// batch * head), or `persistent_blocks` blocks when given (variant 7). `kernel` takes (tm_q,
+/// tm_k, tm_v, shape, o, lse, extra...).
+template <class Kernel, class... Extra>
 void launch_bf16_tiles(Kernel kernel, const ForwardParams& p, int head_dim, int block_m, int key_rows, int threads,
-                       int smem_bytes) {
+                       int smem_bytes, int persistent_blocks = 0, Extra... extra) {
   const AttentionShape& s = p.shape;
   //! [tensor_maps]
   const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, head_dim, s.seq_q, s.batch * s.heads_q, block_m);
@@ -321,8 +322,11 @@ void launch_bf16_tiles(Kernel kernel, const ForwardParams& p, int head_dim, int 
   const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, head_dim, s.seq_kv, s.batch * s.heads_kv, key_rows);
   //! [tensor_maps]
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  const dim3 grid(unsigned((s.seq_q + block_m - 1) / block_m), unsigned(s.batch * s.heads_q));
-  kernel<<<grid, threads, smem_bytes, p.stream>>>(tm_q, tm_k, tm_v, s, static_cast<__nv_bfloat16*>(p.o), p.lse);
+  const dim3 grid = persistent_blocks > 0
+                        ? dim3(unsigned(persistent_blocks))
+                        : dim3(unsigned((s.seq_q + block_m - 1) / block_m), unsigned(s.batch * s.heads_q));
+  kernel<<<grid, threads, smem_bytes, p.stream>>>(tm_q, tm_k, tm_v, s, static_cast<__nv_bfloat16*>(p.o), p.lse,
+                                                  extra...);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -22,6 +22,7 @@
 #include "flash3_tile.cuh"
 #include "flash_attention_v3.h"
 #include "not_implemented.h"
+#include "pingpong_ops.cuh"
 #include "registry.h"
 #include "static_switch.h"
 #include "tma.h"
@@ -30,46 +31,6 @@ namespace fa::flash3 {
 namespace {
 
 using namespace fa::hopper;
-
-constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers), kBlockM = 64 * kConsumers, kStages = 2;
-constexpr int kConsumerThreads = 128 * kConsumers;
-
-// Barriers: q_full, k_full[2], v_full[2], k_empty[2], v_empty[2]. K/V tiles of kTileKeys<kD> keys.
-template <int kD>
-using Layout = Smem<kD, kBlockM, kStages, 1 + 4 * kStages, kTileKeys<kD>>;
-
-/// The bf16 operations variant 4's schedule (pingpong_schedule in flash3_tile.cuh) runs.
-template <int kD>
-struct Bf16Ops {
-  using S = Layout<kD>;
-  static constexpr int kKeys = kTileKeys<kD>;
-  unsigned char* smem;
-  const unsigned char* q_rows;
-  uint64_t *k_full, *v_full, *k_empty, *v_empty;
-  AttentionShape shape;
-  int i0, row0, t;
-  float scale_log2;
-  float out[kPaddedDim<kD> / 2];
-  float m[2], l[2];
-  uint32_t p[kKeys / 16][4];
-
-  using R = Ring<kStages>;
-  __device__ void wait_k(int j) { mbarrier_wait(&k_full[R::stage(j)], R::full_parity(j)); }
-  __device__ void wait_v(int j) { mbarrier_wait(&v_full[R::stage(j)], R::full_parity(j)); }
-  __device__ void release_k(int j) { mbarrier_arrive(&k_empty[R::stage(j)]); }
-  __device__ void release_v(int j) { mbarrier_arrive(&v_empty[R::stage(j)]); }
-  __device__ void scores(int j, float (&s)[kKeys / 2]) {
-    issue_scores<kD, kBlockM * 128, kKeys>(s, q_rows, smem + S::kK + R::stage(j) * S::kTileBytes);
-  }
-  __device__ void pv(int j) { issue_pv<kD, kKeys>(out, p, smem + S::kV + R::stage(j) * S::kTileBytes); }
-  __device__ void softmax(int j, float (&s)[kKeys / 2], float (&rescale)[2]) {
-    if (tile_needs_mask(shape, i0, kBlockM, j * kKeys, kKeys)) mask_scores(s, shape, row0, j * kKeys, t);
-    online_softmax(s, m, l, rescale, scale_log2);
-  }
-  __device__ void rescale_out(const float (&rescale)[2]) { rescale_output<kD>(out, rescale); }
-  __device__ void pack(const float (&s)[kKeys / 2]) { pack_p(s, p); }
-  __device__ void fence_out() { fence_operands(out); }
-};
 
 template <int kD, bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -159,21 +120,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     //! [consumer_loop]
     write_output<kD>(out, m, l, shape, bh, row0, t, o, lse);
   } else {
-    Bf16Ops<kD> ops{smem,
-                    q_rows,
-                    k_full,
-                    v_full,
-                    k_empty,
-                    v_empty,
-                    shape,
-                    i0,
-                    row0,
-                    t,
-                    scale_log2,
-                    {},
-                    {-INFINITY, -INFINITY},
-                    {0.0f, 0.0f},
-                    {}};
+    Bf16Ops<kD> ops{smem, q_rows, k_full, v_full, k_empty, v_empty, shape, i0, row0, t, scale_log2};
     pingpong_schedule(ops, n_tiles, consumer);
     write_output<kD>(ops.out, ops.m, ops.l, shape, bh, row0, t, o, lse);
   }
