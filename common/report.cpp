@@ -37,7 +37,8 @@ std::string csv_quoted(const std::string& text) {
 
 void print_results(std::ostream& out, const std::vector<RunResult>& results) {
   std::vector<std::vector<std::string>> rows;
-  rows.push_back({"kernel", "device", "status", "rel err", "max err", "time ms", "TFLOP/s", "GB/s", "speed-up"});
+  rows.push_back(
+      {"kernel", "device", "status", "rel err", "max err", "time ms", "TFLOP/s", "GB/s", "speed-up", "memory MiB"});
   std::map<std::string, double> baseline;  // per device: the first time in the list
   for (const RunResult& r : results) {
     std::vector<std::string> row = {r.name, r.device, r.status()};
@@ -57,6 +58,7 @@ void print_results(std::ostream& out, const std::vector<RunResult>& results) {
     } else {
       row.insert(row.end(), {"-", "-", "-", "-"});
     }
+    row.push_back(r.ran && r.device == "gpu" ? fixed(r.device_mib, 1) : "-");
     rows.push_back(row);
   }
   std::vector<size_t> width(rows[0].size(), 0);
@@ -83,7 +85,7 @@ void print_results(std::ostream& out, const std::vector<RunResult>& results) {
 
 std::string csv_header() {
   return "chapter,kernel,variant,device,dtype,batch,heads_q,heads_kv,seq_q,seq_kv,head_dim,causal,"
-         "status,rel_err,max_abs_err,lse_err,time_ms,tflops,gbps,note,phases,features";
+         "status,rel_err,max_abs_err,lse_err,time_ms,tflops,gbps,note,phases,features,device_mib";
 }
 
 std::string csv_row(const RunResult& r) {
@@ -103,7 +105,8 @@ std::string csv_row(const RunResult& r) {
     s << ",,,";
   }
   std::string note = !r.skipped.empty() ? r.skipped : !r.error.empty() ? r.error : r.note;
-  s << csv_quoted(note) << "," << csv_quoted(r.phases) << "," << csv_quoted(r.shape.feature_string());
+  s << csv_quoted(note) << "," << csv_quoted(r.phases) << "," << csv_quoted(r.shape.feature_string()) << ",";
+  if (r.ran) s << r.device_mib;
   return s.str();
 }
 

@@ -264,11 +264,19 @@ RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOp
       r.skipped = "needs " + gib(needed) + " of device memory, " + gib(double(free_bytes)) + " free";
       return r;
     }
+    // Peak device memory: the inputs in the kernel's dtype, and whatever the outputs, the
+    // workspace and the launch itself add (every device allocation is a DeviceBuffer).
+    const DeviceInputs& inputs = problem.device(kernel.dtype);
+    problem.device_extras();  // made before the count (a bias is the problem's, not the kernel's)
+    const std::size_t input_bytes = inputs.q.bytes() + inputs.k.bytes() + inputs.v.bytes();
+    DeviceBuffer::reset_peak();
+    const std::size_t before = DeviceBuffer::live_bytes();
     ForwardLaunch launch = prepare_forward(kernel, problem);
     const ForwardParams& params = launch.params;
     kernel.launch(params);
     CUDA_CHECK_LAUNCH();
     CUDA_CHECK(cudaDeviceSynchronize());
+    r.device_mib = double(input_bytes + DeviceBuffer::peak_bytes() - before) / (1 << 20);
     r.ran = true;
 
     if (options.check) {

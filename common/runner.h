@@ -109,9 +109,10 @@ struct RunResult {
   double ms = 0;  // median time per launch
   double ms_min = 0;
   double tflops = 0;
-  double gbps = 0;     // forward_min_bytes / time: the rate the kernel *had* to move data at
-  std::string note;    // the kernel's memory_note
-  std::string phases;  // time per phase for multi-launch kernels ("scores 1.2 ms, softmax ...")
+  double gbps = 0;        // forward_min_bytes / time: the rate the kernel *had* to move data at
+  std::string note;       // the kernel's memory_note
+  std::string phases;     // time per phase for multi-launch kernels ("scores 1.2 ms, softmax ...")
+  double device_mib = 0;  // peak device memory of the launch: Q, K, V, O, LSE and the workspace (MiB)
 
   bool passed() const { return ran && error.empty() && (!checked || report.passed()); }
   /// "ok", "FAIL", "skipped", "error".

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -27,15 +28,23 @@ void fill_random_normal(std::vector<float>& out, uint64_t seed, uint64_t stream)
 /// Each input rounded to `dtype` (so the oracle sees exactly what the kernel sees).
 HostInputs round_inputs(const HostInputs& inputs, DType dtype);
 
-/// Owns one cudaMalloc'ed allocation. Move-only; frees in the destructor.
+/// Owns one cudaMalloc'ed allocation. Move-only; frees in the destructor. All of them together
+/// keep a count of the bytes they hold and of the most they held since reset_peak(): a run's
+/// peak device memory (RunResult::device_mib), as PyTorch's max_memory_allocated counts its own.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-    if (bytes_ > 0) CUDA_CHECK(cudaMalloc(&ptr_, bytes_));
+    if (bytes_ > 0) {
+      CUDA_CHECK(cudaMalloc(&ptr_, bytes_));
+      count(bytes_);
+    }
   }
   ~DeviceBuffer() {
-    if (ptr_) cudaFree(ptr_);
+    if (ptr_) {
+      cudaFree(ptr_);
+      live_.fetch_sub(bytes_);
+    }
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -54,6 +63,12 @@ class DeviceBuffer {
   }
   std::size_t bytes() const { return bytes_; }
 
+  /// Bytes held by all DeviceBuffers now, and the most they held since the last reset_peak().
+  static std::size_t live_bytes() { return live_.load(); }
+  static std::size_t peak_bytes() { return peak_.load(); }
+  /// Starts a new peak from what is held now.
+  static void reset_peak() { peak_.store(live_.load()); }
+
   /// Sets every byte to kPoisonByte, so unwritten outputs can be counted afterwards.
   void poison() {
     if (bytes_ > 0) CUDA_CHECK(cudaMemset(ptr_, kPoisonByte, bytes_));
@@ -66,6 +81,13 @@ class DeviceBuffer {
   }
 
  private:
+  static void count(std::size_t bytes) {
+    const std::size_t now = live_.fetch_add(bytes) + bytes;
+    std::size_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+  }
+  static inline std::atomic<std::size_t> live_{0}, peak_{0};
   void* ptr_ = nullptr;
   std::size_t bytes_ = 0;
 };

@@ -7,8 +7,12 @@ token per sequence) on K/V stored contiguously, and reports the K/V bytes read p
 
 Backends and dtypes: FLASH_ATTENTION (bf16, fp16), CUDNN_ATTENTION (bf16, fp16), and for the fp32
 chapters EFFICIENT_ATTENTION (fp32, the fused memory-efficient kernel) and MATH (fp32, unfused:
-scores in memory, like chapters 01-03). Timing as in fa_bench: CUDA events, warm-up, median.
-FLOPs by the same convention (4*B*H*N*N*d, halved for causal).
+scores in memory, like chapters 01-03; math_bf16 too when --backends names it). Timing as in
+fa_bench: CUDA events, warm-up, median.
+FLOPs by the same convention (4*B*H*N*N*d, halved for causal). The forward's device_mib is its
+peak device memory as fa_bench counts its own: Q, K and V in the backend's dtype, plus the most
+that one call allocated on top (torch.cuda.max_memory_allocated over the call, less what was
+allocated before it): the output, the log-sum-exp and, for MATH, the N x N scores.
 """
 import argparse
 import csv
@@ -22,6 +26,8 @@ from torch.nn.functional import scaled_dot_product_attention
 
 def sweep(name, dims):
     seqs = [512, 2048] if name == "quick" else [512, 1024, 2048, 4096, 8192, 16384]
+    if name == "memory":  # fa_bench's memory sweep: the standard one from seq 128
+        seqs = [128, 256] + seqs
     for dim in dims:
         for causal in (False, True):
             for seq in seqs:
@@ -36,6 +42,8 @@ BACKENDS = [
     ("efficient", SDPBackend.EFFICIENT_ATTENTION, torch.float32),
     ("math", SDPBackend.MATH, torch.float32),
 ]
+# Only when --backends names it (the memory table): MATH in bf16.
+ON_REQUEST = [("math", SDPBackend.MATH, torch.bfloat16)]
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
@@ -121,7 +129,7 @@ def decode(args, backends, out):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sweep", default="standard", choices=["standard", "quick"])
+    parser.add_argument("--sweep", default="standard", choices=["standard", "quick", "memory"])
     parser.add_argument("--csv", required=True)
     parser.add_argument("--dims", default="64,128", help="head_dim values of the sweep")
     parser.add_argument("--iters", type=int, default=20)
@@ -136,8 +144,8 @@ def main():
     backends = BACKENDS
     if args.backends:
         wanted = args.backends.split(",")
-        backends = [b for b in BACKENDS if f"{b[0]}_{DTYPE_NAMES[b[2]]}" in wanted]
-        known = [f"{b[0]}_{DTYPE_NAMES[b[2]]}" for b in BACKENDS]
+        backends = [b for b in BACKENDS + ON_REQUEST if f"{b[0]}_{DTYPE_NAMES[b[2]]}" in wanted]
+        known = [f"{b[0]}_{DTYPE_NAMES[b[2]]}" for b in BACKENDS + ON_REQUEST]
         unknown = [w for w in wanted if w not in known]
         if unknown:
             sys.exit(f"bench_torch: unknown --backends entry {unknown[0]!r}; allowed: {', '.join(known)}")
@@ -153,7 +161,7 @@ def main():
     with open(args.csv, "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["backend", "dtype", "batch", "heads", "seq", "head_dim", "causal", "status", "time_ms", "tflops",
-                      "max_abs_err_vs_fp32_math"])
+                      "max_abs_err_vs_fp32_math", "device_mib"])
         n = 0
         for p in points:
             shape = (p["batch"], p["heads"], p["seq"], p["dim"])
@@ -173,14 +181,20 @@ def main():
                             ms = backward_ms(q, k, v, p["causal"], args.warmup, args.iters, args.budget_ms)
                         tflops = flops / (ms * 1e-3) / 1e12
                         out.writerow([name, DTYPE_NAMES[dtype], p["batch"], p["heads"], p["seq"], p["dim"],
-                                      int(p["causal"]), "ok", f"{ms:.6g}", f"{tflops:.6g}", ""])
+                                      int(p["causal"]), "ok", f"{ms:.6g}", f"{tflops:.6g}", "", ""])
                         print(f"{label} backward: {ms:9.3f} ms {tflops:8.2f} TFLOP/s", flush=True)
                         f.flush()
                         continue
                     with sdpa_kernel([backend]):
                         fn = lambda: scaled_dot_product_attention(q, k, v, is_causal=p["causal"])
+                        o = None
+                        torch.cuda.synchronize()
+                        before = torch.cuda.memory_allocated()
+                        torch.cuda.reset_peak_memory_stats()
                         o = fn()
                         torch.cuda.synchronize()
+                        mib = (sum(t.numel() * t.element_size() for t in (q, k, v)) +
+                               torch.cuda.max_memory_allocated() - before) / 2**20
                         ms = time_ms(fn, args.warmup, args.iters, args.budget_ms)
                     # A sampled sanity check (first head) against fp32 math in float64 on the GPU.
                     ref = scaled_dot_product_attention(q[:1, :1].double(), k[:1, :1].double(), v[:1, :1].double(),
@@ -188,12 +202,12 @@ def main():
                     err = (o[:1, :1].double() - ref).abs().max().item()
                     tflops = flops / (ms * 1e-3) / 1e12
                     out.writerow([name, DTYPE_NAMES[dtype], p["batch"], p["heads"], p["seq"], p["dim"], int(p["causal"]),
-                                  "ok", f"{ms:.6g}", f"{tflops:.6g}", f"{err:.3g}"])
-                    print(f"{label}: {ms:9.3f} ms {tflops:8.2f} TFLOP/s  max err {err:.2e}", flush=True)
+                                  "ok", f"{ms:.6g}", f"{tflops:.6g}", f"{err:.3g}", f"{mib:.1f}"])
+                    print(f"{label}: {ms:9.3f} ms {tflops:8.2f} TFLOP/s {mib:9.1f} MiB  max err {err:.2e}", flush=True)
                 except (RuntimeError, torch.OutOfMemoryError) as e:
                     reason = str(e).splitlines()[0][:120]
                     out.writerow([name, DTYPE_NAMES[dtype], p["batch"], p["heads"], p["seq"], p["dim"], int(p["causal"]),
-                                  "skipped: " + reason, "", "", ""])
+                                  "skipped: " + reason, "", "", "", ""])
                     print(f"{label}: skipped ({reason})", flush=True)
                     torch.cuda.empty_cache()
                 f.flush()

@@ -4,8 +4,10 @@
 //
 // The standard sweep is the FlashAttention papers': 16k tokens in total (batch = 16384 / seq),
 // hidden size 2048 (heads = 2048 / head_dim), head_dim 64 and 128, seq 512 ... 16k, causal off
-// and on. --ceilings also measures what the GPU can do at all: a device-to-device copy (bytes
-// read + written per second) and cuBLAS GEMMs (fp32 on the FMA units, bf16 on the tensor cores).
+// and on; the memory sweep adds seq 128 and 256. Each forward point also reports its peak device
+// memory (device_mib: Q, K, V, O, LSE and the workspace). --ceilings also measures what the GPU
+// can do at all: a device-to-device copy (bytes read + written per second) and cuBLAS GEMMs (fp32
+// on the FMA units, bf16 on the tensor cores).
 //
 // Run: build/bin/fa_bench --sweep standard --csv build/bench/fa_bench.csv --ceilings build/bench/ceilings.csv
 #include <cublas_v2.h>
@@ -63,7 +65,8 @@ struct BenchOptions {
 
 const char* kUsage =
     "usage: fa_bench [flags]\n"
-    "  --sweep NAME      standard (16k tokens, hidden 2048, d 64/128, seq 512..16k, causal off/on) or quick\n"
+    "  --sweep NAME      standard (16k tokens, hidden 2048, d 64/128, seq 512..16k, causal off/on), quick, or\n"
+    "                    memory (the standard one from seq 128: the FlashAttention-1 paper's range)\n"
     "  --kernels A,B     only kernels whose name contains A or B (default: all registered)\n"
     "  --dims 64,128     the head_dim values of the sweep: 64, 96, 128, 256 (default: 64,128); heads = 2048 / d,\n"
     "                    rounded down (21 at 96)\n"
@@ -117,8 +120,8 @@ BenchOptions parse_bench(int argc, char** argv) {
     };
     if (arg == "--sweep") {
       o.sweep = value();
-      if (o.sweep != "standard" && o.sweep != "quick") {
-        throw std::invalid_argument("unknown sweep '" + o.sweep + "'; allowed: standard, quick");
+      if (o.sweep != "standard" && o.sweep != "quick" && o.sweep != "memory") {
+        throw std::invalid_argument("unknown sweep '" + o.sweep + "'; allowed: standard, quick, memory");
       }
     } else if (arg == "--kernels") {
       o.kernel_filters = split(value(), ',');
@@ -174,6 +177,7 @@ BenchOptions parse_bench(int argc, char** argv) {
 std::vector<AttentionShape> sweep_shapes(const std::string& name, const std::vector<int>& dims) {
   const bool quick = name == "quick";
   std::vector<int> seqs = quick ? std::vector<int>{512, 2048} : std::vector<int>{512, 1024, 2048, 4096, 8192, 16384};
+  if (name == "memory") seqs.insert(seqs.begin(), {128, 256});  // the FlashAttention-1 paper's range starts at 128
   std::vector<AttentionShape> shapes;
   for (int dim : dims) {
     for (bool causal : {false, true}) {
@@ -554,7 +558,8 @@ int main(int argc, char** argv) {
           r.skipped = too_slow;
         }
         if (r.ms > 0) {
-          std::printf("%10.3f ms %8.2f TFLOP/s %7.0f GB/s  %s", r.ms, r.tflops, r.gbps, r.status().c_str());
+          std::printf("%10.3f ms %8.2f TFLOP/s %7.0f GB/s %9.1f MiB  %s", r.ms, r.tflops, r.gbps, r.device_mib,
+                      r.status().c_str());
         } else {
           std::printf("%s", r.status().c_str());
         }

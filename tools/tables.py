@@ -14,8 +14,9 @@ run: copy its files into docs/results/h100/, update run.txt, run this script, co
 
 Tables: tour, progression, ceilings, ch01 ... ch06, ch06_fp8, ch07, ch08; python_errors and train_gpt
 (from the pytest suite's FA_RULE_CSV and examples/train_gpt.py), features (chapter 09 against
-FlexAttention, tools/features_report.py) and head_dims (chapters 05 and 06 at head_dim 64 to 256
-against SDPA, tools/head_dims_report.py), each of these files naming its own run.
+FlexAttention, tools/features_report.py), head_dims (chapters 05 and 06 at head_dim 64 to 256
+against SDPA, tools/head_dims_report.py) and memory (fused against materialized attention, time
+and peak device memory, tools/memory_report.py), each of these files naming its own run.
 """
 import argparse
 import csv
@@ -313,6 +314,31 @@ def head_dims_table():
             f"\n\nMeasured on {line}.\n")
 
 
+def memory_table():
+    line, rows = load_with_line("memory.csv")
+
+    def pair(r, prefix):
+        ms, mib = r[f"{prefix}_ms"], r[f"{prefix}_mib"]
+        return f"{ms} ms, {float(mib):,.0f} MiB" if ms and mib else "–"
+
+    def x(v):
+        return f"{v}×" if v else "–"
+
+    body = table(["dtype", "seq × batch", "unfused (ours)", "fused (ours)", "SDPA MATH", "SDPA fused",
+                  "fused ÷ unfused: time", "memory", "fused ÷ MATH: time", "memory"],
+                 [[r["dtype"], f"{r['seq']} × {r['batch']}",
+                   f"`{r['unfused']}`: {pair(r, 'unfused')}" if r["unfused"] else "–",
+                   f"`{r['fused']}`: {pair(r, 'fused')}", pair(r, "torch_math"),
+                   f"{r['torch_fused'].split('_')[0].upper()}: {pair(r, 'torch_fused')}", x(r["speedup"]),
+                   x(r["memory_saving"]), x(r["speedup_vs_math"]), x(r["memory_saving_vs_math"])] for r in rows])
+    return (body + "\n\nhead_dim 64, 32 heads, 16k tokens per point (batch = 16384 / seq), no mask. Memory is the "
+            "peak device memory of one forward call: Q, K, V, O and the log-sum-exp (and the N × N scores, where they "
+            "are kept), what `fa_bench` and `tools/bench_torch.py` report as `device_mib`. The ratios are the "
+            "unfused figure over the fused one (time: speed-up; memory: how many times less). SDPA's MATH backend in "
+            "bf16 ran out of the 80 GB at 16k. `fused ÷ unfused` compares chapter 01's kernel (fp32 only)."
+            f"\n\nMeasured on {line}.\n")
+
+
 def tables():
     fw = Forward()
     out = {"tour": tour_table(), "progression": progression_table(fw), "ceilings": ceilings_table(),
@@ -325,6 +351,7 @@ def tables():
     out["train_gpt"] = train_gpt_table()
     out["features"] = features_table()
     out["head_dims"] = head_dims_table()
+    out["memory"] = memory_table()
     return out
 
 

@@ -120,6 +120,27 @@ TEST_P(ForwardKernelProperty, RunToRunBitwiseIdentical) {
       << k.name << " gave different bits on identical inputs";
 }
 
+// The peak device memory a run reports (fa_bench's device_mib) is what it holds: Q, K and V in the
+// kernel's dtype, O, LSE and the workspace, counted from the sizes here. GQA (4 query heads on 2
+// K/V heads) keeps K and V smaller than Q, and chapter 01's kernel has an N x N workspace; a
+// count that took the workspace twice, or missed it, or counted K at Q's size, fails.
+TEST_P(ForwardKernelProperty, ReportsItsPeakDeviceMemory) {
+  SKIP_WITHOUT_GPU();
+  const ForwardKernel& k = *GetParam();
+  const std::optional<AttentionShape> shape = at_supported_dim(k, shape_of(2, 4, 2, 300, 301, 64, false));
+  if (!shape) GTEST_SKIP() << k.name << " takes neither head_dim 64 nor 128";
+  Problem problem(*shape, fresh_seed());
+  RunOptions options;
+  options.iters = 0;
+  const RunResult r = run_forward(k, problem, options);
+  ASSERT_TRUE(r.ran) << r.skipped << r.error;
+  const std::size_t element = dtype_size(k.dtype);
+  const std::size_t expected = (std::size_t(shape->q_elems()) * 2 + std::size_t(shape->kv_elems()) * 2) * element +
+                               std::size_t(shape->lse_elems()) * sizeof(float) +
+                               (k.workspace_bytes ? k.workspace_bytes(*shape) : 0);
+  EXPECT_DOUBLE_EQ(r.device_mib, double(expected) / (1 << 20)) << k.name << " on " << shape->to_string();
+}
+
 INSTANTIATE_TEST_SUITE_P(All, ForwardKernelProperty, ::testing::ValuesIn(forward_kernel_pointers()),
                          [](const auto& info) { return info.param->name; });
 
