@@ -130,6 +130,8 @@ BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProbl
   }
   try {
     const DType t = kernel.dtype;
+    DeviceBuffer::reset_peak();
+    const std::size_t before = DeviceBuffer::live_bytes();
     DeviceBuffer q = upload_as(t, problem.q), k = upload_as(t, problem.k), v = upload_as(t, problem.v);
     DeviceBuffer o = upload_as(t, problem.o), d_o = upload_as(t, problem.d_o), lse = upload_as(DType::F32, problem.lse);
     DeviceBuffer dq(std::size_t(s.q_elems()) * dtype_size(t)), dk(std::size_t(s.kv_elems()) * dtype_size(t)),
@@ -154,6 +156,7 @@ BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProbl
     p.extras = extras.extras;
     kernel.launch(p);
     CUDA_CHECK(cudaDeviceSynchronize());
+    r.device_mib = double(DeviceBuffer::peak_bytes() - before) / (1 << 20);
     r.ran = true;
     const std::vector<unsigned char> dq_first = dq.download(), dk_first = dk.download(), dv_first = dv.download();
     r.dq = check(t, dq_first, problem.ref.dq);

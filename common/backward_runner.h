@@ -64,6 +64,7 @@ struct BackwardRunResult {
   /// A second launch (on freshly poisoned outputs) wrote the same bytes as the first.
   bool repeat_identical = false;
   double time_ms = 0;
+  double device_mib = 0;  // peak device memory of the launch: Q, K, V, O, dO, LSE, dQ, dK, dV, workspace (MiB)
   /// "dQ rel 3e-07 max 1e-06, dK ..., dV ..." plus counts of unwritten / non-finite elements.
   std::string summary() const;
 };

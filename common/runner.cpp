@@ -129,6 +129,11 @@ AttentionExtras Problem::device_extras() {
   return device_extras_->extras;
 }
 
+std::size_t Problem::device_extras_bytes() {
+  device_extras();
+  return device_extras_->bias.bytes() + device_extras_->cu_q.bytes() + device_extras_->cu_k.bytes();
+}
+
 double Problem::forward_flops() const {
   return shape_.forward_flops(shape_.varlen ? packing_.cu_q.data() : nullptr,
                               shape_.varlen ? packing_.cu_k.data() : nullptr);
@@ -264,11 +269,12 @@ RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOp
       r.skipped = "needs " + gib(needed) + " of device memory, " + gib(double(free_bytes)) + " free";
       return r;
     }
-    // Peak device memory: the inputs in the kernel's dtype, and whatever the outputs, the
-    // workspace and the launch itself add (every device allocation is a DeviceBuffer).
+    // Peak device memory: the inputs in the kernel's dtype (with chapter 09's bias and sequence
+    // boundaries), and whatever the outputs, the workspace and the launch itself add (every device
+    // allocation is a DeviceBuffer).
     const DeviceInputs& inputs = problem.device(kernel.dtype);
-    problem.device_extras();  // made before the count (a bias is the problem's, not the kernel's)
-    const std::size_t input_bytes = inputs.q.bytes() + inputs.k.bytes() + inputs.v.bytes();
+    const std::size_t input_bytes =
+        inputs.q.bytes() + inputs.k.bytes() + inputs.v.bytes() + problem.device_extras_bytes();
     DeviceBuffer::reset_peak();
     const std::size_t before = DeviceBuffer::live_bytes();
     ForwardLaunch launch = prepare_forward(kernel, problem);

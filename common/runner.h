@@ -65,6 +65,8 @@ class Problem {
   AttentionExtras host_extras() const;
   /// ... and on the device, uploaded on first use.
   AttentionExtras device_extras();
+  /// Device bytes of the extras (the bias, the sequence boundaries), made on first use too.
+  std::size_t device_extras_bytes();
   const Packing& packing() const { return packing_; }
   /// The forward FLOPs of this problem: the shape's, with a packed batch's real lengths.
   double forward_flops() const;
@@ -112,7 +114,7 @@ struct RunResult {
   double gbps = 0;        // forward_min_bytes / time: the rate the kernel *had* to move data at
   std::string note;       // the kernel's memory_note
   std::string phases;     // time per phase for multi-launch kernels ("scores 1.2 ms, softmax ...")
-  double device_mib = 0;  // peak device memory of the launch: Q, K, V, O, LSE and the workspace (MiB)
+  double device_mib = 0;  // peak device memory of the launch: Q, K, V, extras, O, LSE, workspace (MiB)
 
   bool passed() const { return ran && error.empty() && (!checked || report.passed()); }
   /// "ok", "FAIL", "skipped", "error".

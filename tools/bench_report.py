@@ -145,11 +145,32 @@ def main():
                              f"{(top[0] / ceilings[name]) if top else 0:.3f} |")
         lines.append("")
 
+    lines += memory_section(ours, torch_rows)
     lines += backward_section(read(args.backward), read(args.torch_backward))
 
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     return 0
+
+
+def memory_section(ours, torch_rows):
+    """Peak device memory (device_mib) of every kernel and backend without the mask, one column per
+    sequence length; nothing when the CSVs predate the column."""
+    rows = [r for r in ours if r.get("device_mib") and r["causal"] == "0"]
+    rows += [dict(r, kernel=f"torch {r['backend']} {r['dtype']}", seq_q=r["seq"]) for r in torch_rows
+             if r.get("device_mib") and r["causal"] == "0"]
+    if not rows:
+        return []
+    mib = defaultdict(dict)  # (d, kernel) -> seq -> MiB
+    for r in rows:
+        mib[int(r["head_dim"]), r["kernel"]][int(r["seq_q"])] = float(r["device_mib"])
+    seqs = sorted({seq for row in mib.values() for seq in row})
+    lines = ["Peak device memory of one forward call, MiB, without the mask (inputs, outputs and workspace; "
+             "PyTorch: torch.cuda.max_memory_allocated over the call, with Q, K and V):", "",
+             "| d | kernel | " + " | ".join(f"seq {s}" for s in seqs) + " |", "|---|---|" + "---|" * len(seqs)]
+    for (d, kernel), row in sorted(mib.items()):
+        lines.append(f"| {d} | {kernel} | " + " | ".join(fmt(row.get(s)) for s in seqs) + " |")
+    return lines + [""]
 
 
 def backward_section(ours, torch_rows):

@@ -4,10 +4,11 @@
 //
 // The standard sweep is the FlashAttention papers': 16k tokens in total (batch = 16384 / seq),
 // hidden size 2048 (heads = 2048 / head_dim), head_dim 64 and 128, seq 512 ... 16k, causal off
-// and on; the memory sweep adds seq 128 and 256. Each forward point also reports its peak device
-// memory (device_mib: Q, K, V, O, LSE and the workspace). --ceilings also measures what the GPU
-// can do at all: a device-to-device copy (bytes read + written per second) and cuBLAS GEMMs (fp32
-// on the FMA units, bf16 on the tensor cores).
+// and on; the memory sweep adds seq 128 and 256. Every forward and backward point also reports its
+// peak device memory (device_mib: inputs, outputs and workspace; in the backward also dO and the
+// gradients).
+// --ceilings also measures what the GPU can do at all: a device-to-device copy (bytes read +
+// written per second) and cuBLAS GEMMs (fp32 on the FMA units, bf16 on the tensor cores).
 //
 // Run: build/bin/fa_bench --sweep standard --csv build/bench/fa_bench.csv --ceilings build/bench/ceilings.csv
 #include <cublas_v2.h>
@@ -376,7 +377,7 @@ int run_backward_sweep(const BenchOptions& opt) {
     csv.open(opt.csv);
     if (!csv) throw std::runtime_error("cannot write '" + opt.csv + "'");
     csv << "chapter,kernel,variant,dtype,batch,heads_q,heads_kv,seq_q,seq_kv,head_dim,causal,status,check,time_ms,tflops,"
-           "dq_rel,dk_rel,dv_rel,note\n";
+           "dq_rel,dk_rel,dv_rel,note,device_mib\n";
   }
   const std::vector<AttentionShape> shapes = sweep_shapes(opt.sweep, opt.dims);
   const size_t total = shapes.size() * kernels.size();
@@ -415,7 +416,8 @@ int run_backward_sweep(const BenchOptions& opt) {
       }
       const double tflops = r.time_ms > 0 ? 2.5 * shape.forward_flops() / (r.time_ms * 1e9) : 0.0;
       if (r.time_ms > 0)
-        std::printf("%10.3f ms %8.2f TFLOP/s  %s  %s\n", r.time_ms, tflops, status.c_str(), detail.c_str());
+        std::printf("%10.3f ms %8.2f TFLOP/s %9.1f MiB  %s  %s\n", r.time_ms, tflops, r.device_mib, status.c_str(),
+                    detail.c_str());
       else std::printf("%s (%s)\n", status.c_str(), detail.c_str());
       std::fflush(stdout);
       failures += status == "FAIL" || status == "error";
@@ -428,7 +430,9 @@ int run_backward_sweep(const BenchOptions& opt) {
         else csv << ",";
         if (r.ran && oracle) csv << "," << r.dq.rel << "," << r.dk.rel << "," << r.dv.rel;
         else csv << ",,,";
-        csv << ",\"" << detail << "\"\n";
+        csv << ",\"" << detail << "\",";
+        if (r.ran) csv << r.device_mib;
+        csv << "\n";
         csv.flush();
       }
     }

@@ -1,7 +1,7 @@
 // Every registered backward kernel (chapter 07) against the fp64 backward oracle: fresh random
 // inputs, dQ/dK/dV poisoned before the launch, every element compared; kernels that promise
-// determinism must also write the same bytes on a second launch. Without a GPU each test
-// reports SKIPPED with the reason.
+// determinism must also write the same bytes on a second launch, and each run's reported peak
+// device memory must be what it holds. Without a GPU each test reports SKIPPED with the reason.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -58,6 +58,15 @@ TEST_P(BackwardKernelTest, MatchesOracle) {
   EXPECT_TRUE(r.passed) << c.kernel->name << " on " << c.shape.to_string() << ", seed " << seed << ": " << r.summary()
                         << " (unwritten dQ/dK/dV " << r.dq.unwritten << "/" << r.dk.unwritten << "/" << r.dv.unwritten
                         << ")";
+  // The peak device memory it reports is what it holds: Q, O, dO and dQ at Q's size, K, V, dK and
+  // dV at K's, in the kernel's dtype, the float LSE and the workspace (no bias or packing here).
+  if (!c.shape.bias && !c.shape.varlen) {
+    const std::size_t element = dtype_size(c.kernel->dtype);
+    const std::size_t expected = (std::size_t(c.shape.q_elems()) + std::size_t(c.shape.kv_elems())) * 4 * element +
+                                 std::size_t(c.shape.lse_elems()) * sizeof(float) +
+                                 (c.kernel->workspace_bytes ? c.kernel->workspace_bytes(c.shape) : 0);
+    EXPECT_DOUBLE_EQ(r.device_mib, double(expected) / (1 << 20)) << c.kernel->name << " on " << c.shape.to_string();
+  }
   if (c.kernel->deterministic)
     EXPECT_TRUE(r.repeat_identical) << c.kernel->name
                                     << " promises bitwise-identical gradients, but a second launch on "
