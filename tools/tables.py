@@ -325,7 +325,7 @@ def memory_table():
         return f"{v}×" if v else "–"
 
     body = table(["dtype", "seq × batch", "unfused (ours)", "fused (ours)", "SDPA MATH", "SDPA fused",
-                  "fused ÷ unfused: time", "memory", "fused ÷ MATH: time", "memory"],
+                  "unfused ÷ fused: time", "memory", "MATH ÷ fused: time", "memory"],
                  [[r["dtype"], f"{r['seq']} × {r['batch']}",
                    f"`{r['unfused']}`: {pair(r, 'unfused')}" if r["unfused"] else "–",
                    f"`{r['fused']}`: {pair(r, 'fused')}", pair(r, "torch_math"),
@@ -335,7 +335,7 @@ def memory_table():
             "peak device memory of one forward call: Q, K, V, O and the log-sum-exp (and the N × N scores, where they "
             "are kept), what `fa_bench` and `tools/bench_torch.py` report as `device_mib`. The ratios are the "
             "unfused figure over the fused one (time: speed-up; memory: how many times less). SDPA's MATH backend in "
-            "bf16 ran out of the 80 GB at 16k. `fused ÷ unfused` compares chapter 01's kernel (fp32 only)."
+            "bf16 ran out of the 80 GB at 16k. `unfused ÷ fused` compares chapter 01's kernel (fp32 only)."
             f"\n\nMeasured on {line}.\n")
 
 

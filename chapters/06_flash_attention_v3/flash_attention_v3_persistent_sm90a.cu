@@ -151,11 +151,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   //! [persistent_consumer]
 }
 
-/// Blocks of `kernel` that run at once on the current GPU (SMs x blocks per SM), asked once per
-/// device.
-template <class Kernel>
+/// Blocks of the head_dim-kD kernel that run at once on the current GPU (SMs x blocks per SM),
+/// asked once per device.
+template <int kD, class Kernel>
 int resident_blocks(Kernel kernel, int threads, int smem_bytes) {
-  static int cached[64] = {};
+  static int cached[64] = {};  // one array per kD: the kernels differ in shared memory
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   if (device < 64 && cached[device] > 0) return cached[device];
@@ -173,7 +173,7 @@ void launch_persistent_dim(const ForwardParams& p) {
   const AttentionShape& s = p.shape;
   auto kernel = flash3_persistent_kernel<kD>;
   const int64_t items = int64_t((s.seq_q + kBlockM - 1) / kBlockM) * s.batch * s.heads_q;
-  const int blocks = int(std::min<int64_t>(items, resident_blocks(kernel, kThreads, Layout<kD>::kBytes)));
+  const int blocks = int(std::min<int64_t>(items, resident_blocks<kD>(kernel, kThreads, Layout<kD>::kBytes)));
   int* next_item = static_cast<int*>(p.workspace);  // the work counter, zeroed for this launch
   CUDA_CHECK(cudaMemsetAsync(next_item, 0, sizeof(int), p.stream));
   launch_bf16_tiles(kernel, p, kD, kBlockM, kTileKeys<kD>, kThreads, Layout<kD>::kBytes, blocks, next_item);

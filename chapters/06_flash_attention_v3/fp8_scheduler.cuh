@@ -58,7 +58,8 @@ struct PieceTiles {
 /// plane's K and V in L2. With it, a plane's last Q block is its longest: planes are taken 8 at
 /// a time (their K and V still fit in L2 together), and within a group the longest Q blocks of
 /// all 8 planes first, so that the grid ends on short blocks, not on a long one that started
-/// late. (The bf16 variants keep plane by plane; the chapter's performance notes say why.)
+/// late. (Variant 4 keeps plane by plane, the chapter's performance notes say why; variant 7,
+/// whose blocks take items from a counter, takes this order.)
 __device__ inline void longest_first(bool causal, int item, int q_blocks, int planes, int& q_block, int& bh) {
   if (!causal) {  // plane by plane
     q_block = q_blocks - 1 - item % q_blocks;
