@@ -5,7 +5,9 @@ Tables: (1) TFLOP/s of every kernel and every PyTorch backend per sweep point; (
 chapter's best kernel vs the chapter before it and vs PyTorch (same dtype where one exists: fp32
 chapters against SDPA's fp32 EFFICIENT and MATH backends; every chapter also against FLASH bf16,
 the speed the tutorial is working towards); (3) the ceilings, with each chapter's best fraction;
-(4) with --backward, chapter 07's backward kernels against SDPA's FLASH and cuDNN backward.
+(4) the peak device memory of every forward call without the mask, and with --decode of every
+decode step; (5) with --backward, chapter 07's backward kernels against SDPA's FLASH and cuDNN
+backward.
 """
 import argparse
 import csv
@@ -38,6 +40,8 @@ def main():
     parser.add_argument("--note", default="", help="a paragraph printed under the title (where the numbers come from)")
     parser.add_argument("--backward", default="", help="fa_bench --backward's CSV")
     parser.add_argument("--torch-backward", default="", help="bench_torch.py --pass backward's CSV")
+    parser.add_argument("--decode", default="", help="fa_bench --decode's CSV (for its peak device memory)")
+    parser.add_argument("--torch-decode", default="", help="bench_torch.py --pass decode's CSV")
     args = parser.parse_args()
 
     ours = [r for r in read(args.ours) if r["tflops"]]
@@ -146,6 +150,7 @@ def main():
         lines.append("")
 
     lines += memory_section(ours, torch_rows)
+    lines += decode_memory_section(read(args.decode), read(args.torch_decode))
     lines += backward_section(read(args.backward), read(args.torch_backward))
 
     with open(args.out, "w") as f:
@@ -170,6 +175,30 @@ def memory_section(ours, torch_rows):
              "| d | kernel | " + " | ".join(f"seq {s}" for s in seqs) + " |", "|---|---|" + "---|" * len(seqs)]
     for (d, kernel), row in sorted(mib.items()):
         lines.append(f"| {d} | {kernel} | " + " | ".join(fmt(row.get(s)) for s in seqs) + " |")
+    return lines + [""]
+
+
+def decode_memory_section(ours, torch_rows):
+    """Peak device memory (device_mib) of one decode step, every kernel and backend, one column per
+    batch x context point in the sweep's order; nothing when the CSVs predate the column."""
+    rows = [dict(r, batch=r["num_seqs"]) for r in ours if r.get("device_mib")]
+    rows += [dict(r, kernel=f"torch {r['backend']} {r['dtype']} {r['form']}") for r in torch_rows
+             if r.get("device_mib")]
+    if not rows:
+        return []
+    mib = defaultdict(dict)  # (d, kernel) -> (batch, context) -> MiB
+    points = []
+    for r in rows:
+        point = (int(r["batch"]), int(r["context"]))
+        mib[int(r["head_dim"]), r["kernel"]][point] = float(r["device_mib"])
+        if point not in points:
+            points.append(point)
+    lines = ["Peak device memory of one decode step, MiB (ours: Q, the paged K/V cache with its block tables "
+             "and context lengths, O, LSE and workspace; PyTorch: torch.cuda.max_memory_allocated over the call, "
+             "with Q, K and V stored contiguously):", "",
+             "| d | kernel | " + " | ".join(f"{b} x {c}" for b, c in points) + " |", "|---|---|" + "---|" * len(points)]
+    for (d, kernel), row in sorted(mib.items()):
+        lines.append(f"| {d} | {kernel} | " + " | ".join(fmt(row.get(p)) for p in points) + " |")
     return lines + [""]
 
 

@@ -12,7 +12,8 @@ fa_bench: CUDA events, warm-up, median.
 FLOPs by the same convention (4*B*H*N*N*d, halved for causal). The forward's device_mib is its
 peak device memory as fa_bench counts its own: Q, K and V in the backend's dtype, plus the most
 that one call allocated on top (torch.cuda.max_memory_allocated over the call, less what was
-allocated before it): the output, the log-sum-exp and, for MATH, the N x N scores.
+allocated before it): the output, the log-sum-exp and, for MATH, the N x N scores. The decode
+step's device_mib is counted the same way: Q, K and V, plus what one call allocated on top.
 """
 import argparse
 import csv
@@ -113,15 +114,24 @@ def decode(args, backends, out):
                     try:
                         with sdpa_kernel([backend]):
                             fn = lambda: scaled_dot_product_attention(q, k, v, **extra)
+                            # Peak device memory as the forward pass counts it: Q, K and V, plus
+                            # the most one call allocated on top of what was there before it.
+                            torch.cuda.synchronize()
+                            before = torch.cuda.memory_allocated()
+                            torch.cuda.reset_peak_memory_stats()
                             fn()
                             torch.cuda.synchronize()
+                            mib = (sum(t.numel() * t.element_size() for t in (q, k, v)) +
+                                   torch.cuda.max_memory_allocated() - before) / 2**20
                             ms = time_ms(fn, args.warmup, args.iters, args.budget_ms)
                         gbps = kv_bytes / (ms * 1e-3) / 1e9
-                        out.writerow([name, DTYPE_NAMES[dtype], batch, ctx, dim, form, "ok", f"{ms:.6g}", f"{gbps:.6g}"])
-                        print(f"{label}: {ms:9.4f} ms {gbps:8.0f} GB/s", flush=True)
+                        out.writerow([name, DTYPE_NAMES[dtype], batch, ctx, dim, form, "ok", f"{ms:.6g}", f"{gbps:.6g}",
+                                      f"{mib:.1f}"])
+                        print(f"{label}: {ms:9.4f} ms {gbps:8.0f} GB/s {mib:9.1f} MiB", flush=True)
                     except (RuntimeError, TypeError, torch.OutOfMemoryError) as e:
                         reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
-                        out.writerow([name, DTYPE_NAMES[dtype], batch, ctx, dim, form, "skipped: " + reason, "", ""])
+                        out.writerow([name, DTYPE_NAMES[dtype], batch, ctx, dim, form, "skipped: " + reason,
+                                      "", "", ""])
                         print(f"{label}: skipped ({reason})", flush=True)
                 del k, v, forms
                 torch.cuda.empty_cache()
@@ -154,7 +164,8 @@ def main():
     if args.which == "decode":
         with open(args.csv, "w", newline="") as f:
             out = csv.writer(f)
-            out.writerow(["backend", "dtype", "batch", "context", "head_dim", "form", "status", "time_ms", "kv_gbps"])
+            out.writerow(["backend", "dtype", "batch", "context", "head_dim", "form", "status", "time_ms", "kv_gbps",
+                          "device_mib"])
             decode(args, backends, out)
         return 0
     points = list(sweep(args.sweep, [int(d) for d in args.dims.split(",")]))

@@ -4,9 +4,9 @@
 //
 // The standard sweep is the FlashAttention papers': 16k tokens in total (batch = 16384 / seq),
 // hidden size 2048 (heads = 2048 / head_dim), head_dim 64 and 128, seq 512 ... 16k, causal off
-// and on; the memory sweep adds seq 128 and 256. Every forward and backward point also reports its
-// peak device memory (device_mib: inputs, outputs and workspace; in the backward also dO and the
-// gradients).
+// and on; the memory sweep adds seq 128 and 256. Every forward, backward and decode point also
+// reports its peak device memory (device_mib: inputs, outputs and workspace; in the backward also
+// dO and the gradients, in the decode the paged K/V cache, its block tables and context lengths).
 // --ceilings also measures what the GPU can do at all: a device-to-device copy (bytes read +
 // written per second) and cuBLAS GEMMs (fp32 on the FMA units, bf16 on the tensor cores).
 //
@@ -81,8 +81,9 @@ const char* kUsage =
     "  --no-check        skip the sampled oracle check\n"
     "  --flush-l2        overwrite a buffer twice the L2's size before each timed launch (not timed), so every\n"
     "                    launch starts with a cold L2 (default off, as the published figures were measured)\n"
-    "  --decode          time the paged decode kernels (chapter 08) instead: K/V bandwidth at batch x context\n"
-    "                    64 x 16k, 8 x 8k, 1 x 32k and more, heads 32/8, head_dim 128 (d 64 too with --dims)\n"
+    "  --decode          time the paged decode kernels (chapter 08) instead: K/V bandwidth and peak device\n"
+    "                    memory at batch x context 64 x 16k, 8 x 8k, 1 x 32k and more, heads 32/8, head_dim 128\n"
+    "                    (d 64 too with --dims)\n"
     "  --backward        time the backward kernels (chapter 07) over the sweep instead: TFLOP/s at 2.5x the\n"
     "                    forward's flops; the fp64 oracle checks seq <= 2048 (--check-max-seq), longer points\n"
     "                    are checked to be written and finite\n"
@@ -456,7 +457,7 @@ int run_decode_sweep(const BenchOptions& opt) {
   if (!opt.csv.empty()) {
     csv.open(opt.csv);
     if (!csv) throw std::runtime_error("cannot write '" + opt.csv + "'");
-    csv << "kernel,dtype,num_seqs,context,heads_q,heads_kv,head_dim,status,time_ms,kv_gbps,check\n";
+    csv << "kernel,dtype,num_seqs,context,heads_q,heads_kv,head_dim,status,time_ms,kv_gbps,check,device_mib\n";
   }
   const size_t total = points.size() * opt.dims.size() * kernels.size();
   size_t done = 0, failures = 0;
@@ -480,14 +481,18 @@ int run_decode_sweep(const BenchOptions& opt) {
           const DecodeRunResult r = run_decode(*k, problem, inputs, opt.iters, opt.flush_l2);
           const std::string status = !r.ran ? (r.error.empty() ? "skipped" : "error") : r.passed ? "ok" : "FAIL";
           if (r.ran)
-            std::printf("%9.4f ms %7.0f GB/s  %s  %s\n", r.time_ms, r.gbps, status.c_str(), r.summary().c_str());
+            std::printf("%9.4f ms %7.0f GB/s %9.1f MiB  %s  %s\n", r.time_ms, r.gbps, r.device_mib, status.c_str(),
+                        r.summary().c_str());
           else std::printf("%s (%s)\n", status.c_str(), (r.error.empty() ? r.skipped : r.error).c_str());
           std::fflush(stdout);
           failures += status == "FAIL" || status == "error";
-          if (!opt.csv.empty())
+          if (!opt.csv.empty()) {
             csv << k->name << "," << dtype_name(dtype) << "," << batch << "," << context << ",32,8," << dim << ","
                 << status << "," << r.time_ms << "," << r.gbps << ",\"" << (r.ran ? r.summary() : r.skipped + r.error)
-                << "\"\n";
+                << "\",";
+            if (r.ran) csv << r.device_mib;
+            csv << "\n";
+          }
         }
       }
   std::printf("%zu points, %zu failed%s%s\n", total, failures, opt.csv.empty() ? "" : "; CSV: ", opt.csv.c_str());

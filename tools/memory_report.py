@@ -4,10 +4,10 @@
     python3 tools/memory_report.py FA_CSV TORCH_CSV --out docs/results/h100/memory.csv \\
         --line "NVIDIA H100 80GB HBM3, ..., 2026-11-25: the commands"
 
-FA_CSV: `fa_bench --sweep memory --dims 64 --kernels ch01_naive,ch04_registers,ch05_tuned_bf16`;
+FA_CSV: `fa_bench --sweep memory --dims 64 --kernels ch01_naive,ch04_tuned,ch05_tuned_bf16`;
 TORCH_CSV: `tools/bench_torch.py --sweep memory --dims 64 --backends math_fp32,efficient_fp32,
 math_bf16,flash_bf16`, in the same call. One row per (dtype, seq), without the causal mask: in fp32
-chapter 01's kernel (S and P in device memory) against chapter 04's fused `registers`, and
+chapter 01's kernel (S and P in device memory) against chapter 04's fused `tuned`, and
 PyTorch's MATH (unfused) and EFFICIENT (fused) backends; in bf16 PyTorch's MATH against chapter
 05's `tuned` and PyTorch's FLASH. Each with its time (ms) and peak device memory (MiB, the
 `device_mib` both benchmarks report), and the speed-up and memory saving of the fused kernel
@@ -18,7 +18,7 @@ import argparse
 import csv
 import sys
 
-FP32 = ("ch01_naive", "ch04_registers")
+FP32 = ("ch01_naive", "ch04_tuned")
 BF16 = ("ch05_tuned_bf16",)
 
 
@@ -58,7 +58,7 @@ def main():
         w.writerow(["dtype", "seq", "batch", "unfused", "unfused_ms", "unfused_mib", "fused", "fused_ms", "fused_mib",
                     "torch_math_ms", "torch_math_mib", "torch_fused", "torch_fused_ms", "torch_fused_mib", "speedup",
                     "memory_saving", "speedup_vs_math", "memory_saving_vs_math"])
-        for dtype, unfused, fused, math, torch_fused in (("fp32", "ch01_naive", "ch04_registers", "math_fp32",
+        for dtype, unfused, fused, math, torch_fused in (("fp32", "ch01_naive", "ch04_tuned", "math_fp32",
                                                           "efficient_fp32"),
                                                          ("bf16", "", "ch05_tuned_bf16", "math_bf16", "flash_bf16")):
             for seq in seqs:

@@ -16,7 +16,8 @@ Tables: tour, progression, ceilings, ch01 ... ch06, ch06_fp8, ch07, ch08; python
 (from the pytest suite's FA_RULE_CSV and examples/train_gpt.py), features (chapter 09 against
 FlexAttention, tools/features_report.py), head_dims (chapters 05 and 06 at head_dim 64 to 256
 against SDPA, tools/head_dims_report.py) and memory (fused against materialized attention, time
-and peak device memory, tools/memory_report.py), each of these files naming its own run.
+and peak device memory, tools/memory_report.py), fp32 (chapter 04's tuned kernel against chapters
+01-03 and SDPA EFFICIENT, tools/fp32_report.py), each of these files naming its own run.
 """
 import argparse
 import csv
@@ -339,6 +340,21 @@ def memory_table():
             f"\n\nMeasured on {line}.\n")
 
 
+def fp32_table():
+    line, rows = load_with_line("fp32.csv")
+    body = table(["head_dim", "mask", "seq × batch", "`ch01_tiled`", "`ch02_block`", "`ch03_online`",
+                  "`ch04_registers`", "`ch04_tuned`", "SDPA EFFICIENT", "tuned × best of 01–03",
+                  "tuned × registers", "tuned × EFFICIENT"],
+                 [[r["head_dim"], "causal" if r["causal"] == "1" else "none", f"{r['seq']} × {r['batch']}",
+                   r["tiled"] or "–", r["block"] or "–", r["online"] or "–", r["registers"] or "–", r["tuned"] or "–",
+                   r["efficient"] or "–", f"{r['tuned_over_best_01_03']}×", f"{r['tuned_over_registers']}×",
+                   f"{r['tuned_over_efficient']}×"] for r in rows])
+    return (body + "\n\nTFLOP/s in fp32, the standard sweep: 16k tokens (batch = 16384 / seq), hidden 2048 "
+            "(heads = 2048 / d), FLOPs 4·B·H·N²·d, halved when causal. SDPA EFFICIENT is PyTorch's fused fp32 "
+            "kernel (xformers' memory-efficient attention)."
+            f"\n\nMeasured on {line}.\n")
+
+
 def tables():
     fw = Forward()
     out = {"tour": tour_table(), "progression": progression_table(fw), "ceilings": ceilings_table(),
@@ -352,6 +368,7 @@ def tables():
     out["features"] = features_table()
     out["head_dims"] = head_dims_table()
     out["memory"] = memory_table()
+    out["fp32"] = fp32_table()
     return out
 
 

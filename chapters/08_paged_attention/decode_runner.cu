@@ -224,6 +224,12 @@ DecodeRunResult run_decode(const DecodeKernel& kernel, const DecodeProblem& prob
   r.skipped = support_reason(kernel, s);
   if (!r.skipped.empty()) return r;
   try {
+    // Peak device memory: the inputs the caller holds (the whole K/V pool, spare and shared blocks
+    // included), and whatever the outputs, the workspace and the launch itself add (every device
+    // allocation is a DeviceBuffer).
+    const std::size_t input_bytes = in.bytes();
+    DeviceBuffer::reset_peak();
+    const std::size_t before = DeviceBuffer::live_bytes();
     DeviceBuffer o(std::size_t(s.q_elems()) * dtype_size(problem.dtype)),
         lse(std::size_t(s.lse_elems()) * sizeof(float));
     DeviceBuffer workspace(kernel.workspace_bytes ? kernel.workspace_bytes(s) : 0);
@@ -237,6 +243,7 @@ DecodeRunResult run_decode(const DecodeKernel& kernel, const DecodeProblem& prob
       return std::make_pair(o.download(), lse.download());
     };
     const auto [o_raw, lse_raw] = launch_poisoned();
+    r.device_mib = double(input_bytes + DeviceBuffer::peak_bytes() - before) / (1 << 20);
     r.ran = true;
     std::vector<float> lse_values(lse_raw.size() / sizeof(float));
     std::memcpy(lse_values.data(), lse_raw.data(), lse_raw.size());

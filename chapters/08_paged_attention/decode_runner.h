@@ -1,11 +1,12 @@
 // Chapter 08's harness: running a paged-attention kernel against the fp64 oracle. A batch of
 // sequences whose block tables come from the chapter's BlockManager (prompts shared by forked
-// samples, copy-on-write), a cache filled on the GPU, one launch on poisoned outputs, the
-// comparison, and the timing with the effective K/V bandwidth. It lives in the chapter, not in
-// common/, because it builds on the chapter's block manager. Used by chapter 08's program, its
-// GPU tests and fa_bench --decode.
+// samples, copy-on-write), a cache filled on the GPU, one launch on poisoned outputs with its peak
+// device memory, the comparison, and the timing with the effective K/V bandwidth. It lives in the
+// chapter, not in common/, because it builds on the chapter's block manager. Used by chapter 08's
+// program, its GPU tests and fa_bench --decode.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -60,6 +61,8 @@ DecodeProblem make_decode_problem(const DecodeSpec& spec, uint64_t seed, DType d
 /// The problem's inputs on the GPU.
 struct DecodeDeviceInputs {
   DeviceBuffer q, k_cache, v_cache, tables, lens;
+  /// Device bytes of all five: Q, the whole K and V pools, the block tables, the context lengths.
+  std::size_t bytes() const { return q.bytes() + k_cache.bytes() + v_cache.bytes() + tables.bytes() + lens.bytes(); }
 };
 DecodeDeviceInputs upload_decode_problem(const DecodeProblem& problem);
 /// The launch parameters for the problem's inputs and the given outputs and workspace.
@@ -78,12 +81,16 @@ struct DecodeRunResult {
   bool repeat_identical = false;  // a second launch wrote the same bytes
   double time_ms = 0;
   double gbps = 0;  // kv_bytes / time
+  /// Peak device memory of the launch: Q, the K/V pools, the block tables and context lengths,
+  /// O, LSE and the workspace (MiB).
+  double device_mib = 0;
   std::string summary() const;
 };
 
-/// One launch on poisoned outputs, the comparison, a second launch for repeatability; then,
-/// when iters > 0, timing (time_launches: 2 warm-up launches, median of iters launches with CUDA
-/// events; flush_l2: the L2 evicted before each).
+/// One launch on poisoned outputs (its peak device memory counted over it, `inputs` included), the
+/// comparison, a second launch for repeatability; then, when iters > 0, timing (time_launches: 2
+/// warm-up launches, median of iters launches with CUDA events; flush_l2: the L2 evicted before
+/// each).
 DecodeRunResult run_decode(const DecodeKernel& kernel, const DecodeProblem& problem, const DecodeDeviceInputs& inputs,
                            int iters, bool flush_l2 = false);
 

@@ -6,7 +6,9 @@
 // block manager hands out blocks and asks for copy-on-write copies (the copy kernel), and the
 // new tokens' K/V are scattered into their slots. The GPU cache is compared byte for byte with
 // the same steps done on the CPU, the block counts with and without sharing are printed, and
-// then the decode kernels run one step over the cache against the fp64 oracle, timed.
+// then the decode kernels run one step over the cache against the fp64 oracle, timed, with each
+// launch's peak device memory (the cache's whole pool, sized for the step without sharing, is
+// part of it).
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -280,7 +282,8 @@ int main(int argc, char** argv) {
                 : problem.checked_seqs > 0        ? "the first two sequences (--full-check: all)"
                                                   : "none (--no-check)",
                 problem.kv_bytes() / 1e6);
-    std::printf("%-22s %-5s %-8s %9s %9s  %s\n", "kernel", "dtype", "status", "time ms", "GB/s", "O and LSE vs fp64");
+    std::printf("%-22s %-5s %-8s %9s %9s %10s  %s\n", "kernel", "dtype", "status", "time ms", "GB/s", "memory MiB",
+                "O and LSE vs fp64");
     bool all_passed = true;
     for (const DecodeKernel* k : kernels) {
       if (opt.variant != "all" && opt.variant != k->variant && opt.variant != std::to_string(k->number)) continue;
@@ -293,8 +296,8 @@ int main(int argc, char** argv) {
         continue;
       }
       all_passed = all_passed && r.passed;
-      std::printf("%-22s %-5s %-8s %9.3f %9.0f  %s\n", k->name.c_str(), dtype_name(k->dtype),
-                  r.passed ? "ok" : "FAILED", r.time_ms, r.gbps, r.summary().c_str());
+      std::printf("%-22s %-5s %-8s %9.3f %9.0f %10.1f  %s\n", k->name.c_str(), dtype_name(k->dtype),
+                  r.passed ? "ok" : "FAILED", r.time_ms, r.gbps, r.device_mib, r.summary().c_str());
       if (!r.passed && r.report.checked > 0) std::printf("%s", r.report.details().c_str());
     }
     std::printf("\n(fp16 kernels: fa_bench --decode and the GPU tests run them; this step's cache is bf16.)\n");

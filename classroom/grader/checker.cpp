@@ -895,11 +895,11 @@ std::vector<Case> cases_for(const std::string& id, Rng& rng) {
     return s;
   };
   if (id == "ch04_row_update")
-    return with_speed(
-        forward_cases(rng,
-                      {M{{"kernel", "ch04_kv_outer"}}, M{{"kernel", "ch04_q_outer"}}, M{{"kernel", "ch04_registers"}}},
-                      DType::F32, 65, 600, {64, 128}, 2),
-        "ch04_registers", DType::F32, big(8, 2048, 64));
+    return with_speed(forward_cases(rng,
+                                    {M{{"kernel", "ch04_kv_outer"}}, M{{"kernel", "ch04_q_outer"}},
+                                     M{{"kernel", "ch04_registers"}}, M{{"kernel", "ch04_tuned"}}},
+                                    DType::F32, 65, 600, {64, 128}, 2),
+                      "ch04_registers", DType::F32, big(8, 2048, 64));
   if (id == "ch05_tile_cpu") return forward_cases(rng, {M{}}, DType::F32, 65, 260, {16, 32, 64});
   if (id == "ch05_pv") {
     std::vector<Case> cases =

@@ -2,9 +2,10 @@
 // the CPU (bit for bit), every registered decode kernel against the fp64 oracle on tables
 // built by the block manager (shared prompts, copy-on-write, shuffled physical blocks, empty
 // and one-token contexts, block sizes below and above the kernels' 16-key chunk, GQA, MQA,
-// prefill chunks), and the paged prefill check: attention over the paged cache equals
-// chapter 05's attention over the same K/V stored contiguously. Without a GPU each test
-// reports SKIPPED with the reason.
+// prefill chunks), each decode kernel's reported peak device memory against the bytes its shape
+// needs, and the paged prefill check: attention over the paged cache equals chapter 05's
+// attention over the same K/V stored contiguously. Without a GPU each test reports SKIPPED with
+// the reason.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -88,6 +89,46 @@ TEST_P(DecodeKernelTest, MatchesOracle) {
 
 INSTANTIATE_TEST_SUITE_P(All, DecodeKernelTest, ::testing::ValuesIn(decode_cases()),
                          [](const auto& info) { return info.param.kernel->name + "__" + info.param.name; });
+
+std::vector<const DecodeKernel*> decode_kernel_pointers() {
+  std::vector<const DecodeKernel*> out;
+  for (const DecodeKernel& k : decode_kernels()) out.push_back(&k);
+  return out;
+}
+
+class DecodeKernelMemory : public ::testing::TestWithParam<const DecodeKernel*> {};
+
+// The peak device memory a run reports (fa_bench --decode's device_mib) is what it holds, counted
+// from the shape: Q and O [num_seqs, heads_q, query_len, head_dim] and the K and V pools
+// [num_blocks, heads_kv, block_size, head_dim] in the kernel's dtype, the float LSE, the int block
+// tables [num_seqs, max_blocks_per_seq] and context lengths [num_seqs], and the workspace. GQA
+// keeps a token's K row smaller than its Q row; the pool holds spare blocks and prompt blocks the
+// samples share, so it is neither the blocks the tables reach nor the contexts' tokens; the tables
+// are padded to the longest; and the split kernel has a workspace. A count that missed the pool or
+// the tables, took only the blocks in use, or missed or doubled the workspace fails.
+TEST_P(DecodeKernelMemory, ReportsItsPeakDeviceMemory) {
+  SKIP_WITHOUT_GPU();
+  const DecodeKernel& k = *GetParam();
+  const DecodeProblem problem =
+      make_decode_problem(spec_of(8, 2, 128, 16, {90, 91, 150, 700}, 2, 73, 3), fresh_seed(), k.dtype);
+  const DecodeShape& s = problem.shape;
+  const std::string why = support_reason(k, s);
+  if (!why.empty()) GTEST_SKIP() << k.name << " does not support " << s.to_string() << ": " << why;
+  ASSERT_LT(problem.blocks_used, s.num_blocks) << "the pool should hold blocks no table reaches";
+  const DecodeDeviceInputs inputs = upload_decode_problem(problem);
+  const DecodeRunResult r = run_decode(k, problem, inputs, 0);
+  ASSERT_TRUE(r.ran) << r.skipped << r.error;
+  const std::size_t element = dtype_size(k.dtype);
+  const std::size_t workspace = k.workspace_bytes ? k.workspace_bytes(s) : 0;
+  if (k.workspace_bytes) EXPECT_GT(workspace, 0u) << k.name << " asks for a workspace of 0 bytes here";
+  const std::size_t expected = (std::size_t(s.q_elems()) * 2 + std::size_t(s.cache_elems()) * 2) * element +
+                               std::size_t(s.lse_elems()) * sizeof(float) +
+                               (std::size_t(s.num_seqs) * s.max_blocks_per_seq + s.num_seqs) * sizeof(int) + workspace;
+  EXPECT_DOUBLE_EQ(r.device_mib, double(expected) / (1 << 20)) << k.name << " on " << s.to_string();
+}
+
+INSTANTIATE_TEST_SUITE_P(All, DecodeKernelMemory, ::testing::ValuesIn(decode_kernel_pointers()),
+                         [](const auto& info) { return info.param->name; });
 
 /// A prefill of the whole sequence over the paged cache (query_len = context, causal) equals
 /// chapter 05's tuned kernel over the same K/V laid out contiguously.

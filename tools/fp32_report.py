@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Chapter 04's fp32 table: the tuned fused kernel against chapters 01-03 and PyTorch's fp32 EFFICIENT.
+
+    python3 tools/fp32_report.py FA_CSV TORCH_CSV --out docs/results/h100/fp32.csv \\
+        --line "NVIDIA H100 80GB HBM3, ..., 2026-11-25: the commands"
+
+FA_CSV: `fa_bench --kernels ch01_tiled,ch02_block,ch03_online,ch04_registers,ch04_tuned` (the
+standard sweep); TORCH_CSV: `tools/bench_torch.py --backends efficient_fp32` on the same sweep, in
+the same call. One row per (head_dim, causal, seq): each kernel's TFLOP/s, the best of chapters
+01-03, SDPA EFFICIENT's, and `tuned` over the best of 01-03, over `registers` and over EFFICIENT.
+The first line of the output is the '# ' line saying where it was measured (tools/tables.py
+needs it).
+"""
+import argparse
+import csv
+import sys
+
+EARLIER = ("ch01_tiled", "ch02_block", "ch03_online")
+OURS = EARLIER + ("ch04_registers", "ch04_tuned")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("fa_csv")
+    parser.add_argument("torch_csv")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--line", required=True, help="where and how it was measured (the file's first line)")
+    args = parser.parse_args()
+    points, ours, efficient = set(), {}, {}
+    for r in csv.DictReader(open(args.fa_csv, newline="")):
+        if r["kernel"] in OURS and r["status"] == "ok" and r["tflops"]:
+            key = (int(r["head_dim"]), int(r["causal"]), int(r["seq_q"]))
+            points.add(key)
+            ours[r["kernel"], key] = float(r["tflops"])
+    for r in csv.DictReader(open(args.torch_csv, newline="")):
+        if r["status"] == "ok" and r["dtype"] == "fp32" and r["backend"] == "efficient":
+            efficient[int(r["head_dim"]), int(r["causal"]), int(r["seq"])] = float(r["tflops"])
+    if not any(k == "ch04_tuned" for k, _ in ours):
+        sys.exit(f"fp32_report: no row of ch04_tuned in {args.fa_csv}")
+
+    def over(a, b):
+        return f"{a / b:.2f}" if a is not None and b else ""
+
+    with open(args.out, "w", newline="") as f:
+        f.write(f"# {args.line}\n")
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["head_dim", "causal", "seq", "batch", "heads", *[k.split("_", 1)[1] for k in OURS],
+                    "best_01_03", "efficient", "tuned_over_best_01_03", "tuned_over_registers",
+                    "tuned_over_efficient"])
+        for key in sorted(points):
+            d, causal, seq = key
+            values = [ours.get((k, key)) for k in OURS]
+            earlier = [v for v in values[:len(EARLIER)] if v is not None]
+            best = max(earlier) if earlier else None
+            tuned, registers, eff = ours.get(("ch04_tuned", key)), ours.get(("ch04_registers", key)), efficient.get(key)
+            w.writerow([d, causal, seq, 16384 // seq, 2048 // d, *[f"{v:.1f}" if v is not None else "" for v in values],
+                        f"{best:.1f}" if best is not None else "", f"{eff:.1f}" if eff is not None else "",
+                        over(tuned, best), over(tuned, registers), over(tuned, eff)])
+
+
+if __name__ == "__main__":
+    main()
