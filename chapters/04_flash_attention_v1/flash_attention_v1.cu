@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "algorithm.h"
+#include "block_limits.h"
 #include "cuda_check.h"
 #include "not_implemented.h"
 #include "registry.h"
@@ -202,15 +203,7 @@ std::size_t shared_bytes(const AttentionShape& s) {
 }
 
 std::string flash1_support(const AttentionShape& s, bool per_q_tile) {
-  const GpuInfo& gpu = detect_gpu();
-  const std::size_t limit = gpu.available ? gpu.shared_memory_per_block_optin : 48 * 1024;
-  if (shared_bytes(s) > limit) {
-    return "needs " + std::to_string(shared_bytes(s)) + " bytes of shared memory per block, the GPU allows " +
-           std::to_string(limit);
-  }
-  const int64_t heads = int64_t(s.batch) * s.heads_q;
-  if (per_q_tile && heads > 65535) return "batch*heads_q must be at most 65535, got " + std::to_string(heads);
-  return "";
+  return block_limits(s, shared_bytes(s), per_q_tile);
 }
 
 //! [flash1_shared_optin]

@@ -21,6 +21,7 @@
 
 #include "algorithm.h"
 #include "ampere.cuh"
+#include "block_limits.h"
 #include "cuda_check.h"
 #include "device_utils.cuh"
 #include "registry.h"
@@ -278,16 +279,7 @@ std::string tuned_support(const AttentionShape& s) {
     return "head_dim must be 64 or 128 (a thread's 8 output columns are two float4 chunks d / 2 apart), got " +
            std::to_string(s.head_dim);
   }
-  const GpuInfo& gpu = detect_gpu();
-  const std::size_t limit = gpu.available ? gpu.shared_memory_per_block_optin : 48 * 1024;
-  const std::size_t bytes = tuned_shared_bytes(s.head_dim);
-  if (bytes > limit) {
-    return "needs " + std::to_string(bytes) + " bytes of shared memory per block, the GPU allows " +
-           std::to_string(limit);
-  }
-  const int64_t heads = int64_t(s.batch) * s.heads_q;
-  if (heads > 65535) return "batch*heads_q must be at most 65535, got " + std::to_string(heads);
-  return "";
+  return block_limits(s, tuned_shared_bytes(s.head_dim), true);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include <string>
 
+#include "block_limits.h"
 #include "cuda_check.h"
 #include "not_implemented.h"
 #include "registry.h"
@@ -227,16 +228,7 @@ inline std::string register_tiles_support(const AttentionShape& s) {
     return "head_dim must be at most " + std::to_string(4 * kTile) + " (the output patch lives in registers), got " +
            std::to_string(s.head_dim);
   }
-  const GpuInfo& gpu = detect_gpu();
-  const std::size_t limit = gpu.available ? gpu.shared_memory_per_block_optin : 48 * 1024;
-  const std::size_t bytes = register_shared_floats(s.head_dim) * sizeof(float);
-  if (bytes > limit) {
-    return "needs " + std::to_string(bytes) + " bytes of shared memory per block, the GPU allows " +
-           std::to_string(limit);
-  }
-  const int64_t heads = int64_t(s.batch) * s.heads_q;
-  if (heads > 65535) return "batch*heads_q must be at most 65535, got " + std::to_string(heads);
-  return "";
+  return block_limits(s, register_shared_floats(s.head_dim) * sizeof(float), true);
 }
 
 }  // namespace fa::flash1
