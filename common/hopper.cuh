@@ -205,20 +205,21 @@ __device__ inline void wgmma_m64n128k16_rs(float (&d)[64], const uint32_t (&a)[4
 }
 
 /// The same with N = 64 and both operands in shared memory (chapter 07's S^T = K Q^T, a tile of
-/// 64 keys by 64 query rows).
-template <int kTransB>
+/// 64 keys by 64 query rows). kTransA = 1 when A is MN-major: its M dimension contiguous, as
+/// chapter 07's dS^T tile is when it serves as the A = dS of dQ = dS K.
+template <int kTransB, int kTransA = 0>
 __device__ inline void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %35, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
       "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
       "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
-      "}, %32, %33, p, 1, 1, 0, %34;\n}\n"
+      "}, %32, %33, p, 1, 1, %36, %34;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "n"(kTransB), "r"(int(accumulate)));
+      : "l"(desc_a), "l"(desc_b), "n"(kTransB), "r"(int(accumulate)), "n"(kTransA));
 }
 
 template <int kTransB>

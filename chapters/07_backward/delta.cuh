@@ -1,5 +1,6 @@
-// Chapter 07's preprocessing, shared by its variants: D_i = dO_i . O_i, summed in fp32; and the
-// side stream the two-kernel variants (3 and 4) run their dQ kernel on.
+// Chapter 07's preprocessing and postprocessing, shared by its variants: D_i = dO_i . O_i, summed
+// in fp32; the rounding of an fp32 dQ that atomics added into (variants 2 and 5); and the side
+// stream the two-kernel variants (3 and 4) run their dQ kernel on.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -30,6 +31,19 @@ template <class T>
 void launch_delta(const void* o, const void* d_o, float* delta, int64_t rows, int d, cudaStream_t stream) {
   delta_kernel<T><<<unsigned((rows * 32 + 255) / 256), 256, 0, stream>>>(static_cast<const T*>(o),
                                                                          static_cast<const T*>(d_o), delta, rows, d);
+  CUDA_CHECK_LAUNCH();
+}
+
+/// dQ = dq32 rounded to T, n elements, on `stream`: the last step of the variants that add dQ
+/// into an fp32 array with atomics.
+template <class T>
+__global__ void round_dq_kernel(const float* dq32, T* dq, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dq[i] = T(dq32[i]);
+}
+template <class T>
+void launch_round_dq(const float* dq32, void* dq, int64_t n, cudaStream_t stream) {
+  round_dq_kernel<T><<<unsigned((n + 255) / 256), 256, 0, stream>>>(dq32, static_cast<T*>(dq), n);
   CUDA_CHECK_LAUNCH();
 }
 

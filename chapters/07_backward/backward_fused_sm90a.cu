@@ -1,0 +1,268 @@
+// Chapter 07, variant 5 -- `fused`: variant 4's dK/dV kernel computes dQ as well, from the dS^T
+// tile it already holds, and adds it into an fp32 dQ with atomics: five products per (K/V block,
+// Q tile) where variant 4's two kernels run seven. bf16, sm_90a. The order in which blocks add
+// into dQ varies from launch to launch, so dQ is not bitwise repeatable; variant 4 is.
+//
+// A block owns 128 keys (64 per consumer warpgroup) and loops over the 64-row Q tiles of every
+// query head sharing its K/V head, as variant 4's dK/dV kernel does. Per Q tile, consumer c:
+//   S^T, dP^T, P^T, dS^T; dV_c += P^T dO, dK_c += dS^T Q       as in variant 4
+//   its 64 x 64 dS^T into shared memory (stmatrix), next to the other consumer's: dS^T of the
+//   block's 128 keys x 64 rows, one named barrier for both halves
+//   dQ_i[:, half c] = dS K[:, half c]     wgmma ss, 128 keys deep: A = the dS^T tile read
+//                                         transposed (MN-major), B = K (MN-major)
+//   dQ32[rows of the tile, half c] += scale * dQ_i    fp32 atomics, two floats each
+// and a last small kernel rounds dQ32 to bf16. Head dims 64, 128, and 96 as 128 (kPaddedDim).
+// Run: build/bin/ch07_backward --variant fused
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda_check.h"
+#include "delta.cuh"
+#include "device_utils.cuh"
+#include "hopper.cuh"
+#include "problem.h"
+#include "registry.h"
+#include "static_switch.h"
+#include "tma.h"
+#include "wgmma_backward.cuh"
+
+namespace fa::backward {
+namespace {
+
+using namespace sm90;
+
+/// Query rows per Q tile: 128 at head_dim 64, where S^T and dP^T then run as 64 x 128 products
+/// per consumer (n = 128 wgmma read less shared memory per FLOP than n = 64) and the registers
+/// allow it; 64 at 96 and 128, as in variant 4.
+template <int kD>
+constexpr int kRowsOf = kD == 64 ? 128 : 64;
+/// One dS^T buffer: the block's 128 keys x kRows rows, bf16, as kRows / 64 boxes of 64 rows.
+template <int kD>
+constexpr int kDsBytes = kKvKeys* kRowsOf<kD> * 2;
+/// A box of the block's 128 keys by 64 columns (of K, or of rows in dS^T): 16 KiB.
+constexpr int kKeyBoxBytes = kKvKeys * kBoxRowBytes;
+/// Named barrier (0 is __syncthreads'): both consumers' halves of this Q tile's dS^T are stored.
+enum FusedBarrier : int { kDsStored = 1 };
+
+/// How the consumers split dQ_i = dS K (kRows x head_dim, over 128 keys): with 128-row tiles
+/// each takes 64 rows and every column; with 64-row tiles, all rows and half the columns.
+template <int kD>
+struct DqSplit {
+  static constexpr bool kByRows = kRowsOf<kD> == 128;
+  static constexpr int kCols = kByRows ? kPaddedDim<kD> : kPaddedDim<kD> / 2;  // columns per consumer
+};
+
+//! [fused_store_ds]
+/// Stores this warp's 16 keys of dS^T (all kRows rows), held as the A fragments of dK += dS^T Q,
+/// into the block's dS^T tile: [128 keys][64 rows] boxes, rows of 128 bytes with the 128-byte
+/// swizzle (the layout TMA writes). Fragment a[kk][i] is an 8 x 8 matrix: keys key0 + 8 (i & 1)
+/// onwards, rows 16 kk + 8 (i >> 1) onwards, the layout stmatrix takes; lane 8 i + k gives the
+/// address of its key k.
+template <int kRows>
+__device__ inline void store_ds_t(unsigned char* ds_tile, const uint32_t (&a)[kRows / 16][4], int key0, int lane) {
+  const int i = lane / 8, key = key0 + lane % 8 + 8 * (i & 1);
+#pragma unroll
+  for (int kk = 0; kk < kRows / 16; ++kk) {
+    const int chunk = (2 * (kk % 4) + (i >> 1)) ^ (key % 8);  // 16-byte chunk of the row, swizzled
+    stmatrix_x4(smem_addr(ds_tile + (kk / 4) * kKeyBoxBytes + key * kBoxRowBytes + chunk * 16), a[kk]);
+  }
+}
+//! [fused_store_ds]
+
+//! [fused_issue_dq]
+/// Issues consumer c's part of dQ_i = dS K over the block's 128 keys, without committing. A = dS,
+/// read from the dS^T tile as an MN-major operand (the rows contiguous): box c (rows 64 c ..)
+/// when split by rows, box 0 otherwise. B = the K tile, MN-major as in issue_a_regs_b, from
+/// column c kCols on when split by columns.
+template <int kD>
+__device__ inline void issue_dq(float (&acc)[DqSplit<kD>::kCols / 2], const unsigned char* ds_tile,
+                                const unsigned char* k_tile, int c) {
+  using Split = DqSplit<kD>;
+  static_assert(Split::kCols == 64, "the n = 64 wgmma");
+  const unsigned char* ds_rows = ds_tile + (Split::kByRows ? c * kKeyBoxBytes : 0);
+  const unsigned char* k_cols = k_tile + (Split::kByRows ? 0 : c * kKeyBoxBytes);  // box c of K
+#pragma unroll
+  for (int kk = 0; kk < kKvKeys / 16; ++kk) {
+    const uint64_t a = make_desc_sw128(ds_rows + kk * 16 * kBoxRowBytes, kKeyBoxBytes, 1024);
+    const uint64_t b = make_desc_sw128(k_cols + kk * 16 * kBoxRowBytes, kKeyBoxBytes, 1024);
+    wgmma_m64n64k16_ss<1, 1>(acc, a, b, kk > 0);
+  }
+}
+//! [fused_issue_dq]
+
+template <int kD>
+__global__ void __launch_bounds__(kThreads, 1)
+    fused_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                 const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do, AttentionShape s,
+                 const float* lse, const float* delta, float* dq32, __nv_bfloat16* dk, __nv_bfloat16* dv) {
+  constexpr int kRows = kRowsOf<kD>;
+  using L = KvLayout<kD, kRows, 2 * kDsBytes<kD>>;  // two dS^T buffers
+  using Split = DqSplit<kD>;
+  extern __shared__ unsigned char shared_raw[];
+  unsigned char* smem = aligned_smem(shared_raw);
+  uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + L::kBars);
+  uint64_t* full = kv_full + 1;
+  uint64_t* empty = full + kStages;
+  float* lse_s = reinterpret_cast<float*>(smem + L::kLse);
+  float* delta_s = reinterpret_cast<float*>(smem + L::kDelta);
+
+  const int tid = threadIdx.x, wg = tid / 128;
+  const int j0 = blockIdx.x * kKvKeys, kv_plane = blockIdx.y;
+  const KvItems<kRows> items(s, kv_plane, j0);
+  init_stages(kv_full, full, empty, 32, kConsumerThreads);
+
+  if (wg == 0) {  // the producer warp, as in variant 4
+    setmaxnreg_dec<40>();
+    if (tid < 32)
+      produce_dkdv<kD, kKvKeys, L, kRows>(smem, tm_q, tm_k, tm_v, tm_do, s, items, j0, kv_plane, lse, delta, kv_full,
+                                          full, empty, tid);
+    return;
+  }
+
+  setmaxnreg_inc<232>();
+  const int c = wg - 1, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int jc = j0 + 64 * c;            // this consumer's first key
+  const int key_a = jc + 16 * warp + g;  // this thread's keys: key_a, key_a + 8
+  const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
+  const unsigned char* k_rows = smem + L::kK + 64 * c * kBoxRowBytes;
+  const unsigned char* v_rows = smem + L::kV + 64 * c * kBoxRowBytes;
+  // Keys past the end of the sequence (the last block): TMA reads them as zeros, and P^T must be
+  // 0 there too, since dS^T now feeds dQ.
+  const bool tail = jc + 64 > s.seq_kv;
+  float dk_acc[kPaddedDim<kD> / 2] = {}, dv_acc[kPaddedDim<kD> / 2] = {};
+  mbarrier_wait(kv_full, 0);
+
+  int tiles = 0;  // Q tiles computed so far; this one's dS^T goes into buffer tiles % 2
+  for (int it = 0; it < items.n; ++it) {
+    const int st = StageRing::stage(it), i0 = items.i0(it), bh = items.bh(it);
+    mbarrier_wait(&full[st], StageRing::full_parity(it));
+    // The block's first key against the tile's last row: the same answer in both consumers,
+    // which meet at a barrier below.
+    if (j0 >= s.visible_keys(min(i0 + kRows, s.seq_q) - 1)) {
+      mbarrier_arrive(&empty[st]);
+      continue;
+    }
+    const unsigned char* q_s = smem + L::kQ + st * tile_bytes<kD>(kRows);
+    const unsigned char* do_s = smem + L::kDo + st * tile_bytes<kD>(kRows);
+    unsigned char* ds_tile = smem + L::kExtra + (tiles % 2) * kDsBytes<kD>;
+    //! [fused_scores]
+    // S^T, dP^T (64 keys x kRows rows); element 4 n + e: key key_a + 8 (e / 2), row i0 + 8 n + 2 t + (e & 1)
+    float st_acc[kRows / 2], dpt[kRows / 2];
+    wgmma_fence();
+    issue_abt<kD, kRows>(st_acc, k_rows, tile_bytes<64>(kKvKeys), q_s, tile_bytes<64>(kRows));
+    issue_abt<kD, kRows>(dpt, v_rows, tile_bytes<64>(kKvKeys), do_s, tile_bytes<64>(kRows));
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operands(st_acc);
+    fence_operands(dpt);
+    const float* lse_t = lse_s + st * kRows;
+    const float* delta_t = delta_s + st * kRows;
+    const bool masked = tail || (s.causal && jc + 64 > s.visible_keys(i0));
+#pragma unroll
+    for (int i = 0; i < kRows / 2; ++i) {
+      const int r = 8 * (i / 4) + 2 * t + (i & 1), key = key_a + 8 * ((i % 4) / 2);
+      float p = fast_exp2(fmaf(st_acc[i], scale_log2, -lse_t[r]));
+      if (masked && !(key < s.seq_kv && s.visible(i0 + r, key))) p = 0.0f;
+      st_acc[i] = p;                       // P^T
+      dpt[i] = p * (dpt[i] - delta_t[r]);  // dS^T
+    }
+    uint32_t a_p[kRows / 16][4], a_ds[kRows / 16][4];
+    pack_a_bf16(st_acc, a_p);
+    pack_a_bf16(dpt, a_ds);
+    //! [fused_scores]
+    //! [fused_update]
+    // dS^T into shared memory for the dQ product (made visible to wgmma, which reads through the
+    // async proxy), then dV and dK as in variant 4.
+    store_ds_t<kRows>(ds_tile, a_ds, 64 * c + 16 * warp, lane);
+    fence_proxy_async_shared();
+    wgmma_fence();
+    issue_a_regs_b<kD, kRows>(dv_acc, a_p, do_s);  // dV_c += P^T dO
+    issue_a_regs_b<kD, kRows>(dk_acc, a_ds, q_s);  // dK_c += dS^T Q
+    wgmma_commit();
+    // Both halves of dS^T stored. The buffer is written again two tiles later, after the next
+    // tile's barrier, which each consumer reaches only once its dQ product here has finished.
+    named_barrier_sync<kConsumerThreads>(kDsStored);
+    float dq_acc[Split::kCols / 2];
+    wgmma_fence();
+    issue_dq<kD>(dq_acc, ds_tile, smem + L::kK, c);
+    wgmma_commit();
+    wgmma_wait<1>();  // dV and dK done: the stage's Q and dO are free
+    fence_operands(dv_acc);
+    fence_operands(dk_acc);
+    mbarrier_arrive(&empty[st]);
+    wgmma_wait<0>();
+    fence_operands(dq_acc);
+    // dQ32 += scale * dQ_i for this thread's rows row0 + 16 warp + g (+ 8) and columns
+    // col0 + 8 n + 2 t (+ 1), two floats per atomic.
+    const int row0 = i0 + (Split::kByRows ? 64 * c : 0), col0 = Split::kByRows ? 0 : c * Split::kCols;
+    float* dq_head = dq32 + int64_t(bh) * s.seq_q * kD;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 16 * warp + g + 8 * h;
+      if (row >= s.seq_q) continue;
+#pragma unroll
+      for (int n = 0; n < Split::kCols / 8; ++n) {
+        const int col = col0 + 8 * n + 2 * t;
+        if (col < kD)
+          atomicAdd(reinterpret_cast<float2*>(dq_head + int64_t(row) * kD + col),
+                    make_float2(dq_acc[4 * n + 2 * h] * scale, dq_acc[4 * n + 2 * h + 1] * scale));
+      }
+    }
+    //! [fused_update]
+    ++tiles;
+  }
+
+  const int64_t head = int64_t(kv_plane) * s.seq_kv * kD;
+  const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.0f, 1.0f};
+  store_rows_bf16<kPaddedDim<kD> / 2, kD>(dk_acc, dk + head, key_a, s.seq_kv, t, dk_scale);
+  store_rows_bf16<kPaddedDim<kD> / 2, kD>(dv_acc, dv + head, key_a, s.seq_kv, t, dv_scale);
+}
+
+/// The fp32 dQ sits in the workspace after D, from a 16-byte boundary (the atomics add float2).
+std::size_t dq32_offset(const AttentionShape& s) { return (std::size_t(s.lse_elems()) + 3) / 4 * 4; }
+
+template <int kD>
+void launch_dim(const BackwardParams& p) {
+  const AttentionShape& s = p.shape;
+  float* delta = static_cast<float*>(p.workspace);
+  float* dq32 = delta + dq32_offset(s);
+  CUDA_CHECK(cudaMemsetAsync(dq32, 0, std::size_t(s.q_elems()) * sizeof(float), p.stream));
+  launch_delta<__nv_bfloat16>(p.o, p.d_o, delta, s.lse_elems(), kD, p.stream);
+  const int q_planes = s.batch * s.heads_q, kv_planes = s.batch * s.heads_kv;
+  const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, kD, s.seq_q, q_planes, kRowsOf<kD>);
+  const CUtensorMap tm_do = make_tensor_map_sw128(p.d_o, 2, kD, s.seq_q, q_planes, kRowsOf<kD>);
+  const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, kD, s.seq_kv, kv_planes, kKvKeys);
+  const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, kD, s.seq_kv, kv_planes, kKvKeys);
+  constexpr int kBytes = KvLayout<kD, kRowsOf<kD>, 2 * kDsBytes<kD>>::kBytes;
+  static_assert(kBytes <= 227 * 1024, "a block may have 227 KiB of shared memory");
+  CUDA_CHECK(cudaFuncSetAttribute(fused_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+  const dim3 grid(unsigned((s.seq_kv + kKvKeys - 1) / kKvKeys), unsigned(kv_planes));
+  fused_kernel<kD><<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, p.lse, delta, dq32,
+                                                         static_cast<__nv_bfloat16*>(p.dk),
+                                                         static_cast<__nv_bfloat16*>(p.dv));
+  CUDA_CHECK_LAUNCH();
+  launch_round_dq<__nv_bfloat16>(dq32, p.dq, s.q_elems(), p.stream);
+}
+
+void launch_fused(const BackwardParams& p) {
+  with_head_dim<64, 96, 128>(p.shape.head_dim, [&](auto d) { launch_dim<d.value>(p); });
+}
+
+BackwardKernel fused_kernel_entry() {
+  const char* summary =
+      "variant 4's dK/dV kernel also computes dQ = dS K from dS^T in shared memory, fp32 atomics: 5 products, not 7";
+  BackwardKernel k{"ch07_fused_bf16", 7, 5, "fused", DType::BF16, summary, launch_fused};
+  k.supports = [](const AttentionShape& s) { return hopper_support(s, "variant 5", {64, 96, 128}); };
+  k.workspace_bytes = [](const AttentionShape& s) {
+    return (dq32_offset(s) + std::size_t(s.q_elems())) * sizeof(float);
+  };
+  return k;
+}
+
+}  // namespace
+
+FA_REGISTER_BACKWARD_KERNEL(fused_kernel_entry());
+
+}  // namespace fa::backward

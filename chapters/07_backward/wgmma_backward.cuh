@@ -1,0 +1,175 @@
+// The pieces chapter 07's Hopper backward kernels share (variants 4 and 5, bf16, sm_90a): the
+// block of one producer and two consumer warpgroups, the two-stage ring, the tile layout of TMA
+// boxes, the wgmma products of a 64 x 64 tile and the dK/dV kernels' producer warp. Include it
+// only from *_sm90a.cu files.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "hopper.cuh"
+#include "log2_units.h"
+#include "problem.h"
+
+namespace fa::backward::sm90 {
+
+using namespace fa::hopper;
+
+constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers), kConsumerThreads = 128 * kConsumers;
+constexpr int kStages = 2;
+/// The kernels' two-stage ring of Q/dO (dK/dV kernels) or K/V (dQ kernels) tiles: a full barrier
+/// per stage (the producer's copies landed) and an empty one (the consumers that read the stage
+/// are done with it: both, except in dq_wide_kernel, where each stage has one).
+using StageRing = Ring<kStages>;
+constexpr int kBoxRowBytes = 128;  // a TMA box row: 64 bf16 columns, stored with the 128-byte swizzle
+
+/// Tiles and accumulators are laid out for kPaddedDim<kD> (hopper.cuh): at kD = 96 the kernels
+/// run as at 128, the zero columns TMA fills in add nothing to S or dP, and the dQ, dK, dV
+/// columns they produce are not stored. kBoxes: the 64-column TMA boxes of a row.
+template <int kD>
+constexpr int kBoxes = kPaddedDim<kD> / 64;
+
+/// A tile of `rows` rows of head_dim kD as TMA boxes of rows x 64 columns, side by side.
+template <int kD>
+__host__ __device__ constexpr int tile_bytes(int rows) {
+  return kBoxes<kD> * rows * kBoxRowBytes;
+}
+
+/// Issues c (64 x kN) = A B^T over kD as kD / 16 wgmma, without committing: A = 64 rows starting
+/// at a_rows in a tile of boxes a_box_bytes apart, B = the kN (64 or 128) rows of a tile of boxes
+/// b_box_bytes apart, both K-major (kD contiguous). The k-th 16-column step starts 32 bytes
+/// further in a swizzled row; columns 64 and up are in the next box.
+template <int kD, int kN = 64>
+__device__ inline void issue_abt(float (&c)[kN / 2], const unsigned char* a_rows, int a_box_bytes,
+                                 const unsigned char* b_rows, int b_box_bytes) {
+  static_assert(kN == 64 || kN == 128, "wgmma n64 or n128");
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    const int box = ks / 4, step = ks % 4;
+    const uint64_t a = make_desc_sw128(a_rows + box * a_box_bytes + step * 32, 16, 1024);
+    const uint64_t b = make_desc_sw128(b_rows + box * b_box_bytes + step * 32, 16, 1024);
+    if constexpr (kN == 128) wgmma_m64n128k16_ss<0>(c, a, b, ks > 0);
+    else wgmma_m64n64k16_ss<0>(c, a, b, ks > 0);
+  }
+}
+
+/// Issues acc (64 x kD) += A B without committing: A = 64 x kRows from registers (kRows / 16
+/// k-steps), B = the kRows rows of a [kRows][kD] tile (boxes of kRows rows), read "MN-major" (kD
+/// contiguous), the way chapter 06 reads V in P V.
+template <int kD, int kRows = 64>
+__device__ inline void issue_a_regs_b(float (&acc)[kPaddedDim<kD> / 2], const uint32_t (&a)[kRows / 16][4],
+                                      const unsigned char* b_tile) {
+  constexpr int kBox = tile_bytes<64>(kRows);
+#pragma unroll
+  for (int kk = 0; kk < kRows / 16; ++kk) {
+    const uint64_t b = make_desc_sw128(b_tile + kk * 16 * kBoxRowBytes, kBox, 1024);
+    if constexpr (kPaddedDim<kD> == 256) {  // two halves of acc, columns 0-127 (boxes 0-1) and 128-255 (boxes 2-3)
+      const uint64_t b_hi = make_desc_sw128(b_tile + 2 * kBox + kk * 16 * kBoxRowBytes, kBox, 1024);
+      wgmma_m64n128k16_rs<1>(*reinterpret_cast<float(*)[64]>(&acc[0]), a[kk], b, true);
+      wgmma_m64n128k16_rs<1>(*reinterpret_cast<float(*)[64]>(&acc[64]), a[kk], b_hi, true);
+    } else if constexpr (kPaddedDim<kD> == 128) {
+      wgmma_m64n128k16_rs<1>(acc, a[kk], b, true);
+    } else {
+      wgmma_m64n64k16_rs<1>(acc, a[kk], b, true);
+    }
+  }
+}
+
+/// Thread 0 sets up a kernel's ring (first: kv_full or q_full, one arrival; full[kStages] and
+/// empty[kStages] with the given arrival counts), then the block waits for it.
+__device__ inline void init_stages(uint64_t* first, uint64_t* full, uint64_t* empty, int full_arrivals,
+                                   int empty_arrivals) {
+  if (threadIdx.x == 0) {
+    mbarrier_init(first, 1);
+    for (int st = 0; st < kStages; ++st) {
+      mbarrier_init(&full[st], full_arrivals);
+      mbarrier_init(&empty[st], empty_arrivals);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+}
+
+// ---- the dK/dV kernels' common parts ------------------------------------------------------
+
+constexpr int kKvKeys = 64 * kConsumers;  // keys per block
+constexpr int kKvRows = 64;               // query rows per Q tile (variant 5 at head_dim 64: 128)
+
+/// Shared memory of a dK/dV block of kKvKeys keys and Q tiles of kRows rows: K and V, the ring's
+/// Q, dO, LSE and D, then kExtraBytes for a kernel's own use (1024-aligned: variant 5's dS^T
+/// buffers), the barriers and the alignment slack.
+template <int kD, int kRows = kKvRows, int kExtraBytes = 0>
+struct KvLayout {
+  static constexpr int kK = 0, kV = kK + tile_bytes<kD>(kKvKeys);
+  static constexpr int kQ = kV + tile_bytes<kD>(kKvKeys);             // kStages Q tiles
+  static constexpr int kDo = kQ + kStages * tile_bytes<kD>(kRows);    // kStages dO tiles
+  static constexpr int kLse = kDo + kStages * tile_bytes<kD>(kRows);  // kStages x kRows floats, log2 units
+  static constexpr int kDelta = kLse + kStages * kRows * 4;           // kStages x kRows floats
+  static constexpr int kExtra = (kDelta + kStages * kRows * 4 + 1023) / 1024 * 1024;
+  static constexpr int kBars = kExtra + kExtraBytes;  // kv_full, full[2], empty[2]
+  static constexpr int kBytes = kBars + 8 * (1 + 2 * kStages) + 1024;
+};
+
+/// A dK/dV block's work items: item it is (query head kvh * group + it / row_tiles, Q tile
+/// first_tile + it % row_tiles, of kRows rows) over the query heads sharing the block's K/V head;
+/// with the causal mask, Q tiles wholly above the block's first key j0 are left out.
+template <int kRows = kKvRows>
+struct KvItems {
+  int head0, first_tile, row_tiles, n;
+  __device__ KvItems(const AttentionShape& s, int kv_plane, int j0) {
+    const int batch = kv_plane / s.heads_kv, kvh = kv_plane % s.heads_kv, group = s.group_size();
+    head0 = batch * s.heads_q + kvh * group;
+    first_tile = (s.causal ? max(0, j0 - s.causal_offset()) : 0) / kRows;
+    row_tiles = max((s.seq_q + kRows - 1) / kRows - first_tile, 0);
+    n = group * row_tiles;
+  }
+  __device__ int bh(int it) const { return head0 + it / row_tiles; }
+  __device__ int i0(int it) const { return (first_tile + it % row_tiles) * kRows; }
+};
+
+/// The dK/dV kernels' producer warp (lane = 0 .. 31). L: the kernel's layout; kKeys: its keys per
+/// block, j0 the first; kRows: the rows of its Q tiles.
+template <int kD, int kKeys, class L, int kRows = kKvRows>
+__device__ inline void produce_dkdv(unsigned char* smem, const CUtensorMap& tm_q, const CUtensorMap& tm_k,
+                                    const CUtensorMap& tm_v, const CUtensorMap& tm_do, const AttentionShape& s,
+                                    const KvItems<kRows>& items, int j0, int kv_plane, const float* lse,
+                                    const float* delta, uint64_t* kv_full, uint64_t* full, uint64_t* empty, int lane) {
+  float* lse_s = reinterpret_cast<float*>(smem + L::kLse);
+  float* delta_s = reinterpret_cast<float*>(smem + L::kDelta);
+  //! [wgmma_dkdv_producer]
+  // One warp: lane 0 issues the TMA copies of K and V (once) and of each item's Q and dO; all
+  // 32 lanes copy the item's LSE (in log2 units) and D into shared memory, then arrive.
+  if (lane == 0) {
+    mbarrier_arrive_expect_tx(kv_full, 2 * tile_bytes<kD>(kKeys));
+    for (int b = 0; b < kBoxes<kD>; ++b) {
+      tma_load_3d(smem + L::kK + b * kKeys * kBoxRowBytes, &tm_k, 64 * b, j0, kv_plane, kv_full);
+      tma_load_3d(smem + L::kV + b * kKeys * kBoxRowBytes, &tm_v, 64 * b, j0, kv_plane, kv_full);
+    }
+  }
+  for (int it = 0; it < items.n; ++it) {
+    const int st = StageRing::stage(it), bh = items.bh(it), i0 = items.i0(it);
+    if (it >= kStages) mbarrier_wait(&empty[st], StageRing::empty_parity(it));
+    for (int r = lane; r < kRows; r += 32) {
+      const int row = i0 + r;
+      const bool in = row < s.seq_q;  // rows past the end: Q = dO = 0 (TMA), LSE = D = 0, so P^T dO = dS^T Q = 0
+      lse_s[st * kRows + r] = in ? lse[int64_t(bh) * s.seq_q + row] * kLog2e : 0.0f;
+      delta_s[st * kRows + r] = in ? delta[int64_t(bh) * s.seq_q + row] : 0.0f;
+    }
+    if (lane == 0) {
+      mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kRows));
+      for (int b = 0; b < kBoxes<kD>; ++b) {
+        tma_load_3d(smem + L::kQ + st * tile_bytes<kD>(kRows) + b * kRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh,
+                    &full[st]);
+        tma_load_3d(smem + L::kDo + st * tile_bytes<kD>(kRows) + b * kRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh,
+                    &full[st]);
+      }
+    } else {
+      mbarrier_arrive(&full[st]);
+    }
+  }
+  //! [wgmma_dkdv_producer]
+}
+
+}  // namespace fa::backward::sm90
