@@ -3,14 +3,16 @@
 // Q tile) where variant 4's two kernels run seven. bf16, sm_90a. The order in which blocks add
 // into dQ varies from launch to launch, so dQ is not bitwise repeatable; variant 4 is.
 //
-// A block owns 128 keys (64 per consumer warpgroup) and loops over the 64-row Q tiles of every
-// query head sharing its K/V head, as variant 4's dK/dV kernel does. Per Q tile, consumer c:
+// A block owns 128 keys (64 per consumer warpgroup) and loops over the Q tiles (kRows rows: 128
+// at head_dim 64, 64 at 96 and 128) of every query head sharing its K/V head, as variant 4's
+// dK/dV kernel does. Per Q tile, consumer c:
 //   S^T, dP^T, P^T, dS^T; dV_c += P^T dO, dK_c += dS^T Q       as in variant 4
-//   its 64 x 64 dS^T into shared memory (stmatrix), next to the other consumer's: dS^T of the
-//   block's 128 keys x 64 rows, one named barrier for both halves
-//   dQ_i[:, half c] = dS K[:, half c]     wgmma ss, 128 keys deep: A = the dS^T tile read
-//                                         transposed (MN-major), B = K (MN-major)
-//   dQ32[rows of the tile, half c] += scale * dQ_i    fp32 atomics, two floats each
+//   its 64 keys of dS^T into shared memory (stmatrix), next to the other consumer's: dS^T of the
+//   block's 128 keys x kRows rows, one named barrier for both halves
+//   its part of dQ_i = dS K, 128 keys deep      wgmma ss: A = the dS^T tile read transposed
+//                                               (MN-major), B = K (MN-major); at head_dim 64
+//                                               rows 64 c .. 64 c + 63, else half the columns
+//   dQ32[its part] += scale * dQ_i              fp32 atomics, two floats each
 // and a last small kernel rounds dQ32 to bf16. Head dims 64, 128, and 96 as 128 (kPaddedDim).
 // Run: build/bin/ch07_backward --variant fused
 #include <cuda_bf16.h>
@@ -40,7 +42,7 @@ template <int kD>
 constexpr int kRowsOf = kD == 64 ? 128 : 64;
 /// One dS^T buffer: the block's 128 keys x kRows rows, bf16, as kRows / 64 boxes of 64 rows.
 template <int kD>
-constexpr int kDsBytes = kKvKeys* kRowsOf<kD> * 2;
+constexpr int kDsBytes = tile_bytes<64>(kKvKeys) * (kRowsOf<kD> / 64);
 /// A box of the block's 128 keys by 64 columns (of K, or of rows in dS^T): 16 KiB.
 constexpr int kKeyBoxBytes = kKvKeys * kBoxRowBytes;
 /// Named barrier (0 is __syncthreads'): both consumers' halves of this Q tile's dS^T are stored.
@@ -128,8 +130,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
   const unsigned char* k_rows = smem + L::kK + 64 * c * kBoxRowBytes;
   const unsigned char* v_rows = smem + L::kV + 64 * c * kBoxRowBytes;
-  // Keys past the end of the sequence (the last block): TMA reads them as zeros, and P^T must be
-  // 0 there too, since dS^T now feeds dQ.
+  // Keys past the end of the sequence (the last block): TMA reads their K rows as zeros, but P^T
+  // there is exp(-LSE), which may be infinite, and inf * 0 in dS K would be NaN: mask them.
   const bool tail = jc + 64 > s.seq_kv;
   float dk_acc[kPaddedDim<kD> / 2] = {}, dv_acc[kPaddedDim<kD> / 2] = {};
   mbarrier_wait(kv_full, 0);
