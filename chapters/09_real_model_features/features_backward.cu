@@ -176,12 +176,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <class T>
-__global__ void round_dq_kernel(const float* dq32, T* dq, int64_t n) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) dq[i] = T(dq32[i]);
-}
-
 template <class T, int kD>
 void launch_dim(const BackwardParams& p) {
   const AttentionShape& s = p.shape;
@@ -199,9 +193,7 @@ void launch_dim(const BackwardParams& p) {
         static_cast<const T*>(p.d_o), p.lse, delta, dq32, static_cast<T*>(p.dk), static_cast<T*>(p.dv));
     CUDA_CHECK_LAUNCH();
   }
-  const int64_t n = s.q_elems();
-  round_dq_kernel<T><<<unsigned((n + 255) / 256), 256, 0, p.stream>>>(dq32, static_cast<T*>(p.dq), n);
-  CUDA_CHECK_LAUNCH();
+  backward::launch_round_dq<T>(dq32, p.dq, s.q_elems(), p.stream);
 }
 
 template <class T>
