@@ -9,9 +9,10 @@ leaves), FlexAttention's, SDPA's best backend where SDPA takes the feature, the 
 sm_80 path's (ch09_ampere_bf16) figure. The
 first line of the output is the '# ' line saying where it was measured (tools/tables.py needs it).
 """
-import argparse
 import csv
 import sys
+
+from report_io import report_args, report_writer
 
 # fa_bench's feature column -> bench_flex.py's feature name
 FEATURE_NAMES = {"": "causal", "window 1023,0": "window 1024", "window 4095,0": "window 4096",
@@ -19,12 +20,7 @@ FEATURE_NAMES = {"": "causal", "window 1023,0": "window 1024", "window 4095,0": 
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("fa_csv")
-    parser.add_argument("flex_csv")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--line", required=True, help="where and how it was measured (the file's first line)")
-    args = parser.parse_args()
+    args = report_args(__doc__, second="flex_csv")
     ours, ampere = {}, {}
     for r in csv.DictReader(open(args.fa_csv, newline="")):
         if r["status"] != "ok" or not r["tflops"]:
@@ -48,9 +44,7 @@ def main():
         elif key not in sdpa or float(r["tflops"]) > sdpa[key][1]:
             sdpa[key] = (r["backend"].replace("sdpa_", ""), float(r["tflops"]))
     order = list(FEATURE_NAMES.values())
-    with open(args.out, "w", newline="") as f:
-        f.write(f"# {args.line}\n")
-        out = csv.writer(f)
+    with report_writer(args.out, args.line, lineterminator="\r\n") as out:  # csv's default ending
         out.writerow(["feature", "head_dim", "seq", "batch", "heads", "kernel", "time_ms", "tflops", "flex_tflops",
                       "over_flex", "sdpa_backend", "sdpa_tflops", "over_sdpa", "ampere_tflops"])
         for key in sorted(ours, key=lambda k: (k[1], order.index(k[0]), k[2])):

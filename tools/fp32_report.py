@@ -11,39 +11,26 @@ the same call. One row per (head_dim, causal, seq): each kernel's TFLOP/s, the b
 The first line of the output is the '# ' line saying where it was measured (tools/tables.py
 needs it).
 """
-import argparse
 import csv
 import sys
+
+from report_io import ratio, report_args, report_writer, tflops_by_point
 
 EARLIER = ("ch01_tiled", "ch02_block", "ch03_online")
 OURS = EARLIER + ("ch04_registers", "ch04_tuned")
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("fa_csv")
-    parser.add_argument("torch_csv")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--line", required=True, help="where and how it was measured (the file's first line)")
-    args = parser.parse_args()
-    points, ours, efficient = set(), {}, {}
-    for r in csv.DictReader(open(args.fa_csv, newline="")):
-        if r["kernel"] in OURS and r["status"] == "ok" and r["tflops"]:
-            key = (int(r["head_dim"]), int(r["causal"]), int(r["seq_q"]))
-            points.add(key)
-            ours[r["kernel"], key] = float(r["tflops"])
+    args = report_args(__doc__)
+    points, ours = tflops_by_point(args.fa_csv, OURS)
+    efficient = {}
     for r in csv.DictReader(open(args.torch_csv, newline="")):
         if r["status"] == "ok" and r["dtype"] == "fp32" and r["backend"] == "efficient":
             efficient[int(r["head_dim"]), int(r["causal"]), int(r["seq"])] = float(r["tflops"])
     if not any(k == "ch04_tuned" for k, _ in ours):
         sys.exit(f"fp32_report: no row of ch04_tuned in {args.fa_csv}")
 
-    def over(a, b):
-        return f"{a / b:.2f}" if a is not None and b else ""
-
-    with open(args.out, "w", newline="") as f:
-        f.write(f"# {args.line}\n")
-        w = csv.writer(f, lineterminator="\n")
+    with report_writer(args.out, args.line) as w:
         w.writerow(["head_dim", "causal", "seq", "batch", "heads", *[k.split("_", 1)[1] for k in OURS],
                     "best_01_03", "efficient", "tuned_over_best_01_03", "tuned_over_registers",
                     "tuned_over_efficient"])
@@ -55,7 +42,7 @@ def main():
             tuned, registers, eff = ours.get(("ch04_tuned", key)), ours.get(("ch04_registers", key)), efficient.get(key)
             w.writerow([d, causal, seq, 16384 // seq, 2048 // d, *[f"{v:.1f}" if v is not None else "" for v in values],
                         f"{best:.1f}" if best is not None else "", f"{eff:.1f}" if eff is not None else "",
-                        over(tuned, best), over(tuned, registers), over(tuned, eff)])
+                        ratio(tuned, best), ratio(tuned, registers), ratio(tuned, eff)])
 
 
 if __name__ == "__main__":

@@ -12,26 +12,18 @@ sweep. One row per (head_dim, causal, seq): the kernels' TFLOP/s (FP8 where it r
 and FP8 kernels to cuDNN's. The first line of the output is the '# ' line saying
 where it was measured (tools/tables.py needs it).
 """
-import argparse
 import csv
 import sys
+
+from report_io import ratio, report_args, report_writer, tflops_by_point
 
 OURS = ("ch05_tuned_bf16", "ch06_pingpong_bf16", "ch06_persistent_bf16", "ch06_fp8")
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("fa_csv")
-    parser.add_argument("torch_csv")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--line", required=True, help="where and how it was measured (the file's first line)")
-    args = parser.parse_args()
-    points, ours, torch = set(), {}, {}
-    for r in csv.DictReader(open(args.fa_csv, newline="")):
-        if r["kernel"] in OURS and r["status"] == "ok" and r["tflops"]:
-            key = (int(r["head_dim"]), int(r["causal"]), int(r["seq_q"]))
-            points.add(key)
-            ours[r["kernel"], key] = float(r["tflops"])
+    args = report_args(__doc__)
+    points, ours = tflops_by_point(args.fa_csv, OURS)
+    torch = {}
     for r in csv.DictReader(open(args.torch_csv, newline="")):
         if r["status"] == "ok" and r["dtype"] == "bf16" and r["backend"] in ("flash", "cudnn"):
             torch[r["backend"], (int(r["head_dim"]), int(r["causal"]), int(r["seq"]))] = float(r["tflops"])
@@ -42,12 +34,7 @@ def main():
         x = table.get((name, key))
         return f"{x:.1f}" if x is not None else ""
 
-    def over(a, b):
-        return f"{a / b:.2f}" if a is not None and b else ""
-
-    with open(args.out, "w", newline="") as f:
-        f.write(f"# {args.line}\n")
-        w = csv.writer(f, lineterminator="\n")
+    with report_writer(args.out, args.line) as w:
         w.writerow(["head_dim", "causal", "seq", "batch", "heads", "tuned_tflops", "pingpong_tflops",
                     "persistent_tflops", "fp8_tflops", "flash_tflops", "cudnn_tflops", "pingpong_over_flash",
                     "pingpong_over_cudnn", "persistent_over_cudnn", "fp8_over_cudnn"])
@@ -58,8 +45,8 @@ def main():
             w.writerow([d, causal, seq, 16384 // seq, 2048 // d, value(ours, "ch05_tuned_bf16", key),
                         value(ours, "ch06_pingpong_bf16", key), value(ours, "ch06_persistent_bf16", key),
                         value(ours, "ch06_fp8", key), value(torch, "flash", key), value(torch, "cudnn", key),
-                        over(ping, torch.get(("flash", key))), over(ping, cudnn), over(persistent, cudnn),
-                        over(fp8, cudnn)])
+                        ratio(ping, torch.get(("flash", key))), ratio(ping, cudnn), ratio(persistent, cudnn),
+                        ratio(fp8, cudnn)])
 
 
 if __name__ == "__main__":

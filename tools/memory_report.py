@@ -14,9 +14,10 @@ PyTorch's MATH (unfused) and EFFICIENT (fused) backends; in bf16 PyTorch's MATH 
 over the materialized one: the FlashAttention-1 paper's headline. The first line of the output
 is the '# ' line saying where it was measured (tools/tables.py needs it).
 """
-import argparse
 import csv
 import sys
+
+from report_io import report_args, report_writer
 
 FP32 = ("ch01_naive", "ch04_tuned")
 BF16 = ("ch05_tuned_bf16",)
@@ -27,12 +28,7 @@ def number(text):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("fa_csv")
-    parser.add_argument("torch_csv")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--line", required=True, help="where and how it was measured (the file's first line)")
-    args = parser.parse_args()
+    args = report_args(__doc__)
     ours, torch = {}, {}
     for r in csv.DictReader(open(args.fa_csv, newline="")):
         if r["kernel"] in FP32 + BF16 and r["causal"] == "0" and r["status"] == "ok":
@@ -52,9 +48,7 @@ def main():
     def over(a, b):
         return f"{a / b:.2f}" if a and b else ""
 
-    with open(args.out, "w", newline="") as f:
-        f.write(f"# {args.line}\n")
-        w = csv.writer(f, lineterminator="\n")
+    with report_writer(args.out, args.line) as w:
         w.writerow(["dtype", "seq", "batch", "unfused", "unfused_ms", "unfused_mib", "fused", "fused_ms", "fused_mib",
                     "torch_math_ms", "torch_math_mib", "torch_fused", "torch_fused_ms", "torch_fused_mib", "speedup",
                     "memory_saving", "speedup_vs_math", "memory_saving_vs_math"])

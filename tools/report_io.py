@@ -1,0 +1,41 @@
+"""What the *_report.py scripts share: their command line (fa_bench's CSV, a second CSV from the
+same call, --out and --line), the TFLOP/s of some kernels per sweep point, and an output CSV whose
+first line is the '# ' line saying where it was measured (tools/tables.py reads it)."""
+import argparse
+import contextlib
+import csv
+
+
+def report_args(doc, second="torch_csv"):
+    """The parsed command line of a report script whose module docstring is `doc`."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("fa_csv")
+    parser.add_argument(second)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--line", required=True, help="where and how it was measured (the file's first line)")
+    return parser.parse_args()
+
+
+def tflops_by_point(path, kernels):
+    """The sweep points (head_dim, causal, seq) where one of `kernels` ran, and
+    {(kernel, point): TFLOP/s}, from the rows of fa_bench's CSV that ran ("ok") and report TFLOP/s."""
+    points, tflops = set(), {}
+    for r in csv.DictReader(open(path, newline="")):
+        if r["kernel"] in kernels and r["status"] == "ok" and r["tflops"]:
+            key = (int(r["head_dim"]), int(r["causal"]), int(r["seq_q"]))
+            points.add(key)
+            tflops[r["kernel"], key] = float(r["tflops"])
+    return points, tflops
+
+
+def ratio(a, b):
+    """a / b with two decimals, or "" where either is missing."""
+    return f"{a / b:.2f}" if a is not None and b else ""
+
+
+@contextlib.contextmanager
+def report_writer(path, line, lineterminator="\n"):
+    """A csv.writer on `path`, after the '# line' that says where the numbers were measured."""
+    with open(path, "w", newline="") as f:
+        f.write(f"# {line}\n")
+        yield csv.writer(f, lineterminator=lineterminator)
