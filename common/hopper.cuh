@@ -99,6 +99,27 @@ __device__ inline void tma_load_3d(void* dst, const CUtensorMap* map, int c0, in
       : "memory");
 }
 
+/// dst[0 .. bytes / 4) += src[0 .. bytes / 4) in fp32, done by the TMA unit, no tensor map: one
+/// contiguous run of global memory (both addresses 16-byte aligned, bytes a multiple of 16). It
+/// reads src through the async proxy (fence_proxy_async_shared after writing it) and joins this
+/// thread's bulk group, which bulk_commit closes.
+__device__ inline void bulk_reduce_add_f32(float* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(smem_addr(src)), "r"(bytes)
+               : "memory");
+}
+__device__ inline void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/// Waits until at most kPending of this thread's bulk groups still read their shared memory
+/// (which may then be written again); bulk_wait waits until they have finished altogether.
+template <int kPending>
+__device__ inline void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+template <int kPending>
+__device__ inline void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 /// The head_dim a kernel's bf16 tiles and accumulators are laid out for: whole TMA boxes of 64
 /// columns (the 128 bytes of a 128-byte-swizzled row). At head_dim 96 the second box runs past
 /// the tensor's end and TMA fills the 32 columns there with zeros.

@@ -1,7 +1,7 @@
-// Chapter 07, variant 5 -- `fused`: variant 4's dK/dV kernel computes dQ as well, from the dS^T
-// tile it already holds, and adds it into an fp32 dQ with atomics: five products per (K/V block,
-// Q tile) where variant 4's two kernels run seven. bf16, sm_90a. The order in which blocks add
-// into dQ varies from launch to launch, so dQ is not bitwise repeatable; variant 4 is.
+// Chapter 07, variants 5 and 6 -- `fused` and `fused_bulk`: variant 4's dK/dV kernel computes dQ
+// as well, from the dS^T tile it already holds: five products per (K/V block, Q tile) where
+// variant 4's two kernels run seven. bf16, sm_90a. Blocks add into one fp32 dQ in an order that
+// varies from launch to launch, so dQ is not bitwise repeatable; variant 4 is.
 //
 // A block owns 128 keys (64 per consumer warpgroup) and loops over the Q tiles (kRows rows: 128
 // at head_dim 64, 64 at 96 and 128) of every query head sharing its K/V head, as variant 4's
@@ -12,9 +12,13 @@
 //   its part of dQ_i = dS K, 128 keys deep      wgmma ss: A = the dS^T tile read transposed
 //                                               (MN-major), B = K (MN-major); at head_dim 64
 //                                               rows 64 c .. 64 c + 63, else half the columns
-//   dQ32[its part] += scale * dQ_i              fp32 atomics, two floats each
-// and a last small kernel rounds dQ32 to bf16. Head dims 64, 128, and 96 as 128 (kPaddedDim).
-// Run: build/bin/ch07_backward --variant fused
+//   dQ32[its part] += scale * dQ_i              variant 5: fp32 atomics, two floats each, into a
+//                                               row-major dQ32; variant 6: the 64 x 64 part into
+//                                               shared memory, then one bulk reduction by the
+//                                               TMA unit into dQ32 kept part by part (DqPath)
+// and a last small kernel rounds dQ32 to bf16 (variant 6's puts the rows back in order). Head
+// dims 64, 128, and 96 as 128 (kPaddedDim).
+// Run: build/bin/ch07_backward --variant fused (or fused_bulk)
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -45,8 +49,9 @@ template <int kD>
 constexpr int kDsBytes = tile_bytes<64>(kKvKeys) * (kRowsOf<kD> / 64);
 /// A box of the block's 128 keys by 64 columns (of K, or of rows in dS^T): 16 KiB.
 constexpr int kKeyBoxBytes = kKvKeys * kBoxRowBytes;
-/// Named barrier (0 is __syncthreads'): both consumers' halves of this Q tile's dS^T are stored.
-enum FusedBarrier : int { kDsStored = 1 };
+/// Named barriers (0 is __syncthreads'): both consumers' halves of this Q tile's dS^T are
+/// stored; consumer c's dQ part is in shared memory (kDqStored + c, the bulk way only).
+enum FusedBarrier : int { kDsStored = 1, kDqStored = 2 };
 
 /// How the consumers split dQ_i = dS K (kRows x head_dim, over 128 keys): with 128-row tiles
 /// each takes 64 rows and every column; with 64-row tiles, all rows and half the columns.
@@ -55,6 +60,19 @@ struct DqSplit {
   static constexpr bool kByRows = kRowsOf<kD> == 128;
   static constexpr int kCols = kByRows ? kPaddedDim<kD> : kPaddedDim<kD> / 2;  // columns per consumer
 };
+
+/// How dQ reaches global memory. kAtomics: each consumer thread adds its 32 floats of dQ_i into
+/// the row-major fp32 dQ with 16 two-float atomics per tile. kBulk: each consumer writes its
+/// 64 x 64 part into shared memory, in fragment order (float4 n of thread x at n * 128 + x),
+/// and one thread hands the 16 KiB to the TMA unit as one bulk reduction into an fp32 dQ kept
+/// in the same fragment order, part by part; the rounding kernel puts the rows back in order.
+enum class DqPath { kAtomics, kBulk };
+/// One consumer's dQ part: 64 x 64 floats, 16 KiB.
+constexpr int kDqPartFloats = 64 * 64, kDqPartBytes = kDqPartFloats * 4;
+/// Shared memory a kernel adds after K, V and the ring: two dS^T buffers, and with kBulk one dQ
+/// part per consumer.
+template <int kD, DqPath kPath>
+constexpr int kExtraOf = 2 * kDsBytes<kD> + (kPath == DqPath::kBulk ? kConsumers * kDqPartBytes : 0);
 
 //! [fused_store_ds]
 /// Stores this warp's 16 keys of dS^T (all kRows rows), held as the A fragments of dK += dS^T Q,
@@ -94,13 +112,13 @@ __device__ inline void issue_dq(float (&acc)[DqSplit<kD>::kCols / 2], const unsi
 }
 //! [fused_issue_dq]
 
-template <int kD>
+template <int kD, DqPath kPath>
 __global__ void __launch_bounds__(kThreads, 1)
     fused_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                  const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do, AttentionShape s,
                  const float* lse, const float* delta, float* dq32, __nv_bfloat16* dk, __nv_bfloat16* dv) {
   constexpr int kRows = kRowsOf<kD>;
-  using L = KvLayout<kD, kRows, 2 * kDsBytes<kD>>;  // two dS^T buffers
+  using L = KvLayout<kD, kRows, kExtraOf<kD, kPath>>;
   using Split = DqSplit<kD>;
   extern __shared__ unsigned char shared_raw[];
   unsigned char* smem = aligned_smem(shared_raw);
@@ -110,7 +128,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* lse_s = reinterpret_cast<float*>(smem + L::kLse);
   float* delta_s = reinterpret_cast<float*>(smem + L::kDelta);
 
-  const int tid = threadIdx.x, wg = tid / 128;
+  const int tid = threadIdx.x, wg = tid / 128, wg_tid = tid % 128;
   const int j0 = blockIdx.x * kKvKeys, kv_plane = blockIdx.y;
   const KvItems<kRows> items(s, kv_plane, j0);
   init_stages(kv_full, full, empty, 32, kConsumerThreads);
@@ -124,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   setmaxnreg_inc<232>();
-  const int c = wg - 1, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int c = wg - 1, warp = wg_tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int jc = j0 + 64 * c;            // this consumer's first key
   const int key_a = jc + 16 * warp + g;  // this thread's keys: key_a, key_a + 8
   const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
@@ -185,6 +203,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_commit();
     // Both halves of dS^T stored. The buffer is written again two tiles later, after the next
     // tile's barrier, which each consumer reaches only once its dQ product here has finished.
+    // With kBulk the thread that hands the dQ part over waits first until the last bulk
+    // reduction has read it, so no thread writes the part again before that.
+    if (kPath == DqPath::kBulk && wg_tid == 0) bulk_wait_read<0>();
     named_barrier_sync<kConsumerThreads>(kDsStored);
     float dq_acc[Split::kCols / 2];
     wgmma_fence();
@@ -196,75 +217,150 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbarrier_arrive(&empty[st]);
     wgmma_wait<0>();
     fence_operands(dq_acc);
-    // dQ32 += scale * dQ_i for this thread's rows row0 + 16 warp + g (+ 8) and columns
-    // col0 + 8 n + 2 t (+ 1), two floats per atomic.
-    const int row0 = i0 + (Split::kByRows ? 64 * c : 0), col0 = Split::kByRows ? 0 : c * Split::kCols;
-    float* dq_head = dq32 + int64_t(bh) * s.seq_q * kD;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row0 + 16 * warp + g + 8 * h;
-      if (row >= s.seq_q) continue;
-#pragma unroll
-      for (int n = 0; n < Split::kCols / 8; ++n) {
-        const int col = col0 + 8 * n + 2 * t;
-        if (col < kD)
-          atomicAdd(reinterpret_cast<float2*>(dq_head + int64_t(row) * kD + col),
-                    make_float2(dq_acc[4 * n + 2 * h] * scale, dq_acc[4 * n + 2 * h + 1] * scale));
-      }
-    }
     //! [fused_update]
+    if constexpr (kPath == DqPath::kAtomics) {
+      //! [fused_atomics]
+      // dQ32 += scale * dQ_i for this thread's rows row0 + 16 warp + g (+ 8) and columns
+      // col0 + 8 n + 2 t (+ 1), two floats per atomic.
+      const int row0 = i0 + (Split::kByRows ? 64 * c : 0), col0 = Split::kByRows ? 0 : c * Split::kCols;
+      float* dq_head = dq32 + int64_t(bh) * s.seq_q * kD;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + 16 * warp + g + 8 * h;
+        if (row >= s.seq_q) continue;
+#pragma unroll
+        for (int n = 0; n < Split::kCols / 8; ++n) {
+          const int col = col0 + 8 * n + 2 * t;
+          if (col < kD)
+            atomicAdd(reinterpret_cast<float2*>(dq_head + int64_t(row) * kD + col),
+                      make_float2(dq_acc[4 * n + 2 * h] * scale, dq_acc[4 * n + 2 * h + 1] * scale));
+        }
+      }
+      //! [fused_atomics]
+    } else {
+      //! [bulk_dq]
+      // scale * dQ_i into this consumer's part in shared memory, float4 n of this thread at
+      // n * 128 + wg_tid (a warp's stores fill 512 consecutive bytes), then one bulk reduction
+      // adds the part to part (bh, Q tile, c) of dQ32.
+      float* part_s = reinterpret_cast<float*>(smem + L::kExtra + 2 * kDsBytes<kD> + c * kDqPartBytes);
+      float4* part = reinterpret_cast<float4*>(part_s);
+#pragma unroll
+      for (int n = 0; n < Split::kCols / 8; ++n)
+        part[n * 128 + wg_tid] = make_float4(dq_acc[4 * n] * scale, dq_acc[4 * n + 1] * scale,
+                                             dq_acc[4 * n + 2] * scale, dq_acc[4 * n + 3] * scale);
+      fence_proxy_async_shared();
+      if (c == 0) named_barrier_sync<128>(kDqStored);  // literal ids: ptxas counts the barriers a kernel uses
+      else named_barrier_sync<128>(kDqStored + 1);
+      if (wg_tid == 0) {
+        const int q_tiles = (s.seq_q + kRows - 1) / kRows;
+        const int64_t part_index = (int64_t(bh) * q_tiles + i0 / kRows) * kConsumers + c;
+        bulk_reduce_add_f32(dq32 + part_index * kDqPartFloats, part_s, kDqPartBytes);
+        bulk_commit();
+      }
+      //! [bulk_dq]
+    }
     ++tiles;
   }
 
+  if (kPath == DqPath::kBulk && wg_tid == 0) bulk_wait<0>();  // the shared memory stays until it is read
   const int64_t head = int64_t(kv_plane) * s.seq_kv * kD;
   const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.0f, 1.0f};
   store_rows_bf16<kPaddedDim<kD> / 2, kD>(dk_acc, dk + head, key_a, s.seq_kv, t, dk_scale);
   store_rows_bf16<kPaddedDim<kD> / 2, kD>(dv_acc, dv + head, key_a, s.seq_kv, t, dv_scale);
 }
 
-/// The fp32 dQ sits in the workspace after D, from a 16-byte boundary (the atomics add float2).
+/// The fp32 dQ sits in the workspace after D, from a 16-byte boundary (the atomics add float2,
+/// the bulk reductions whole 16 KiB parts).
 std::size_t dq32_offset(const AttentionShape& s) { return (std::size_t(s.lse_elems()) + 3) / 4 * 4; }
 
+/// Floats of the fp32 dQ: the row-major dQ for kAtomics; for kBulk, whole parts of every Q tile
+/// (two per tile of 128 x 64 or 64 x 128, rows past seq_q included).
+std::size_t dq32_floats(const AttentionShape& s, DqPath path) {
+  if (path == DqPath::kAtomics) return std::size_t(s.q_elems());
+  const int rows = s.head_dim == 64 ? 128 : 64;  // kRowsOf
+  const std::size_t q_tiles = std::size_t((s.seq_q + rows - 1) / rows);
+  return std::size_t(s.batch) * s.heads_q * q_tiles * kConsumers * kDqPartFloats;
+}
+
+//! [fused_round_parts]
+/// dQ (bf16, row-major) from the bulk way's fp32 dQ, one thread per float4 of a part: float4 n
+/// of consumer thread x holds dQ_i's rows r = 16 (x / 32) + (x % 32) / 4 (and r + 8) at columns
+/// 8 n + 2 (x % 4) (and + 1) of the part, as in the atomics of kAtomics.
 template <int kD>
+__global__ void round_dq_parts_kernel(const float4* dq32, __nv_bfloat16* dq, int seq_q, int q_tiles, int64_t n4) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n4) return;
+  const float4 v = dq32[i];
+  const int64_t part = i / (kDqPartFloats / 4);
+  const int within = int(i % (kDqPartFloats / 4)), n = within / 128, x = within % 128;
+  const int c = int(part % kConsumers), tile = int(part / kConsumers % q_tiles);
+  const int64_t bh = part / kConsumers / q_tiles;
+  const int r = 16 * (x / 32) + (x % 32) / 4, col8 = 8 * n + 2 * (x % 4);
+  const bool by_rows = DqSplit<kD>::kByRows;
+  const int row = tile * kRowsOf<kD> + (by_rows ? 64 * c : 0) + r, col = (by_rows ? 0 : 64 * c) + col8;
+  if (col >= kD) return;  // head_dim 96's padding columns
+  __nv_bfloat16* head = dq + bh * seq_q * kD;
+  if (row < seq_q) *reinterpret_cast<__nv_bfloat162*>(head + int64_t(row) * kD + col) = __floats2bfloat162_rn(v.x, v.y);
+  if (row + 8 < seq_q)
+    *reinterpret_cast<__nv_bfloat162*>(head + int64_t(row + 8) * kD + col) = __floats2bfloat162_rn(v.z, v.w);
+}
+//! [fused_round_parts]
+
+template <int kD, DqPath kPath>
 void launch_dim(const BackwardParams& p) {
   const AttentionShape& s = p.shape;
   float* delta = static_cast<float*>(p.workspace);
   float* dq32 = delta + dq32_offset(s);
-  CUDA_CHECK(cudaMemsetAsync(dq32, 0, std::size_t(s.q_elems()) * sizeof(float), p.stream));
+  const std::size_t dq_floats = dq32_floats(s, kPath);
+  CUDA_CHECK(cudaMemsetAsync(dq32, 0, dq_floats * sizeof(float), p.stream));
   launch_delta<__nv_bfloat16>(p.o, p.d_o, delta, s.lse_elems(), kD, p.stream);
   const int q_planes = s.batch * s.heads_q, kv_planes = s.batch * s.heads_kv;
   const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, kD, s.seq_q, q_planes, kRowsOf<kD>);
   const CUtensorMap tm_do = make_tensor_map_sw128(p.d_o, 2, kD, s.seq_q, q_planes, kRowsOf<kD>);
   const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, kD, s.seq_kv, kv_planes, kKvKeys);
   const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, kD, s.seq_kv, kv_planes, kKvKeys);
-  constexpr int kBytes = KvLayout<kD, kRowsOf<kD>, 2 * kDsBytes<kD>>::kBytes;
+  constexpr int kBytes = KvLayout<kD, kRowsOf<kD>, kExtraOf<kD, kPath>>::kBytes;
   static_assert(kBytes <= 227 * 1024, "a block may have 227 KiB of shared memory");
-  CUDA_CHECK(cudaFuncSetAttribute(fused_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+  CUDA_CHECK(cudaFuncSetAttribute(fused_kernel<kD, kPath>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
   const dim3 grid(unsigned((s.seq_kv + kKvKeys - 1) / kKvKeys), unsigned(kv_planes));
-  fused_kernel<kD><<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, p.lse, delta, dq32,
-                                                         static_cast<__nv_bfloat16*>(p.dk),
-                                                         static_cast<__nv_bfloat16*>(p.dv));
+  fused_kernel<kD, kPath><<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, p.lse, delta, dq32,
+                                                                static_cast<__nv_bfloat16*>(p.dk),
+                                                                static_cast<__nv_bfloat16*>(p.dv));
   CUDA_CHECK_LAUNCH();
-  launch_round_dq<__nv_bfloat16>(dq32, p.dq, s.q_elems(), p.stream);
+  if constexpr (kPath == DqPath::kAtomics) {
+    launch_round_dq<__nv_bfloat16>(dq32, p.dq, s.q_elems(), p.stream);
+  } else {
+    const int64_t n4 = int64_t(dq_floats / 4);
+    const int q_tiles = (s.seq_q + kRowsOf<kD> - 1) / kRowsOf<kD>;
+    round_dq_parts_kernel<kD><<<unsigned((n4 + 255) / 256), 256, 0, p.stream>>>(
+        reinterpret_cast<const float4*>(dq32), static_cast<__nv_bfloat16*>(p.dq), s.seq_q, q_tiles, n4);
+    CUDA_CHECK_LAUNCH();
+  }
 }
 
+template <DqPath kPath>
 void launch_fused(const BackwardParams& p) {
-  with_head_dim<64, 96, 128>(p.shape.head_dim, [&](auto d) { launch_dim<d.value>(p); });
+  with_head_dim<64, 96, 128>(p.shape.head_dim, [&](auto d) { launch_dim<d.value, kPath>(p); });
 }
 
-BackwardKernel fused_kernel_entry() {
-  const char* summary =
-      "variant 4's dK/dV kernel also computes dQ = dS K from dS^T in shared memory, fp32 atomics: 5 products, not 7";
-  BackwardKernel k{"ch07_fused_bf16", 7, 5, "fused", DType::BF16, summary, launch_fused};
-  k.supports = [](const AttentionShape& s) { return hopper_support(s, "variant 5", {64, 96, 128}); };
-  k.workspace_bytes = [](const AttentionShape& s) {
-    return (dq32_offset(s) + std::size_t(s.q_elems())) * sizeof(float);
+template <DqPath kPath>
+BackwardKernel fused_kernel_entry(const char* name, int number, const char* variant, const char* summary) {
+  BackwardKernel k{name, 7, number, variant, DType::BF16, summary, launch_fused<kPath>};
+  k.supports = [](const AttentionShape& s) {
+    return hopper_support(s, kPath == DqPath::kBulk ? "variant 6" : "variant 5", {64, 96, 128});
   };
+  k.workspace_bytes = [](const AttentionShape& s) { return (dq32_offset(s) + dq32_floats(s, kPath)) * sizeof(float); };
   return k;
 }
 
 }  // namespace
 
-FA_REGISTER_BACKWARD_KERNEL(fused_kernel_entry());
+FA_REGISTER_BACKWARD_KERNEL(fused_kernel_entry<DqPath::kAtomics>(
+    "ch07_fused_bf16", 5, "fused",
+    "variant 4's dK/dV kernel also computes dQ = dS K from dS^T in shared memory, fp32 atomics: 5 products, not 7"));
+FA_REGISTER_BACKWARD_KERNEL(fused_kernel_entry<DqPath::kBulk>(
+    "ch07_fused_bulk_bf16", 6, "fused_bulk",
+    "variant 5 with dQ handed to the TMA unit: each consumer's 64 x 64 part through shared memory, one bulk "
+    "reduction per part and tile in place of 16 atomics per thread"));
 
 }  // namespace fa::backward
