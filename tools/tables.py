@@ -17,7 +17,8 @@ Tables: tour, progression, ceilings, ch01 ... ch06, ch06_fp8, ch07, ch08; python
 FlexAttention, tools/features_report.py), head_dims (chapters 05 and 06 at head_dim 64 to 256
 against SDPA, tools/head_dims_report.py) and memory (fused against materialized attention, time
 and peak device memory, tools/memory_report.py), fp32 (chapter 04's tuned kernel against chapters
-01-03 and SDPA EFFICIENT, tools/fp32_report.py), each of these files naming its own run.
+01-03 and SDPA EFFICIENT, tools/fp32_report.py), fused_backward (chapter 07's variants 4 to 6 against
+SDPA's backwards, tools/fused_backward_report.py), each of these files naming its own run.
 """
 import argparse
 import csv
@@ -355,6 +356,19 @@ def fp32_table():
             f"\n\nMeasured on {line}.\n")
 
 
+def fused_backward_table():
+    line, rows = load_with_line("fused_backward.csv")
+    body = table(["head_dim", "mask", "seq × batch", "`wgmma` (4)", "`fused` (5)", "`fused_bulk` (6)", "SDPA FLASH",
+                  "SDPA cuDNN", "6 × 5", "6 × 4", "6 × FLASH", "6 × cuDNN"],
+                 [[r["head_dim"], "causal" if r["causal"] == "1" else "none", f"{r['seq']} × {r['batch']}",
+                   r["wgmma"] or "–", r["fused"] or "–", r["fused_bulk"] or "–", r["flash"] or "–", r["cudnn"] or "–",
+                   *[f"{r[c]}×" if r[c] else "–" for c in ("bulk_over_fused", "bulk_over_wgmma", "bulk_over_flash",
+                                                          "bulk_over_cudnn")]] for r in rows])
+    return (body + "\n\nBackward TFLOP/s (2.5 × the forward's FLOPs / time), bf16, the standard sweep: 16k tokens "
+            "(batch = 16384 / seq), hidden 2048 (heads = 2048 / d)."
+            f"\n\nMeasured on {line}.\n")
+
+
 def tables():
     fw = Forward()
     out = {"tour": tour_table(), "progression": progression_table(fw), "ceilings": ceilings_table(),
@@ -369,6 +383,7 @@ def tables():
     out["head_dims"] = head_dims_table()
     out["memory"] = memory_table()
     out["fp32"] = fp32_table()
+    out["fused_backward"] = fused_backward_table()
     return out
 
 
