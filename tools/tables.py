@@ -365,7 +365,7 @@ def fused_backward_table():
                    *[f"{r[c]}×" if r[c] else "–" for c in ("bulk_over_fused", "bulk_over_wgmma", "bulk_over_flash",
                                                           "bulk_over_cudnn")]] for r in rows])
     return (body + "\n\nBackward TFLOP/s (2.5 × the forward's FLOPs / time), bf16, the standard sweep: 16k tokens "
-            "(batch = 16384 / seq), hidden 2048 (heads = 2048 / d)."
+            "(batch = 16384 / seq), hidden 2048 (heads = 2048 / d). Ratios are of the unrounded figures."
             f"\n\nMeasured on {line}.\n")
 
 

@@ -77,9 +77,9 @@ constexpr int kExtraOf = 2 * kDsBytes<kD> + (kPath == DqPath::kBulk ? kConsumers
 //! [fused_store_ds]
 /// Stores this warp's 16 keys of dS^T (all kRows rows), held as the A fragments of dK += dS^T Q,
 /// into the block's dS^T tile: [128 keys][64 rows] boxes, rows of 128 bytes with the 128-byte
-/// swizzle (the layout TMA writes). Fragment a[kk][i] is an 8 x 8 matrix: keys key0 + 8 (i & 1)
-/// onwards, rows 16 kk + 8 (i >> 1) onwards, the layout stmatrix takes; lane 8 i + k gives the
-/// address of its key k.
+/// swizzle (the layout TMA writes). Register a[kk][i], across the warp, is an 8 x 8 matrix: keys
+/// key0 + 8 (i & 1) onwards, rows 16 kk + 8 (i >> 1) onwards, the layout stmatrix takes; lane
+/// 8 i + k gives the address of its key k.
 template <int kRows>
 __device__ inline void store_ds_t(unsigned char* ds_tile, const uint32_t (&a)[kRows / 16][4], int key0, int lane) {
   const int i = lane / 8, key = key0 + lane % 8 + 8 * (i & 1);
@@ -277,7 +277,8 @@ std::size_t dq32_offset(const AttentionShape& s) { return (std::size_t(s.lse_ele
 /// (two per tile of 128 x 64 or 64 x 128, rows past seq_q included).
 std::size_t dq32_floats(const AttentionShape& s, DqPath path) {
   if (path == DqPath::kAtomics) return std::size_t(s.q_elems());
-  const int rows = s.head_dim == 64 ? 128 : 64;  // kRowsOf
+  static_assert(kRowsOf<64> == 128 && kRowsOf<96> == 64 && kRowsOf<128> == 64, "the rule below is kRowsOf's");
+  const int rows = s.head_dim == 64 ? 128 : 64;
   const std::size_t q_tiles = std::size_t((s.seq_q + rows - 1) / rows);
   return std::size_t(s.batch) * s.heads_q * q_tiles * kConsumers * kDqPartFloats;
 }
