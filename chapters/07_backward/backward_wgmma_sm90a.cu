@@ -58,11 +58,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using L = KvLayout<kD>;
   extern __shared__ unsigned char shared_raw[];
   unsigned char* smem = aligned_smem(shared_raw);
-  uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + L::kBars);
-  uint64_t* full = kv_full + 1;
-  uint64_t* empty = full + kStages;
-  float* lse_s = reinterpret_cast<float*>(smem + L::kLse);
-  float* delta_s = reinterpret_cast<float*>(smem + L::kDelta);
+  const auto [kv_full, full, empty, lse_s, delta_s] = dkdv_shared<L>(smem);
 
   const int tid = threadIdx.x, wg = tid / 128;
   const int j0 = blockIdx.x * kKvKeys, kv_plane = blockIdx.y;
@@ -72,9 +68,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (wg == 0) {
     setmaxnreg_dec<40>();
-    if (tid < 32)
-      produce_dkdv<kD, kKvKeys, L>(smem, tm_q, tm_k, tm_v, tm_do, s, items, j0, kv_plane, lse, delta, kv_full, full,
-                                   empty, tid);
+    if (tid < 32) produce_dkdv<kD, kKvKeys, L>(smem, tm_q, tm_k, tm_v, tm_do, s, items, j0, kv_plane, lse, delta, tid);
     return;
   }
 
@@ -308,11 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using L = WideKvLayout<kD>;
   extern __shared__ unsigned char shared_raw[];
   unsigned char* smem = aligned_smem(shared_raw);
-  uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + L::kBars);
-  uint64_t* full = kv_full + 1;
-  uint64_t* empty = full + kStages;
-  float* lse_s = reinterpret_cast<float*>(smem + L::kLse);
-  float* delta_s = reinterpret_cast<float*>(smem + L::kDelta);
+  const auto [kv_full, full, empty, lse_s, delta_s] = dkdv_shared<L>(smem);
   float* p_buf = reinterpret_cast<float*>(smem + L::kP);
 
   const int tid = threadIdx.x, wg = tid / 128;
@@ -323,8 +313,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == 0) {  // the producer, as in dkdv_kernel, with 64 keys
     setmaxnreg_dec<40>();
     if (tid < 32)
-      produce_dkdv<kD, kWideKeys, L>(smem, tm_q, tm_k, tm_v, tm_do, s, items, j0, kv_plane, lse, delta, kv_full, full,
-                                     empty, tid);
+      produce_dkdv<kD, kWideKeys, L>(smem, tm_q, tm_k, tm_v, tm_do, s, items, j0, kv_plane, lse, delta, tid);
     return;
   }
 

@@ -1,7 +1,7 @@
-// The pieces chapter 07's Hopper backward kernels share (variants 4 and 5, bf16, sm_90a): the
+// The pieces chapter 07's Hopper backward kernels share (variants 4 to 6, bf16, sm_90a): the
 // block of one producer and two consumer warpgroups, the two-stage ring, the tile layout of TMA
-// boxes, the wgmma products of a 64 x 64 tile and the dK/dV kernels' producer warp. Include it
-// only from *_sm90a.cu files.
+// boxes, the wgmma products of a 64 x 64 tile, the dK/dV kernels' shared-memory pointers and
+// their producer warp. Include it only from *_sm90a.cu files.
 #pragma once
 
 #include <cuda.h>
@@ -129,15 +129,29 @@ struct KvItems {
   __device__ int i0(int it) const { return (first_tile + it % row_tiles) * kRows; }
 };
 
+/// Where a dK/dV kernel's layout L (KvLayout, or WideKvLayout at head_dim 256) puts the block's
+/// barriers and its LSE and D stages: kv_full (K and V have landed), the ring's full[kStages] and
+/// empty[kStages], then LSE and D, kStages x the Q tile's rows each. The kernels and their producer
+/// bind the five pointers to these names with one structured binding.
+struct DkdvShared {
+  uint64_t *kv_full, *full, *empty;
+  float *lse_s, *delta_s;
+};
+template <class L>
+__device__ inline DkdvShared dkdv_shared(unsigned char* smem) {
+  uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + L::kBars);
+  return {kv_full, kv_full + 1, kv_full + 1 + kStages, reinterpret_cast<float*>(smem + L::kLse),
+          reinterpret_cast<float*>(smem + L::kDelta)};
+}
+
 /// The dK/dV kernels' producer warp (lane = 0 .. 31). L: the kernel's layout; kKeys: its keys per
 /// block, j0 the first; kRows: the rows of its Q tiles.
 template <int kD, int kKeys, class L, int kRows = kKvRows>
 __device__ inline void produce_dkdv(unsigned char* smem, const CUtensorMap& tm_q, const CUtensorMap& tm_k,
                                     const CUtensorMap& tm_v, const CUtensorMap& tm_do, const AttentionShape& s,
                                     const KvItems<kRows>& items, int j0, int kv_plane, const float* lse,
-                                    const float* delta, uint64_t* kv_full, uint64_t* full, uint64_t* empty, int lane) {
-  float* lse_s = reinterpret_cast<float*>(smem + L::kLse);
-  float* delta_s = reinterpret_cast<float*>(smem + L::kDelta);
+                                    const float* delta, int lane) {
+  const auto [kv_full, full, empty, lse_s, delta_s] = dkdv_shared<L>(smem);
   //! [wgmma_dkdv_producer]
   // One warp: lane 0 issues the TMA copies of K and V (once) and of each item's Q and dO; all
   // 32 lanes copy the item's LSE (in log2 units) and D into shared memory, then arrive.
