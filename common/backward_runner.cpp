@@ -23,7 +23,7 @@ BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed
   auto fill = [&](std::vector<float>& x, int64_t n, int stream) {
     x.resize(n);
     fill_random_normal(x, seed, uint64_t(stream));  // threads; the same values as one thread would draw
-    for (float& e : x) e = round_to_dtype(e, dtype);
+    round_all(x, dtype);
   };
   fill(p.q, shape.q_elems(), 0);
   fill(p.k, shape.kv_elems(), 1);
@@ -59,7 +59,7 @@ AttentionExtras BackwardProblem::host_extras() const { return host_extras_of(sha
 
 void run_forward_for(BackwardProblem& problem, const ForwardKernel& forward) {
   launch_forward_on(forward, problem.shape, problem.q, problem.k, problem.v, problem.o, problem.lse);
-  for (float& x : problem.o) x = round_to_dtype(x, problem.dtype);
+  round_all(problem.o, problem.dtype);
   problem.needs_forward = false;
 }
 
@@ -79,7 +79,7 @@ namespace {
 GradientCheck check(DType dtype, const std::vector<unsigned char>& raw, const std::vector<double>& want) {
   GradientCheck c;
   const std::size_t n = raw.size() / dtype_size(dtype);
-  for (std::size_t i = want.size(); i < n; ++i) c.unwritten += is_poison(dtype, raw.data(), i);
+  c.unwritten = int64_t(count_poison(dtype, raw.data(), want.size(), n));
   std::vector<float> got(want.size());
   decode_elements(dtype, raw.data(), got.data(), got.size());
   double err = 0, norm = 0;

@@ -1,24 +1,21 @@
 #include "tensor.h"
 
-#include <algorithm>
-#include <thread>
-
+#include "parallel.h"
 #include "random.h"
 
 namespace fa {
 
 void fill_random_normal(std::vector<float>& out, uint64_t seed, uint64_t stream) {
-  const std::size_t n = out.size();
-  unsigned workers = std::max(1u, std::min(std::thread::hardware_concurrency(), 32u));
-  if (n < (1u << 16)) workers = 1;
-  std::vector<std::thread> threads;
-  for (unsigned w = 0; w < workers; ++w) {
-    std::size_t begin = n * w / workers, end = n * (w + 1) / workers;
-    threads.emplace_back([&out, seed, stream, begin, end] {
-      for (std::size_t i = begin; i < end; ++i) out[i] = random_normal(seed, stream, i);
-    });
-  }
-  for (auto& t : threads) t.join();
+  parallel_for(out.size(), [&out, seed, stream](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) out[i] = random_normal(seed, stream, i);
+  });
+}
+
+void round_all(std::vector<float>& values, DType dtype) {
+  if (dtype == DType::F32) return;
+  parallel_for(values.size(), [&values, dtype](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) values[i] = round_to_dtype(values[i], dtype);
+  });
 }
 
 HostInputs make_random_inputs(const AttentionShape& shape, uint64_t seed) {
@@ -34,10 +31,7 @@ HostInputs make_random_inputs(const AttentionShape& shape, uint64_t seed) {
 
 HostInputs round_inputs(const HostInputs& inputs, DType dtype) {
   HostInputs out = inputs;
-  if (dtype == DType::F32) return out;
-  for (auto* t : {&out.q, &out.k, &out.v}) {
-    for (float& x : *t) x = round_to_dtype(x, dtype);
-  }
+  for (auto* t : {&out.q, &out.k, &out.v}) round_all(*t, dtype);
   return out;
 }
 

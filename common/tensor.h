@@ -25,6 +25,8 @@ struct HostInputs {
 HostInputs make_random_inputs(const AttentionShape& shape, uint64_t seed);
 /// Fills `out` with standard-normal values of stream `stream` under `seed` (in parallel).
 void fill_random_normal(std::vector<float>& out, uint64_t seed, uint64_t stream);
+/// Every value rounded to `dtype` in place (in parallel).
+void round_all(std::vector<float>& values, DType dtype);
 /// Each input rounded to `dtype` (so the oracle sees exactly what the kernel sees).
 HostInputs round_inputs(const HostInputs& inputs, DType dtype);
 

@@ -1,10 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "dtype.h"
+#include "parallel.h"
+#include "random.h"
 
 namespace fa {
 namespace {
@@ -66,6 +70,41 @@ TEST(DType, PoisonIsRecognisedAndNotProducedByArithmetic) {
   float values[2] = {nan, 1.0f};
   EXPECT_FALSE(is_poison(DType::F32, values, 0));
   EXPECT_FALSE(is_poison(DType::F32, values, 1));
+}
+
+// The element-wise passes split over threads must give what one pass over every element gives,
+// at sizes that use several threads (the split starts at 64k elements).
+TEST(DType, ParallelPassesMatchElementByElement) {
+  for (const std::size_t n : {std::size_t(5), std::size_t(70001), std::size_t(1) << 20}) {
+    std::vector<std::atomic<int>> visits(n);
+    parallel_for(n, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; ++i) ++visits[i];
+    });
+    std::size_t once = 0;
+    for (const auto& v : visits) once += v == 1;
+    EXPECT_EQ(once, n) << "n = " << n << ": some index not visited exactly once";
+
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = 3.0f * random_normal(11, 0, i);
+    for (const DType t : {DType::F16, DType::BF16}) {
+      std::vector<unsigned char> raw(n * 2);
+      encode_elements(t, x.data(), raw.data(), n);
+      std::vector<float> back(n);
+      decode_elements(t, raw.data(), back.data(), n);
+      std::size_t same = 0;
+      for (std::size_t i = 0; i < n; ++i) same += back[i] == round_to_dtype(x[i], t);
+      EXPECT_EQ(same, n) << dtype_name(t) << ", n = " << n;
+
+      // Poison every third element from a third of the way in; count a window that starts off a
+      // thread boundary.
+      for (std::size_t i = n / 3; i < n; i += 3) std::memset(&raw[i * 2], kPoisonByte, 2);
+      const std::size_t begin = n / 4 + 1;
+      std::size_t want = 0;
+      for (std::size_t i = begin; i < n; ++i) want += is_poison(t, raw.data(), i);
+      EXPECT_EQ(count_poison(t, raw.data(), begin, n), want) << dtype_name(t) << ", n = " << n;
+    }
+  }
+  EXPECT_EQ(count_poison(DType::F32, nullptr, 7, 7), 0u);
 }
 
 TEST(DType, ParseNamesAndRejectsOthers) {
