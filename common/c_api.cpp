@@ -2,6 +2,7 @@
 // launch it, and turn every exception into a status and one line of text.
 #include "c_api.h"
 
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -241,9 +242,32 @@ fa_status require_gpu() {
   return FA_OK;
 }
 
-fa_status require_pointers(std::initializer_list<std::pair<const char*, const void*>> pointers) {
+#define FA_RETURN_IF_FAILED(call)               \
+  do {                                          \
+    const fa_status fa_status_ = (call);        \
+    if (fa_status_ != FA_OK) return fa_status_; \
+  } while (0)
+
+// Tensors (and the workspace) must start on a 16-byte boundary: the kernels move rows in 16-byte
+// pieces (vector loads, TMA and bulk copies, which fault on less). LSE and the int arrays are read
+// one element at a time and need their own 4. cudaMalloc and PyTorch's allocator give 256; a
+// misaligned view is refused here rather than left to fault on the GPU, where the error would end
+// the caller's CUDA context.
+constexpr std::size_t kTensorAlignment = 16;
+constexpr std::size_t kElementAlignment = 4;
+
+fa_status require_aligned(const char* name, const void* pointer, std::size_t alignment) {
+  const std::size_t offset = std::size_t(reinterpret_cast<std::uintptr_t>(pointer) % alignment);
+  if (offset == 0) return FA_OK;
+  const std::string boundary = std::to_string(alignment) + "-byte";
+  return fail(FA_ERR_INVALID_ARGUMENT, std::string(name) + " must be " + boundary + " aligned, got an address " +
+                                           std::to_string(offset) + " bytes past a " + boundary + " boundary");
+}
+
+fa_status require_pointers(std::initializer_list<std::pair<const char*, const void*>> pointers, std::size_t alignment) {
   for (const auto& [name, pointer] : pointers) {
     if (pointer == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, std::string(name) + " is a null pointer");
+    FA_RETURN_IF_FAILED(require_aligned(name, pointer, alignment));
   }
   return FA_OK;
 }
@@ -253,15 +277,10 @@ fa_status require_workspace(const void* workspace, std::size_t given, std::size_
     return fail(FA_ERR_INVALID_ARGUMENT, "workspace_bytes is " + std::to_string(given) +
                                              ", the kernel needs at least " + std::to_string(needed));
   }
-  if (needed > 0 && workspace == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "workspace is a null pointer");
-  return FA_OK;
+  if (needed == 0) return FA_OK;
+  if (workspace == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "workspace is a null pointer");
+  return require_aligned("workspace", workspace, kTensorAlignment);
 }
-
-#define FA_RETURN_IF_FAILED(call)               \
-  do {                                          \
-    const fa_status fa_status_ = (call);        \
-    if (fa_status_ != FA_OK) return fa_status_; \
-  } while (0)
 
 // The *_check functions: the kernel by name, then the shape (a C struct) against it.
 template <class Entry, class CShape>
@@ -364,10 +383,11 @@ fa_status fa_forward(const char* name, const fa_shape* shape, const void* q, con
     FA_RETURN_IF_FAILED(lookup(forward_kernels(), FA_KIND_FORWARD, name, &kernel));
     if (shape == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "shape is a null pointer");
     const AttentionShape s = to_shape(*shape);
+    FA_RETURN_IF_FAILED(require_pointers({{"q", q}, {"k", k}, {"v", v}, {"o", o}}, kTensorAlignment));
+    FA_RETURN_IF_FAILED(require_pointers({{"lse", lse}}, kElementAlignment));
     FA_RETURN_IF_FAILED(require_gpu());
     std::size_t needed = 0;
     FA_RETURN_IF_FAILED(check_entry(*kernel, s, &needed));
-    FA_RETURN_IF_FAILED(require_pointers({{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"lse", lse}}));
     FA_RETURN_IF_FAILED(require_workspace(workspace, workspace_bytes, needed));
     ForwardParams p;
     p.shape = s;
@@ -392,11 +412,12 @@ fa_status fa_backward(const char* name, const fa_shape* shape, const void* q, co
     FA_RETURN_IF_FAILED(lookup(backward_kernels(), FA_KIND_BACKWARD, name, &kernel));
     if (shape == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "shape is a null pointer");
     const AttentionShape s = to_shape(*shape);
+    FA_RETURN_IF_FAILED(require_pointers(
+        {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"d_o", d_o}, {"dq", dq}, {"dk", dk}, {"dv", dv}}, kTensorAlignment));
+    FA_RETURN_IF_FAILED(require_pointers({{"lse", lse}}, kElementAlignment));
     FA_RETURN_IF_FAILED(require_gpu());
     std::size_t needed = 0;
     FA_RETURN_IF_FAILED(check_entry(*kernel, s, &needed));
-    FA_RETURN_IF_FAILED(require_pointers(
-        {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"d_o", d_o}, {"lse", lse}, {"dq", dq}, {"dk", dk}, {"dv", dv}}));
     FA_RETURN_IF_FAILED(require_workspace(workspace, workspace_bytes, needed));
     BackwardParams p;
     p.shape = s;
@@ -425,16 +446,13 @@ fa_status fa_decode(const char* name, const fa_decode_shape* shape, const void* 
     FA_RETURN_IF_FAILED(lookup(decode_kernels(), FA_KIND_DECODE, name, &kernel));
     if (shape == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "shape is a null pointer");
     const DecodeShape s = to_shape(*shape);
+    FA_RETURN_IF_FAILED(
+        require_pointers({{"q", q}, {"k_cache", k_cache}, {"v_cache", v_cache}, {"o", o}}, kTensorAlignment));
+    FA_RETURN_IF_FAILED(require_pointers({{"block_tables", block_tables}, {"context_lens", context_lens}, {"lse", lse}},
+                                         kElementAlignment));
     FA_RETURN_IF_FAILED(require_gpu());
     std::size_t needed = 0;
     FA_RETURN_IF_FAILED(check_entry(*kernel, s, &needed));
-    FA_RETURN_IF_FAILED(require_pointers({{"q", q},
-                                          {"k_cache", k_cache},
-                                          {"v_cache", v_cache},
-                                          {"block_tables", block_tables},
-                                          {"context_lens", context_lens},
-                                          {"o", o},
-                                          {"lse", lse}}));
     FA_RETURN_IF_FAILED(require_workspace(workspace, workspace_bytes, needed));
     DecodeParams p;
     p.shape = s;

@@ -4,8 +4,11 @@
  *
  * Pointers are device memory in the layouts of problem.h (Q, K, V, O [batch, heads, seq,
  * head_dim], dense; LSE float [batch, heads_q, seq_q]; decode: paged K/V caches and an int block
- * table, problem.h's DecodeShape). A launch is queued on the given stream and returns at once,
- * like a kernel launch: an error inside the kernel shows at the caller's next synchronizing call.
+ * table, problem.h's DecodeShape). Tensors and the workspace start on a 16-byte boundary, LSE and
+ * the int arrays on a 4-byte one (cudaMalloc and PyTorch's allocator give 256); anything else is
+ * refused with FA_ERR_INVALID_ARGUMENT before the GPU is touched. A launch is queued on the given
+ * stream and returns at once, like a kernel launch: an error inside the kernel shows at the
+ * caller's next synchronizing call.
  * Scratch memory (fa_*_workspace_bytes) is the caller's, so it comes from the caller's allocator
  * and follows its stream order.
  *
@@ -27,7 +30,7 @@ extern "C" {
 typedef enum fa_status {
   FA_OK = 0,
   FA_ERR_UNKNOWN_KERNEL = 1,   /* no kernel of that kind has that name */
-  FA_ERR_INVALID_ARGUMENT = 2, /* a shape field out of range, a null pointer, a bad index or kind */
+  FA_ERR_INVALID_ARGUMENT = 2, /* a shape field out of range, a null or misaligned pointer, a bad index or kind */
   FA_ERR_UNSUPPORTED = 3,      /* a valid shape this kernel does not handle (head_dim, the GPU) */
   FA_ERR_NO_GPU = 4,           /* no usable CUDA device */
   FA_ERR_CUDA = 5,             /* a CUDA call failed during the launch */

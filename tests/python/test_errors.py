@@ -58,6 +58,19 @@ def test_non_contiguous():
 
 
 @needs_gpu
+def test_misaligned_view():
+    q, k, v = qkv()
+    # Dense, but starting one element into its storage: the library refuses it before any launch.
+    q_off = torch.empty(q.numel() + 1, dtype=q.dtype, device=q.device)[1:].view(q.shape)
+    q_off.copy_(q)
+    with pytest.raises(ak.InvalidArgumentError, match=r"^q must be 16-byte aligned, got an address 2 bytes past a "
+                                                      r"16-byte boundary$"):
+        ak.attention(q_off, k, v)
+    torch.cuda.synchronize()  # the CUDA context is still usable
+    assert torch.isfinite(ak.attention(q, k, v)).all()
+
+
+@needs_gpu
 def test_unsupported_head_dim():
     q, k, v = qkv(d=80)
     with pytest.raises(ak.UnsupportedError, match=r"^ch05_tuned_bf16 does not take b1 h4/2 q32 k32 d80: head_dim must be 64, "

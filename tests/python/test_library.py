@@ -101,16 +101,31 @@ class Checks(unittest.TestCase):
 
     def test_launch_errors(self):
         shape = self.lib.shape(1, 1, 1, 4, 4, 64)
+        base = 1 << 20  # never dereferenced: every call below is refused before a launch
+        # The pointers are checked before the GPU is: null, then 16-byte alignment for tensors and
+        # 4 for LSE and the int arrays.
+        with self.assertRaisesRegex(ak.InvalidArgumentError, "^q is a null pointer$"):
+            self.lib.forward("ch01_naive", shape, 0, 0, 0, 0, 0, 0, 0, None)
+        with self.assertRaisesRegex(ak.InvalidArgumentError,
+                                    "^k must be 16-byte aligned, got an address 8 bytes past a 16-byte boundary$"):
+            self.lib.forward("ch01_naive", shape, base, base + 8, base, base, base, 0, 0, None)
+        with self.assertRaisesRegex(ak.InvalidArgumentError,
+                                    "^dv must be 16-byte aligned, got an address 2 bytes past a 16-byte boundary$"):
+            self.lib.backward("ch07_fp32", shape, *([base] * 8), base + 2, 0, 0, None)
+        with self.assertRaisesRegex(ak.InvalidArgumentError,
+                                    "^lse must be 4-byte aligned, got an address 2 bytes past a 4-byte boundary$"):
+            self.lib.forward("ch01_naive", shape, base, base, base, base, base + 2, 0, 0, None)
+        # An LSE 4 bytes past a 16-byte boundary is allowed: the refusal comes from further on.
         gpu = not ak.list_kernels("forward")[0].unavailable.startswith("no GPU")
         if gpu:
-            # Checked before anything reaches the GPU: null pointers and a short workspace.
-            with self.assertRaisesRegex(ak.InvalidArgumentError, "q is a null pointer"):
-                self.lib.forward("ch01_naive", shape, 0, 0, 0, 0, 0, 0, 0, None)
             with self.assertRaisesRegex(ak.InvalidArgumentError, "workspace_bytes is 0, the kernel needs at least 16"):
-                self.lib.backward("ch07_fp32", shape, *([1 << 20] * 9), 0, 0, None)
+                self.lib.backward("ch07_fp32", shape, *([base] * 5), base + 4, *([base] * 3), 0, 0, None)
+            with self.assertRaisesRegex(ak.InvalidArgumentError,
+                                        "^workspace must be 16-byte aligned, got an address 4 bytes past"):
+                self.lib.backward("ch07_fp32", shape, *([base] * 9), base + 4, 64, None)
         else:
             with self.assertRaisesRegex(ak.NoGpuError, "^no GPU: "):
-                self.lib.forward("ch01_naive", shape, 0, 0, 0, 0, 0, 0, 0, None)
+                self.lib.backward("ch07_fp32", shape, *([base] * 5), base + 4, *([base] * 3), 0, 0, None)
 
     def test_error_text_is_per_call(self):
         with self.assertRaises(ak.UnknownKernelError):
