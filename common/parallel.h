@@ -9,10 +9,11 @@
 
 namespace fa {
 
-/// Calls body(begin, end) on disjoint ranges that together cover [0, n), each on its own thread
-/// (up to the machine's count, at most 32; one range, on the calling thread, below 64k items),
-/// and returns when every call has returned. The ranges are contiguous and in order, so a body
-/// that writes element i from element i alone gives the same result as one thread would.
+/// Calls body(begin, end) on disjoint ranges that together cover [0, n) and returns when every
+/// call has returned: one range per thread, up to the machine's count of them and at most 32 (one
+/// range, on the calling thread, below 64k items). The calling thread runs the ranges of any
+/// thread that cannot be started. A body that writes element i from element i alone gives the
+/// same result as one thread would.
 void parallel_for(std::size_t n, const std::function<void(std::size_t begin, std::size_t end)>& body);
 
 }  // namespace fa
