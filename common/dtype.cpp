@@ -1,11 +1,8 @@
 #include "dtype.h"
 
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
-
-#include "parallel.h"
 
 namespace fa {
 
@@ -108,10 +105,9 @@ void encode_elements(DType dtype, const float* src, void* dst, std::size_t n) {
     return;
   }
   auto* out = static_cast<uint16_t*>(dst);
-  parallel_for(n, [=](std::size_t begin, std::size_t end) {
-    for (std::size_t i = begin; i < end; ++i)
-      out[i] = dtype == DType::F16 ? float_to_half_bits(src[i]) : float_to_bf16_bits(src[i]);
-  });
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = dtype == DType::F16 ? float_to_half_bits(src[i]) : float_to_bf16_bits(src[i]);
+  }
 }
 
 void decode_elements(DType dtype, const void* src, float* dst, std::size_t n) {
@@ -120,10 +116,9 @@ void decode_elements(DType dtype, const void* src, float* dst, std::size_t n) {
     return;
   }
   const auto* in = static_cast<const uint16_t*>(src);
-  parallel_for(n, [=](std::size_t begin, std::size_t end) {
-    for (std::size_t i = begin; i < end; ++i)
-      dst[i] = dtype == DType::F16 ? half_bits_to_float(in[i]) : bf16_bits_to_float(in[i]);
-  });
+  for (std::size_t i = 0; i < n; ++i) {
+    dst[i] = dtype == DType::F16 ? half_bits_to_float(in[i]) : bf16_bits_to_float(in[i]);
+  }
 }
 
 bool is_poison(DType dtype, const void* base, std::size_t index) {
@@ -132,16 +127,6 @@ bool is_poison(DType dtype, const void* base, std::size_t index) {
     if (bytes[b] != kPoisonByte) return false;
   }
   return true;
-}
-
-std::size_t count_poison(DType dtype, const void* base, std::size_t begin, std::size_t end) {
-  std::atomic<std::size_t> total{0};
-  parallel_for(end > begin ? end - begin : 0, [&](std::size_t from, std::size_t to) {
-    std::size_t count = 0;
-    for (std::size_t i = begin + from; i < begin + to; ++i) count += is_poison(dtype, base, i);
-    total += count;
-  });
-  return total;
 }
 
 }  // namespace fa

@@ -37,7 +37,5 @@ void decode_elements(DType dtype, const void* src, float* dst, std::size_t n);
 /// is 0x7FFFFFFF / 0x7FFF), so an element still all-ones afterwards was never written.
 constexpr unsigned char kPoisonByte = 0xFF;
 bool is_poison(DType dtype, const void* base, std::size_t index);
-/// How many of the elements begin..end-1 are still poison (in parallel).
-std::size_t count_poison(DType dtype, const void* base, std::size_t begin, std::size_t end);
 
 }  // namespace fa

@@ -209,7 +209,7 @@ void launch_forward_on(const ForwardKernel& kernel, const AttentionShape& shape,
   kernel.launch(launch.params);
   CUDA_CHECK(cudaDeviceSynchronize());
   o.resize(shape.o_elems());
-  decode_elements(t, launch.o.download().data(), o.data(), o.size());
+  decode_in_parallel(t, launch.o.download().data(), o.data(), o.size());
   const std::vector<unsigned char> raw = launch.lse.download();
   lse.resize(shape.lse_elems());
   std::memcpy(lse.data(), raw.data(), raw.size());

@@ -35,9 +35,35 @@ HostInputs round_inputs(const HostInputs& inputs, DType dtype) {
   return out;
 }
 
+void encode_in_parallel(DType dtype, const float* src, void* dst, std::size_t n) {
+  auto* bytes = static_cast<unsigned char*>(dst);
+  const std::size_t size = dtype_size(dtype);
+  parallel_for(n, [=](std::size_t begin, std::size_t end) {
+    encode_elements(dtype, src + begin, bytes + begin * size, end - begin);
+  });
+}
+
+void decode_in_parallel(DType dtype, const void* src, float* dst, std::size_t n) {
+  const auto* bytes = static_cast<const unsigned char*>(src);
+  const std::size_t size = dtype_size(dtype);
+  parallel_for(n, [=](std::size_t begin, std::size_t end) {
+    decode_elements(dtype, bytes + begin * size, dst + begin, end - begin);
+  });
+}
+
+std::size_t count_poison(DType dtype, const void* base, std::size_t begin, std::size_t end) {
+  std::atomic<std::size_t> total{0};
+  parallel_for(end > begin ? end - begin : 0, [&](std::size_t from, std::size_t to) {
+    std::size_t count = 0;
+    for (std::size_t i = begin + from; i < begin + to; ++i) count += is_poison(dtype, base, i);
+    total += count;
+  });
+  return total;
+}
+
 DeviceBuffer upload_as(DType dtype, const std::vector<float>& values) {
   std::vector<unsigned char> raw(values.size() * dtype_size(dtype));
-  encode_elements(dtype, values.data(), raw.data(), values.size());
+  encode_in_parallel(dtype, values.data(), raw.data(), values.size());
   DeviceBuffer buffer(raw.size());
   buffer.upload(raw.data(), raw.size());
   return buffer;

@@ -29,6 +29,11 @@ void fill_random_normal(std::vector<float>& out, uint64_t seed, uint64_t stream)
 void round_all(std::vector<float>& values, DType dtype);
 /// Each input rounded to `dtype` (so the oracle sees exactly what the kernel sees).
 HostInputs round_inputs(const HostInputs& inputs, DType dtype);
+/// dtype.h's encode_elements and decode_elements, split over threads (parallel.h).
+void encode_in_parallel(DType dtype, const float* src, void* dst, std::size_t n);
+void decode_in_parallel(DType dtype, const void* src, float* dst, std::size_t n);
+/// How many of the elements begin..end-1 are still poison (dtype.h's is_poison), in parallel.
+std::size_t count_poison(DType dtype, const void* base, std::size_t begin, std::size_t end);
 
 /// Owns one cudaMalloc'ed allocation. Move-only; frees in the destructor. All of them together
 /// keep a count of the bytes they hold and of the most they held since reset_peak(): a run's

@@ -9,6 +9,7 @@
 #include "dtype.h"
 #include "parallel.h"
 #include "random.h"
+#include "tensor.h"
 
 namespace fa {
 namespace {
@@ -88,9 +89,9 @@ TEST(DType, ParallelPassesMatchElementByElement) {
     for (std::size_t i = 0; i < n; ++i) x[i] = 3.0f * random_normal(11, 0, i);
     for (const DType t : {DType::F16, DType::BF16}) {
       std::vector<unsigned char> raw(n * 2);
-      encode_elements(t, x.data(), raw.data(), n);
+      encode_in_parallel(t, x.data(), raw.data(), n);
       std::vector<float> back(n);
-      decode_elements(t, raw.data(), back.data(), n);
+      decode_in_parallel(t, raw.data(), back.data(), n);
       std::size_t same = 0;
       for (std::size_t i = 0; i < n; ++i) same += back[i] == round_to_dtype(x[i], t);
       EXPECT_EQ(same, n) << dtype_name(t) << ", n = " << n;
