@@ -4,8 +4,8 @@
 #   1. forward: fa_bench (with the measured ceilings), then SDPA's forward
 #   2. backward: fa_bench --backward (chapter 07), then SDPA's backward (FLASH and cuDNN, bf16)
 #   3. decode: fa_bench --decode (chapter 08), then SDPA on the same K/V stored contiguously
-#   4. report.md (forward, per-chapter best, ceilings, peak memory, backward), decode.md, progression.png,
-#      roofline.png
+#   4. report.md (forward, per-chapter best, the fastest 16-bit kernel against SDPA's bf16 backends,
+#      ceilings, peak memory, backward), decode.md, progression.png, roofline.png
 # Each point prints "[n/total] kernel shape ..." as it finishes. Timing: a budget per point
 # (FA_BUDGET_MS, default 300 ms of repeats; 1 warm-up launch), and a kernel whose point took over
 # FA_MAX_POINT_MS / 2 (default 1000) skips its longer points of that series, saying so: the

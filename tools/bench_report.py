@@ -4,7 +4,8 @@
 Tables: (1) TFLOP/s of every kernel and every PyTorch backend per sweep point; (2) each
 chapter's best kernel vs the chapter before it and vs PyTorch (same dtype where one exists: fp32
 chapters against SDPA's fp32 EFFICIENT and MATH backends; every chapter also against FLASH bf16,
-the speed the tutorial is working towards); (3) the ceilings, with each chapter's best fraction;
+the speed the tutorial is working towards); (2b) the fastest 16-bit kernel against SDPA's bf16
+FLASH and cuDNN, FP8 apart; (3) the ceilings, with each chapter's best fraction;
 (4) the peak device memory of every forward call without the mask, and with --decode of every
 decode step; (5) with --backward, chapter 07's backward kernels against SDPA's FLASH and cuDNN
 backward.
@@ -101,7 +102,8 @@ def main():
                     best[key][ch] = (row[k], k)
     ref_cols = [c for c in ("torch efficient fp32", "torch math fp32", "torch flash bf16", "torch cudnn bf16") if c in backends]
     lines.append("Each chapter's best kernel: speed-up over the previous chapter's best, and ratio to PyTorch SDPA "
-                 "(> 1 means ours is faster).")
+                 "(> 1 means ours is faster). Chapter 06's best can be an FP8 kernel, whose ratios to the bf16 "
+                 "backends are not like for like; the table after this one compares 16-bit kernels only.")
     lines.append("")
     header = ["d", "causal", "seq"]
     for ch in chapters:
@@ -125,6 +127,7 @@ def main():
             prev = entry[0] if entry else None
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
+    lines += equal_precision_section(ours, torch_rows)
 
     if ceilings:
         lines.append("Measured ceilings on this GPU, and the best fraction of each any chapter reached on the sweep:")
@@ -156,6 +159,34 @@ def main():
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     return 0
+
+
+def equal_precision_section(ours, torch_rows):
+    """The fastest 16-bit kernel of any chapter against SDPA's bf16 FLASH and cuDNN forward at each
+    point, with the fastest FP8 kernel beside it (e4m3 products run at twice the bf16 rate)."""
+    sdpa = {(point_key(r["seq"], r["head_dim"], r["causal"]), r["backend"]): float(r["tflops"])
+            for r in torch_rows if r["dtype"] == "bf16" and r["backend"] in ("flash", "cudnn")}
+    if not sdpa:
+        return []
+    best16, best8 = {}, {}
+    for r in ours:
+        if r["status"] != "ok" or r["dtype"] not in ("bf16", "fp16"):
+            continue
+        key, t = point_key(r["seq_q"], r["head_dim"], r["causal"]), float(r["tflops"])
+        table = best8 if "fp8" in r["kernel"] else best16
+        if key not in table or t > table[key][0]:
+            table[key] = (t, r["kernel"])
+    lines = ["At equal precision: the fastest bf16 or fp16 kernel of any chapter against SDPA's bf16 FLASH and "
+             "cuDNN forward, and the fastest FP8 kernel beside it (its products run at twice the bf16 rate).", "",
+             "| d | causal | seq | best 16-bit kernel | TFLOP/s | × FLASH bf16 | × cuDNN bf16 | best FP8 kernel | TFLOP/s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for key in sorted(best16):
+        t, kernel = best16[key]
+        ratios = [f"{t / sdpa[key, b]:.2f}" if (key, b) in sdpa else "-" for b in ("flash", "cudnn")]
+        t8, k8 = best8.get(key, (None, "-"))
+        lines.append(f"| {key[0]} | {'yes' if key[1] else 'no'} | {key[2]} | {kernel} | {t:.1f} | "
+                     + " | ".join(ratios) + f" | {k8} | {fmt(t8)} |")
+    return lines + [""]
 
 
 def memory_section(ours, torch_rows):
