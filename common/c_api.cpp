@@ -249,10 +249,10 @@ fa_status require_gpu() {
   } while (0)
 
 // Tensors (and the workspace) must start on a 16-byte boundary: the kernels move rows in 16-byte
-// pieces (vector loads, TMA and bulk copies, which fault on less). LSE and the int arrays are read
-// one element at a time and need their own 4. cudaMalloc and PyTorch's allocator give 256; a
-// misaligned view is refused here rather than left to fault on the GPU, where the error would end
-// the caller's CUDA context.
+// pieces (vector loads, TMA and bulk copies), which need 16-byte addresses. LSE and the int arrays
+// are read one element at a time and need their own 4. cudaMalloc and PyTorch's allocator give
+// 256; a misaligned view is refused here rather than left to the kernels, where a misaligned
+// vector load is a device fault that ends the caller's CUDA context.
 constexpr std::size_t kTensorAlignment = 16;
 constexpr std::size_t kElementAlignment = 4;
 
