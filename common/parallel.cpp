@@ -16,6 +16,7 @@ void parallel_for(std::size_t n, const std::function<void(std::size_t, std::size
     return;
   }
   std::vector<std::thread> threads;
+  threads.reserve(workers - 1);  // no allocation once a thread runs
   unsigned w = 1;
   try {
     for (; w < workers; ++w) threads.emplace_back(body, n * w / workers, n * (w + 1) / workers);
