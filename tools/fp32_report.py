@@ -11,10 +11,9 @@ the same call. One row per (head_dim, causal, seq): each kernel's TFLOP/s, the b
 The first line of the output is the '# ' line saying where it was measured (tools/tables.py
 needs it).
 """
-import csv
 import sys
 
-from report_io import ratio, report_args, report_writer, tflops_by_point
+from report_io import ratio, report_args, report_writer, sdpa_tflops_by_point, tflops_by_point
 
 EARLIER = ("ch01_tiled", "ch02_block", "ch03_online")
 OURS = EARLIER + ("ch04_registers", "ch04_tuned")
@@ -23,10 +22,7 @@ OURS = EARLIER + ("ch04_registers", "ch04_tuned")
 def main():
     args = report_args(__doc__)
     points, ours = tflops_by_point(args.fa_csv, OURS)
-    efficient = {}
-    for r in csv.DictReader(open(args.torch_csv, newline="")):
-        if r["status"] == "ok" and r["dtype"] == "fp32" and r["backend"] == "efficient":
-            efficient[int(r["head_dim"]), int(r["causal"]), int(r["seq"])] = float(r["tflops"])
+    efficient = sdpa_tflops_by_point(args.torch_csv, "fp32", ("efficient",))
     if not any(k == "ch04_tuned" for k, _ in ours):
         sys.exit(f"fp32_report: no row of ch04_tuned in {args.fa_csv}")
 
@@ -39,7 +35,7 @@ def main():
             values = [ours.get((k, key)) for k in OURS]
             earlier = [v for v in values[:len(EARLIER)] if v is not None]
             best = max(earlier) if earlier else None
-            tuned, registers, eff = ours.get(("ch04_tuned", key)), ours.get(("ch04_registers", key)), efficient.get(key)
+            tuned, registers, eff = ours.get(("ch04_tuned", key)), ours.get(("ch04_registers", key)), efficient.get(("efficient", key))
             w.writerow([d, causal, seq, 16384 // seq, 2048 // d, *[f"{v:.1f}" if v is not None else "" for v in values],
                         f"{best:.1f}" if best is not None else "", f"{eff:.1f}" if eff is not None else "",
                         ratio(tuned, best), ratio(tuned, registers), ratio(tuned, eff)])

@@ -10,10 +10,9 @@ the same sweep, in the same call. One row per (head_dim, causal, seq): each vari
 SDPA's two, and variant 6 over variant 5, variant 4, FLASH and cuDNN. The first line of the output
 is the '# ' line saying where it was measured (tools/tables.py needs it).
 """
-import csv
 import sys
 
-from report_io import ratio, report_args, report_writer, tflops_by_point
+from report_io import ratio, report_args, report_writer, sdpa_tflops_by_point, tflops_by_point
 
 OURS = ("ch07_wgmma_bf16", "ch07_fused_bf16", "ch07_fused_bulk_bf16")
 BACKENDS = ("flash", "cudnn")
@@ -22,10 +21,7 @@ BACKENDS = ("flash", "cudnn")
 def main():
     args = report_args(__doc__)
     points, ours = tflops_by_point(args.fa_csv, OURS)
-    torch = {}
-    for r in csv.DictReader(open(args.torch_csv, newline="")):
-        if r["status"] == "ok" and r["dtype"] == "bf16" and r["backend"] in BACKENDS:
-            torch[r["backend"], (int(r["head_dim"]), int(r["causal"]), int(r["seq"]))] = float(r["tflops"])
+    torch = sdpa_tflops_by_point(args.torch_csv, "bf16", BACKENDS)
     if not any(k == "ch07_fused_bulk_bf16" for k, _ in ours):
         sys.exit(f"fused_backward_report: no row of ch07_fused_bulk_bf16 in {args.fa_csv}")
 

@@ -12,10 +12,9 @@ sweep. One row per (head_dim, causal, seq): the kernels' TFLOP/s (FP8 where it r
 and FP8 kernels to cuDNN's. The first line of the output is the '# ' line saying
 where it was measured (tools/tables.py needs it).
 """
-import csv
 import sys
 
-from report_io import ratio, report_args, report_writer, tflops_by_point
+from report_io import ratio, report_args, report_writer, sdpa_tflops_by_point, tflops_by_point
 
 OURS = ("ch05_tuned_bf16", "ch06_pingpong_bf16", "ch06_persistent_bf16", "ch06_fp8")
 
@@ -23,10 +22,7 @@ OURS = ("ch05_tuned_bf16", "ch06_pingpong_bf16", "ch06_persistent_bf16", "ch06_f
 def main():
     args = report_args(__doc__)
     points, ours = tflops_by_point(args.fa_csv, OURS)
-    torch = {}
-    for r in csv.DictReader(open(args.torch_csv, newline="")):
-        if r["status"] == "ok" and r["dtype"] == "bf16" and r["backend"] in ("flash", "cudnn"):
-            torch[r["backend"], (int(r["head_dim"]), int(r["causal"]), int(r["seq"]))] = float(r["tflops"])
+    torch = sdpa_tflops_by_point(args.torch_csv, "bf16", ("flash", "cudnn"))
     if not points:
         sys.exit(f"head_dims_report: no row of {', '.join(OURS)} in {args.fa_csv}")
 

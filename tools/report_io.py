@@ -1,6 +1,7 @@
 """What the *_report.py scripts share: their command line (fa_bench's CSV, a second CSV from the
-same call, --out and --line), the TFLOP/s of some kernels per sweep point, and an output CSV whose
-first line is the '# ' line saying where it was measured (tools/tables.py reads it)."""
+same call, --out and --line), the TFLOP/s of some kernels and of SDPA's backends per sweep point,
+and an output CSV whose first line is the '# ' line saying where it was measured (tools/tables.py
+reads it)."""
 import argparse
 import contextlib
 import csv
@@ -26,6 +27,16 @@ def tflops_by_point(path, kernels):
             points.add(key)
             tflops[r["kernel"], key] = float(r["tflops"])
     return points, tflops
+
+
+def sdpa_tflops_by_point(path, dtype, backends):
+    """{(backend, point): TFLOP/s} of bench_torch.py's CSV, the rows of `dtype` and `backends` that
+    ran ("ok"); points as in tflops_by_point."""
+    tflops = {}
+    for r in csv.DictReader(open(path, newline="")):
+        if r["status"] == "ok" and r["dtype"] == dtype and r["backend"] in backends:
+            tflops[r["backend"], (int(r["head_dim"]), int(r["causal"]), int(r["seq"]))] = float(r["tflops"])
+    return tflops
 
 
 def ratio(a, b):
