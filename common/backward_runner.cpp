@@ -15,9 +15,12 @@
 
 namespace fa {
 
-BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed, DType dtype, int check_kv_heads) {
+BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed, DType dtype, int check_kv_heads,
+                                      const AttentionFeatures& features) {
+  features.validate(shape);
   BackwardProblem p;
   p.shape = shape;
+  p.features = features;
   p.seed = seed;
   p.dtype = dtype;
   auto fill = [&](std::vector<float>& x, int64_t n, int stream) {
@@ -29,9 +32,9 @@ BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed
   fill(p.k, shape.kv_elems(), 1);
   fill(p.v, shape.kv_elems(), 2);
   fill(p.d_o, shape.o_elems(), 3);
-  p.bias = random_bias(shape, seed);
-  if (shape.varlen) p.packing = random_packing(shape, seed);
-  if (shape.has_features() && check_kv_heads > 0) check_kv_heads = 0;
+  p.bias = random_bias(shape, features, seed);
+  if (features.varlen()) p.packing = random_packing(shape, features, seed);
+  if (features.any() && check_kv_heads > 0) check_kv_heads = 0;
   p.checked = shape;
   if (check_kv_heads < 0) {  // no oracle: outputs are only checked to be written and finite
     p.checked.batch = 0;
@@ -46,7 +49,7 @@ BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed
     p.needs_forward = true;
   }
   const AttentionExtras extras = p.host_extras();
-  p.ref = reference_backward(p.checked, p.q.data(), p.k.data(), p.v.data(), p.d_o.data(), &extras);
+  p.ref = reference_backward(p.checked, p.q.data(), p.k.data(), p.v.data(), p.d_o.data(), features, &extras);
   if (!p.needs_forward) {
     p.o.resize(p.ref.o.size());
     for (std::size_t i = 0; i < p.o.size(); ++i) p.o[i] = round_to_dtype(float(p.ref.o[i]), dtype);
@@ -55,7 +58,7 @@ BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed
   return p;
 }
 
-AttentionExtras BackwardProblem::host_extras() const { return host_extras_of(shape, bias, packing); }
+AttentionExtras BackwardProblem::host_extras() const { return host_extras_of(features, bias, packing); }
 
 void run_forward_for(BackwardProblem& problem, const ForwardKernel& forward) {
   launch_forward_on(forward, problem.shape, problem.q, problem.k, problem.v, problem.o, problem.lse);
@@ -122,7 +125,7 @@ BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProbl
     r.skipped = "no GPU: " + gpu.reason;
     return r;
   }
-  r.skipped = support_reason(kernel, s);
+  r.skipped = support_reason(kernel, s, problem.features);
   if (!r.skipped.empty()) return r;
   if (problem.needs_forward) {
     r.error = "the problem has no O and LSE yet (run_forward_for)";
@@ -137,12 +140,13 @@ BackwardRunResult run_backward(const BackwardKernel& kernel, const BackwardProbl
     DeviceBuffer dq(std::size_t(s.q_elems()) * dtype_size(t)), dk(std::size_t(s.kv_elems()) * dtype_size(t)),
         dv(std::size_t(s.kv_elems()) * dtype_size(t));
     DeviceBuffer workspace(kernel.workspace_bytes ? kernel.workspace_bytes(s) : 0);
-    const DeviceExtras extras(s, problem.bias, problem.packing);  // chapter 09's, on the device
+    const DeviceExtras extras(problem.features, problem.bias, problem.packing);  // chapter 09's, on the device
     dq.poison();
     dk.poison();
     dv.poison();
     BackwardParams p;
     p.shape = s;
+    p.features = problem.features;
     p.q = q.get();
     p.k = k.get();
     p.v = v.get();

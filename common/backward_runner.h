@@ -19,11 +19,12 @@ namespace fa {
 /// would have left them, and the oracle's dQ, dK, dV for the loss sum(O * dO).
 struct BackwardProblem {
   AttentionShape shape;
+  AttentionFeatures features;  // chapter 09's, none by default
   uint64_t seed = 0;
   DType dtype = DType::F32;
   std::vector<float> q, k, v, d_o, o, lse;
   /// Chapter 09: the bias (float, not rounded) and a packed batch's boundaries (random_packing),
-  /// when the shape asks for them.
+  /// when the features ask for them.
   std::vector<float> bias;
   Packing packing;
   AttentionExtras host_extras() const;
@@ -37,9 +38,10 @@ struct BackwardProblem {
 /// check_kv_heads = 0: the oracle over the whole problem, which also gives O and LSE. Otherwise
 /// the oracle covers only the first check_kv_heads K/V heads of batch 0, and O and LSE must come
 /// from a forward kernel (run_forward_for). check_kv_heads < 0: no oracle at all (timing runs);
-/// the kernels' outputs are then only checked to be written everywhere and finite. A shape with
+/// the kernels' outputs are then only checked to be written everywhere and finite. A problem with
 /// chapter 09's features is always checked whole (check_kv_heads > 0 counts as 0).
-BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed, DType dtype, int check_kv_heads = 0);
+BackwardProblem make_backward_problem(const AttentionShape& shape, uint64_t seed, DType dtype, int check_kv_heads = 0,
+                                      const AttentionFeatures& features = {});
 
 /// Fills problem.o and problem.lse with `forward`'s output on the problem's inputs (a GPU run).
 /// Which forward is the caller's choice: chapter 07 runs chapter 04's fp32 kernel

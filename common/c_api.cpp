@@ -295,6 +295,35 @@ fa_status check_by_name(const std::vector<Entry>& list, fa_kind kind, const char
   });
 }
 
+// The body of every launch: the kernel by name, the shape, the pointers (`tensors` on 16 bytes,
+// `elements` -- LSE and the int arrays -- on 4), the GPU, the shape against the kernel, the
+// workspace; then `params`, its pointers filled in by the caller, gets the shape, the workspace
+// and the stream and is launched.
+template <class Entry, class CShape, class Params>
+fa_status launch_by_name(const std::vector<Entry>& list, fa_kind kind, const char* name, const CShape* shape,
+                         std::initializer_list<std::pair<const char*, const void*>> tensors,
+                         std::initializer_list<std::pair<const char*, const void*>> elements, void* workspace,
+                         std::size_t workspace_bytes, void* stream, Params params) {
+  return guarded([&] {
+    const Entry* kernel = nullptr;
+    FA_RETURN_IF_FAILED(lookup(list, kind, name, &kernel));
+    if (shape == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "shape is a null pointer");
+    const auto s = to_shape(*shape);
+    FA_RETURN_IF_FAILED(require_pointers(tensors, kTensorAlignment));
+    FA_RETURN_IF_FAILED(require_pointers(elements, kElementAlignment));
+    FA_RETURN_IF_FAILED(require_gpu());
+    std::size_t needed = 0;
+    FA_RETURN_IF_FAILED(check_entry(*kernel, s, &needed));
+    FA_RETURN_IF_FAILED(require_workspace(workspace, workspace_bytes, needed));
+    params.shape = s;
+    params.workspace = workspace;
+    params.stream = static_cast<cudaStream_t>(stream);
+    kernel->launch(params);
+    CUDA_CHECK_LAUNCH();
+    return ok();
+  });
+}
+
 }  // namespace
 
 }  // namespace fa
@@ -378,97 +407,49 @@ fa_status fa_decode_check(const char* name, const fa_decode_shape* shape, size_t
 
 fa_status fa_forward(const char* name, const fa_shape* shape, const void* q, const void* k, const void* v, void* o,
                      float* lse, void* workspace, size_t workspace_bytes, void* stream) {
-  return guarded([&] {
-    const ForwardKernel* kernel = nullptr;
-    FA_RETURN_IF_FAILED(lookup(forward_kernels(), FA_KIND_FORWARD, name, &kernel));
-    if (shape == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "shape is a null pointer");
-    const AttentionShape s = to_shape(*shape);
-    FA_RETURN_IF_FAILED(require_pointers({{"q", q}, {"k", k}, {"v", v}, {"o", o}}, kTensorAlignment));
-    FA_RETURN_IF_FAILED(require_pointers({{"lse", lse}}, kElementAlignment));
-    FA_RETURN_IF_FAILED(require_gpu());
-    std::size_t needed = 0;
-    FA_RETURN_IF_FAILED(check_entry(*kernel, s, &needed));
-    FA_RETURN_IF_FAILED(require_workspace(workspace, workspace_bytes, needed));
-    ForwardParams p;
-    p.shape = s;
-    p.q = q;
-    p.k = k;
-    p.v = v;
-    p.o = o;
-    p.lse = lse;
-    p.workspace = workspace;
-    p.stream = static_cast<cudaStream_t>(stream);
-    kernel->launch(p);
-    CUDA_CHECK_LAUNCH();
-    return ok();
-  });
+  ForwardParams p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.o = o;
+  p.lse = lse;
+  return launch_by_name(forward_kernels(), FA_KIND_FORWARD, name, shape, {{"q", q}, {"k", k}, {"v", v}, {"o", o}},
+                        {{"lse", lse}}, workspace, workspace_bytes, stream, p);
 }
 
 fa_status fa_backward(const char* name, const fa_shape* shape, const void* q, const void* k, const void* v,
                       const void* o, const void* d_o, const float* lse, void* dq, void* dk, void* dv, void* workspace,
                       size_t workspace_bytes, void* stream) {
-  return guarded([&] {
-    const BackwardKernel* kernel = nullptr;
-    FA_RETURN_IF_FAILED(lookup(backward_kernels(), FA_KIND_BACKWARD, name, &kernel));
-    if (shape == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "shape is a null pointer");
-    const AttentionShape s = to_shape(*shape);
-    FA_RETURN_IF_FAILED(require_pointers(
-        {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"d_o", d_o}, {"dq", dq}, {"dk", dk}, {"dv", dv}}, kTensorAlignment));
-    FA_RETURN_IF_FAILED(require_pointers({{"lse", lse}}, kElementAlignment));
-    FA_RETURN_IF_FAILED(require_gpu());
-    std::size_t needed = 0;
-    FA_RETURN_IF_FAILED(check_entry(*kernel, s, &needed));
-    FA_RETURN_IF_FAILED(require_workspace(workspace, workspace_bytes, needed));
-    BackwardParams p;
-    p.shape = s;
-    p.q = q;
-    p.k = k;
-    p.v = v;
-    p.o = o;
-    p.d_o = d_o;
-    p.lse = lse;
-    p.dq = dq;
-    p.dk = dk;
-    p.dv = dv;
-    p.workspace = workspace;
-    p.stream = static_cast<cudaStream_t>(stream);
-    kernel->launch(p);
-    CUDA_CHECK_LAUNCH();
-    return ok();
-  });
+  BackwardParams p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.o = o;
+  p.d_o = d_o;
+  p.lse = lse;
+  p.dq = dq;
+  p.dk = dk;
+  p.dv = dv;
+  return launch_by_name(backward_kernels(), FA_KIND_BACKWARD, name, shape,
+                        {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"d_o", d_o}, {"dq", dq}, {"dk", dk}, {"dv", dv}},
+                        {{"lse", lse}}, workspace, workspace_bytes, stream, p);
 }
 
 fa_status fa_decode(const char* name, const fa_decode_shape* shape, const void* q, const void* k_cache,
                     const void* v_cache, const int* block_tables, const int* context_lens, void* o, float* lse,
                     void* workspace, size_t workspace_bytes, void* stream) {
-  return guarded([&] {
-    const DecodeKernel* kernel = nullptr;
-    FA_RETURN_IF_FAILED(lookup(decode_kernels(), FA_KIND_DECODE, name, &kernel));
-    if (shape == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "shape is a null pointer");
-    const DecodeShape s = to_shape(*shape);
-    FA_RETURN_IF_FAILED(
-        require_pointers({{"q", q}, {"k_cache", k_cache}, {"v_cache", v_cache}, {"o", o}}, kTensorAlignment));
-    FA_RETURN_IF_FAILED(require_pointers({{"block_tables", block_tables}, {"context_lens", context_lens}, {"lse", lse}},
-                                         kElementAlignment));
-    FA_RETURN_IF_FAILED(require_gpu());
-    std::size_t needed = 0;
-    FA_RETURN_IF_FAILED(check_entry(*kernel, s, &needed));
-    FA_RETURN_IF_FAILED(require_workspace(workspace, workspace_bytes, needed));
-    DecodeParams p;
-    p.shape = s;
-    p.q = q;
-    p.k_cache = k_cache;
-    p.v_cache = v_cache;
-    p.block_tables = block_tables;
-    p.context_lens = context_lens;
-    p.o = o;
-    p.lse = lse;
-    p.workspace = workspace;
-    p.stream = static_cast<cudaStream_t>(stream);
-    kernel->launch(p);
-    CUDA_CHECK_LAUNCH();
-    return ok();
-  });
+  DecodeParams p;
+  p.q = q;
+  p.k_cache = k_cache;
+  p.v_cache = v_cache;
+  p.block_tables = block_tables;
+  p.context_lens = context_lens;
+  p.o = o;
+  p.lse = lse;
+  return launch_by_name(decode_kernels(), FA_KIND_DECODE, name, shape,
+                        {{"q", q}, {"k_cache", k_cache}, {"v_cache", v_cache}, {"o", o}},
+                        {{"block_tables", block_tables}, {"context_lens", context_lens}, {"lse", lse}}, workspace,
+                        workspace_bytes, stream, p);
 }
 
 }  // extern "C"

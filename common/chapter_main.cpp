@@ -17,19 +17,6 @@ namespace fa {
 
 namespace {
 
-/// A variant matches --variant by its number, its short name or its full registry name.
-template <class Entry>
-bool matches(const Entry& entry, const std::string& wanted) {
-  return wanted == "all" || wanted == entry.variant || wanted == entry.name || wanted == std::to_string(entry.number);
-}
-
-template <class Entry>
-std::string variant_list(const std::vector<const Entry*>& entries) {
-  std::string out;
-  for (const Entry* e : entries) out += (out.empty() ? "" : ", ") + std::to_string(e->number) + "/" + e->variant;
-  return out.empty() ? "none registered" : out + ", all";
-}
-
 void print_variants(int chapter) {
   std::cout << "GPU kernels:\n";
   for (const ForwardKernel* k : forward_kernels_of_chapter(chapter)) {
@@ -40,6 +27,11 @@ void print_variants(int chapter) {
   for (const CpuAlgorithm* a : cpu_algorithms_of_chapter(chapter)) {
     std::printf("  %d  %-12s %-28s %s\n", a->number, a->variant.c_str(), a->name.c_str(), a->summary.c_str());
   }
+}
+
+/// The shape, then chapter 09's features when any is on.
+std::string describe(const AttentionShape& shape, const AttentionFeatures& features) {
+  return features.any() ? shape.to_string() + " " + features.to_string() : shape.to_string();
 }
 
 struct BadInput : std::invalid_argument {
@@ -53,9 +45,10 @@ int chapter_main(int argc, const char* const* argv, const ChapterInfo& chapter) 
   std::vector<const ForwardKernel*> kernels;
   std::vector<const CpuAlgorithm*> algorithms;
   try {
-    opt = parse_cli(argc, argv);
+    opt = parse_cli(argc, argv, chapter.features);
     if (opt.help) {
-      std::cout << chapter.title << " (chapter " << chapter.number << ")\n\n" << cli_usage(chapter.program) << "\n";
+      std::cout << chapter.title << " (chapter " << chapter.number << ")\n\n"
+                << cli_usage(chapter.program, chapter.features) << "\n";
       print_variants(chapter.number);
       return 0;
     }
@@ -64,11 +57,12 @@ int chapter_main(int argc, const char* const* argv, const ChapterInfo& chapter) 
       return 0;
     }
     opt.shape.validate();
+    opt.features.validate(opt.shape);
     for (const ForwardKernel* k : forward_kernels_of_chapter(chapter.number)) {
-      if (matches(*k, opt.variant)) kernels.push_back(k);
+      if (variant_matches(*k, opt.variant)) kernels.push_back(k);
     }
     for (const CpuAlgorithm* a : cpu_algorithms_of_chapter(chapter.number)) {
-      if (matches(*a, opt.variant)) algorithms.push_back(a);
+      if (variant_matches(*a, opt.variant)) algorithms.push_back(a);
     }
     if (kernels.empty() && algorithms.empty()) {
       throw BadInput("unknown variant '" + opt.variant + "' for chapter " + std::to_string(chapter.number) +
@@ -77,7 +71,7 @@ int chapter_main(int argc, const char* const* argv, const ChapterInfo& chapter) 
     // A variant asked for by name must handle the shape; with 'all' an unsupported one is listed as skipped.
     if (opt.variant != "all") {
       for (const ForwardKernel* k : kernels) {
-        std::string why = support_reason(*k, opt.shape);
+        std::string why = support_reason(*k, opt.shape, opt.features);
         if (!why.empty()) throw BadInput("variant '" + k->variant + "' does not support this shape: " + why);
       }
     }
@@ -96,8 +90,8 @@ int chapter_main(int argc, const char* const* argv, const ChapterInfo& chapter) 
     std::cout << "chapter " << chapter.number << ": " << chapter.title << "\n";
     if (gpu.available) {
       std::cout << "GPU: " << describe_gpu(gpu) << "\n";
-      Problem problem(opt.shape, opt.seed, opt.full_check);
-      std::cout << "problem: " << opt.shape.to_string() << ", seed " << opt.seed << "  (--seed " << opt.seed
+      Problem problem(opt.shape, opt.seed, opt.full_check, opt.features);
+      std::cout << "problem: " << describe(opt.shape, opt.features) << ", seed " << opt.seed << "  (--seed " << opt.seed
                 << " repeats it)\n";
       if (opt.check) std::cout << "check: fp64 oracle on " << problem.plan().describe(opt.shape) << "\n";
       std::cout << "\n";
@@ -119,8 +113,8 @@ int chapter_main(int argc, const char* const* argv, const ChapterInfo& chapter) 
         cpu_shape.causal = opt.shape.causal;
         if (opt.logit_scale != 1.0) cpu_shape.scale = opt.logit_scale / std::sqrt(double(cpu_shape.head_dim));
       }
-      Problem problem(cpu_shape, opt.seed, opt.full_check);
-      std::cout << "CPU problem: " << cpu_shape.to_string() << ", seed " << opt.seed << "\n";
+      Problem problem(cpu_shape, opt.seed, opt.full_check, opt.features);
+      std::cout << "CPU problem: " << describe(cpu_shape, opt.features) << ", seed " << opt.seed << "\n";
       if (opt.check) std::cout << "check: fp64 oracle on " << problem.plan().describe(cpu_shape) << "\n";
       for (const CpuAlgorithm* a : algorithms) results.push_back(run_cpu_algorithm(*a, problem, run));
       std::cout << "\n";

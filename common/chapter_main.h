@@ -3,12 +3,47 @@
 // run the CPU side (the oracle and the chapter's algorithm.h) instead.
 #pragma once
 
+#include <stdexcept>
+#include <string>
+#include <vector>
+
 namespace fa {
+
+/// Whether `entry` (a forward, backward or decode kernel, or a CPU algorithm) is the --variant
+/// asked for: 'all', its number, its short name or its full registry name.
+template <class Entry>
+bool variant_matches(const Entry& entry, const std::string& wanted) {
+  return wanted == "all" || wanted == entry.variant || wanted == entry.name || wanted == std::to_string(entry.number);
+}
+
+/// "1/reorder, 2/kv_split, all": the variants of `entries` (each once), for error messages.
+template <class Entry>
+std::string variant_list(const std::vector<const Entry*>& entries) {
+  std::string out;
+  for (const Entry* e : entries) {
+    const std::string item = std::to_string(e->number) + "/" + e->variant;
+    if ((", " + out + ", ").find(", " + item + ", ") == std::string::npos) out += (out.empty() ? "" : ", ") + item;
+  }
+  return out.empty() ? "none registered" : out + ", all";
+}
+
+/// Throws std::invalid_argument("unknown variant 'x' for chapter 7; available: 1/fp32, ..., all")
+/// unless --variant `wanted` names one of `entries`.
+template <class Entry>
+void require_known_variant(const std::vector<const Entry*>& entries, const std::string& wanted, int chapter) {
+  for (const Entry* e : entries)
+    if (variant_matches(*e, wanted)) return;
+  throw std::invalid_argument("unknown variant '" + wanted + "' for chapter " + std::to_string(chapter) +
+                              "; available: " + variant_list(entries));
+}
 
 struct ChapterInfo {
   int number;           // 1 for chapters/01_naive_attention
   const char* program;  // "ch01_naive_attention"
   const char* title;    // "Naive attention"
+  /// Whether the program takes chapter 09's feature flags (--window, --softcap, ...): only the
+  /// chapters whose kernels declare features do.
+  bool features = false;
 };
 
 /// Returns the process exit code: 0 when everything that ran passed its check, 1 when a check

@@ -50,10 +50,10 @@ int parse_size(const std::string& flag, const std::string& text) {
 
 }  // namespace
 
-CliOptions parse_cli(int argc, const char* const* argv) {
+CliOptions parse_cli(int argc, const char* const* argv, bool takes_features) {
   CliOptions opt;
   opt.shape = default_gpu_shape();
-  bool heads_kv_given = false, seq_kv_given = false;
+  bool heads_kv_given = false, seq_kv_given = false, varlen = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     std::string inline_value;
@@ -114,31 +114,31 @@ CliOptions parse_cli(int argc, const char* const* argv) {
       double x = std::strtod(text.c_str(), &end);
       if (text.empty() || *end != '\0' || !std::isfinite(x) || x <= 0) bad_value(arg, text, "a finite number > 0");
       opt.logit_scale = x;
-    } else if (arg == "--window") {
+    } else if (takes_features && arg == "--window") {
       const std::string text = value();
       const size_t comma = text.find(',');
       if (comma == std::string::npos) bad_value(arg, text, "LEFT,RIGHT with each an integer >= -1 (-1: no limit)");
-      opt.shape.window_left =
+      opt.features.window_left =
           int(parse_integer(arg, text.substr(0, comma), -1, "LEFT,RIGHT with each an integer >= -1"));
-      opt.shape.window_right =
+      opt.features.window_right =
           int(parse_integer(arg, text.substr(comma + 1), -1, "LEFT,RIGHT with each an integer >= -1"));
       opt.shape_given = true;
-    } else if (arg == "--softcap") {
+    } else if (takes_features && arg == "--softcap") {
       std::string text = value();
       char* end = nullptr;
       double x = std::strtod(text.c_str(), &end);
       if (text.empty() || *end != '\0' || !std::isfinite(x) || x <= 0) bad_value(arg, text, "a finite number > 0");
-      opt.shape.softcap = x;
+      opt.features.softcap = x;
       opt.shape_given = true;
-    } else if (arg == "--alibi") {
+    } else if (takes_features && arg == "--alibi") {
       no_value();
-      opt.shape.alibi = opt.shape_given = true;
-    } else if (arg == "--bias") {
+      opt.features.alibi = opt.shape_given = true;
+    } else if (takes_features && arg == "--bias") {
       no_value();
-      opt.shape.bias = opt.shape_given = true;
-    } else if (arg == "--varlen") {
+      opt.features.bias = opt.shape_given = true;
+    } else if (takes_features && arg == "--varlen") {
       no_value();
-      opt.shape.varlen = opt.shape_given = true;
+      varlen = opt.shape_given = true;
     } else if (arg == "--variant") {
       opt.variant = value();
       if (opt.variant.empty()) bad_value(arg, opt.variant, "a variant name, a number or 'all'");
@@ -169,6 +169,8 @@ CliOptions parse_cli(int argc, const char* const* argv) {
     } else if (arg == "--csv") {
       opt.csv = value();
       if (opt.csv.empty()) bad_value(arg, opt.csv, "a file path");
+    } else if (arg == "--window" || arg == "--softcap" || arg == "--alibi" || arg == "--bias" || arg == "--varlen") {
+      throw std::invalid_argument(arg + " is one of chapter 09's features, which this program's kernels do not take");
     } else {
       throw std::invalid_argument("unknown argument '" + std::string(argv[i]) + "' (see --help)");
     }
@@ -179,10 +181,14 @@ CliOptions parse_cli(int argc, const char* const* argv) {
   if (!seq_kv_given) opt.shape.seq_kv = opt.shape.seq_q;
   if (!opt.seed_given) opt.seed = std::random_device{}() & 0xFFFFFFu;
   if (opt.logit_scale != 1.0) opt.shape.scale = opt.logit_scale / std::sqrt(double(opt.shape.head_dim));
+  if (varlen) {  // the --batch sequences lie end to end in one batch
+    opt.features.sequences = opt.shape.batch;
+    opt.shape.batch = 1;
+  }
   return opt;
 }
 
-std::string cli_usage(const std::string& program) {
+std::string cli_usage(const std::string& program, bool takes_features) {
   AttentionShape d = default_gpu_shape();
   std::ostringstream s;
   s << "usage: " << program << " [flags]\n"
@@ -198,15 +204,16 @@ std::string cli_usage(const std::string& program) {
     << "  --causal           causal mask, aligned bottom-right when seq-q != seq-kv\n"
     << "  --no-causal        no mask (default)\n"
     << "  --logit-scale F    multiply the softmax scale 1/sqrt(dim) by F (large F shows overflow)\n"
-    << "\n"
-    << "Masks and score changes (chapter 09's kernels; others report them as not supported):\n"
-    << "  --window L,R       sliding window: query i sees keys i-L .. i+R (bottom-right; -1: no limit)\n"
-    << "  --softcap F        logit softcap: a scaled score x becomes F * tanh(x / F)\n"
-    << "  --alibi            ALiBi: add -slope_h * |i - j| (the ALiBi paper's slopes for --heads)\n"
-    << "  --bias             add a random float bias [batch, heads, seq-q, seq-kv]\n"
-    << "  --varlen           pack --batch sequences of random lengths into --seq-q / --seq-kv tokens\n"
-    << "\n"
-    << "Run:\n"
+    << "\n";
+  if (takes_features)
+    s << "Masks and score changes (chapter 09's kernels; others report them as not supported):\n"
+      << "  --window L,R       sliding window: query i sees keys i-L .. i+R (bottom-right; -1: no limit)\n"
+      << "  --softcap F        logit softcap: a scaled score x becomes F * tanh(x / F)\n"
+      << "  --alibi            ALiBi: add -slope_h * |i - j| (the ALiBi paper's slopes for --heads)\n"
+      << "  --bias             add a random float bias [batch, heads, seq-q, seq-kv]\n"
+      << "  --varlen           pack --batch sequences of random lengths into --seq-q / --seq-kv tokens\n"
+      << "\n";
+  s << "Run:\n"
     << "  --variant NAME     a variant's name or number, or 'all' (default)\n"
     << "  --list             list this chapter's variants and exit\n"
     << "  --iters N          timed repeats, median reported; 0 = no timing (default 20)\n"

@@ -4,12 +4,17 @@
 #include <cstdint>
 #include <string>
 
+#include "attention_features.h"
 #include "problem.h"
 
 namespace fa {
 
 struct CliOptions {
   AttentionShape shape;
+  /// Chapter 09's features (--window, --softcap, --alibi, --bias, --varlen), for programs that
+  /// take them. --varlen packs --batch sequences along the seq axis: shape.batch becomes 1 and
+  /// features.sequences the count.
+  AttentionFeatures features;
   bool shape_given = false;  // any of --batch/--heads/--heads-kv/--seq*/--dim was given
   std::string variant = "all";
   int iters = 20;
@@ -34,8 +39,9 @@ AttentionShape default_cpu_shape();
 
 /// Parses argv. Throws std::invalid_argument with a one-line message naming the flag, the bad
 /// value and what is allowed. Does not validate the shape as a whole (AttentionShape::validate).
-CliOptions parse_cli(int argc, const char* const* argv);
+/// Chapter 09's flags are taken only when `takes_features`; otherwise they are unknown arguments.
+CliOptions parse_cli(int argc, const char* const* argv, bool takes_features = false);
 
-std::string cli_usage(const std::string& program);
+std::string cli_usage(const std::string& program, bool takes_features = false);
 
 }  // namespace fa

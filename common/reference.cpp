@@ -25,27 +25,28 @@ int64_t head_offset(const AttentionShape& s, int batch, int head, int heads, int
   return ((int64_t(batch) * heads + head) * seq) * s.head_dim;
 }
 
-/// One sequence as the oracle sees it: a dense shape (batch 1, no varlen) and where its rows
+/// One sequence as the oracle sees it: a dense shape (batch 1) and where its rows
 /// start in Q, K, V, the bias and LSE. A dense batch is one such sequence per (batch, head).
 struct Sequence {
   AttentionShape shape;
+  AttentionFeatures features;  // the problem's, with no packing
   int head = 0;
   const float *q = nullptr, *k = nullptr, *v = nullptr;  // row 0 of this head's Q, K, V
   const float* bias = nullptr;                           // [seq_q][seq_kv] of this head, or null
-  int64_t q_row0 = 0;  // index of row 0 in the full [packs, heads_q, seq_q] row numbering
+  int64_t q_row0 = 0;  // index of row 0 in the full [batch, heads_q, seq_q] row numbering
 };
 
-Sequence dense_sequence(const AttentionShape& s, const AttentionExtras* extras, const float* q, const float* k,
-                        const float* v, int batch, int head) {
+Sequence dense_sequence(const AttentionShape& s, const AttentionFeatures& f, const AttentionExtras* extras,
+                        const float* q, const float* k, const float* v, int batch, int head) {
   Sequence seq;
-  seq.shape = s;
-  seq.shape.batch = 1;
+  seq.shape = sequence_shape(s, s.seq_q, s.seq_kv);
+  seq.features = f;
   seq.head = head;
   seq.q = q + head_offset(s, batch, head, s.heads_q, s.seq_q);
   seq.k = k + head_offset(s, batch, s.kv_head(head), s.heads_kv, s.seq_kv);
   seq.v = v + head_offset(s, batch, s.kv_head(head), s.heads_kv, s.seq_kv);
-  if (s.bias) {
-    if (!extras || !extras->bias) throw std::invalid_argument("the oracle: shape.bias is on but no bias was given");
+  if (f.bias) {
+    if (!extras || !extras->bias) throw std::invalid_argument("the oracle: features.bias is on but no bias was given");
     seq.bias = extras->bias + (int64_t(batch) * s.heads_q + head) * s.seq_q * s.seq_kv;
   }
   seq.q_row0 = (int64_t(batch) * s.heads_q + head) * s.seq_q;
@@ -53,11 +54,13 @@ Sequence dense_sequence(const AttentionShape& s, const AttentionExtras* extras, 
 }
 
 /// Sequence `index` of a packed batch, for query head `head`.
-Sequence packed_sequence(const AttentionShape& s, const AttentionExtras& extras, const float* q, const float* k,
-                         const float* v, int index, int head) {
+Sequence packed_sequence(const AttentionShape& s, const AttentionFeatures& f, const AttentionExtras& extras,
+                         const float* q, const float* k, const float* v, int index, int head) {
   const int q0 = extras.cu_seqlens_q[index], k0 = extras.cu_seqlens_k[index];
   Sequence seq;
-  seq.shape = s.sequence_shape(extras.cu_seqlens_q[index + 1] - q0, extras.cu_seqlens_k[index + 1] - k0);
+  seq.shape = sequence_shape(s, extras.cu_seqlens_q[index + 1] - q0, extras.cu_seqlens_k[index + 1] - k0);
+  seq.features = f;
+  seq.features.sequences = 0;
   seq.head = head;
   seq.q = q + (int64_t(head) * s.seq_q + q0) * s.head_dim;
   seq.k = k + (int64_t(s.kv_head(head)) * s.seq_kv + k0) * s.head_dim;
@@ -67,17 +70,17 @@ Sequence packed_sequence(const AttentionShape& s, const AttentionExtras& extras,
 }
 
 /// Throws unless cu_seqlens_q/_k run from 0 to seq_q/seq_kv without going down.
-void check_packed(const AttentionShape& s, const AttentionExtras* extras) {
+void check_packed(const AttentionShape& s, const AttentionFeatures& f, const AttentionExtras* extras) {
   if (!extras || !extras->cu_seqlens_q || !extras->cu_seqlens_k)
-    throw std::invalid_argument("the oracle: shape.varlen is on but no cu_seqlens were given");
+    throw std::invalid_argument("the oracle: a packed batch needs its cu_seqlens");
   for (const auto& [name, cu, total] :
        {std::tuple<const char*, const int*, int>{"cu_seqlens_q", extras->cu_seqlens_q, s.seq_q},
         {"cu_seqlens_k", extras->cu_seqlens_k, s.seq_kv}}) {
-    bool ok = cu[0] == 0 && cu[s.batch] == total;
-    for (int b = 0; b < s.batch; ++b) ok = ok && cu[b + 1] >= cu[b];
+    bool ok = cu[0] == 0 && cu[f.sequences] == total;
+    for (int b = 0; b < f.sequences; ++b) ok = ok && cu[b + 1] >= cu[b];
     if (!ok)
       throw std::invalid_argument(std::string("the oracle: ") + name + " must rise from 0 to " + std::to_string(total) +
-                                  " in " + std::to_string(s.batch + 1) + " entries");
+                                  " in " + std::to_string(f.sequences + 1) + " entries");
   }
 }
 
@@ -94,15 +97,16 @@ MatrixD gather_rows(const float* base, int head_dim, const std::vector<int>& row
 /// applied. `capped` (when not null) receives tanh(x / softcap) for the backward.
 MatrixD modified_scores(const Sequence& seq, const std::vector<int>& rows, MatrixD* capped = nullptr) {
   const AttentionShape& s = seq.shape;
+  const AttentionFeatures& f = seq.features;
   MatrixD keys = MatrixFMap(seq.k, s.seq_kv, s.head_dim).cast<double>();
   MatrixD scores = (gather_rows(seq.q, s.head_dim, rows) * keys.transpose()) * s.softmax_scale();
   if (capped) *capped = MatrixD::Zero(scores.rows(), scores.cols());
-  if (s.softcap > 0.0 || s.alibi || seq.bias) {
+  if (f.softcap > 0.0 || f.alibi || seq.bias) {
     for (Eigen::Index r = 0; r < scores.rows(); ++r)
       for (int j = 0; j < s.seq_kv; ++j) {
         double& x = scores(r, j);
-        if (capped && s.softcap > 0.0) (*capped)(r, j) = std::tanh(x / s.softcap);
-        x = s.modify_score(x, seq.head, rows[r], j);
+        if (capped && f.softcap > 0.0) (*capped)(r, j) = std::tanh(x / f.softcap);
+        x = f.modify_score(s, x, seq.head, rows[r], j);
         if (seq.bias) x += seq.bias[int64_t(rows[r]) * s.seq_kv + j];
       }
   }
@@ -112,10 +116,11 @@ MatrixD modified_scores(const Sequence& seq, const std::vector<int>& rows, Matri
 /// Turns scores into probabilities in place, row by row, masking keys the query does not see
 /// (they form one run, first_visible_key(i) .. visible_keys(i) - 1). Returns per-row LSE (-inf
 /// for a row that sees nothing; its probabilities are all 0).
-std::vector<double> masked_softmax_rows(const AttentionShape& s, const std::vector<int>& rows, MatrixD& scores) {
+std::vector<double> masked_softmax_rows(const Sequence& seq, const std::vector<int>& rows, MatrixD& scores) {
+  const AttentionShape& s = seq.shape;
   std::vector<double> lse(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
-    const int first = s.first_visible_key(rows[r]), end = s.visible_keys(rows[r]);
+    const int first = seq.features.first_visible_key(s, rows[r]), end = seq.features.visible_keys(s, rows[r]);
     auto row = scores.row(Eigen::Index(r));
     if (end <= first) {
       row.setZero();
@@ -144,7 +149,7 @@ int64_t CheckPlan::row_count() const {
 
 std::string CheckPlan::describe(const AttentionShape& shape) const {
   std::ostringstream s;
-  int64_t all_heads = int64_t(shape.packs()) * shape.heads_q;
+  int64_t all_heads = int64_t(shape.batch) * shape.heads_q;
   if (full) {
     s << "all " << all_heads << " heads x " << shape.seq_q << " rows";
   } else {
@@ -159,7 +164,7 @@ CheckPlan full_check_plan(const AttentionShape& shape) {
   plan.full = true;
   std::vector<int> rows(shape.seq_q);
   std::iota(rows.begin(), rows.end(), 0);
-  for (int b = 0; b < shape.packs(); ++b) {
+  for (int b = 0; b < shape.batch; ++b) {
     for (int h = 0; h < shape.heads_q; ++h) plan.heads.push_back({b, h, rows});
   }
   return plan;
@@ -167,7 +172,7 @@ CheckPlan full_check_plan(const AttentionShape& shape) {
 
 CheckPlan sampled_check_plan(const AttentionShape& shape, uint64_t seed, int max_heads, int max_rows) {
   std::mt19937_64 rng(splitmix64(seed ^ 0xC0FFEEull));
-  int64_t all_heads = int64_t(shape.packs()) * shape.heads_q;
+  int64_t all_heads = int64_t(shape.batch) * shape.heads_q;
   // Always the first and the last (batch, head) and the first and last row: off-by-one bugs
   // in offsets and tails live there. The rest are random so repeated runs cover more ground.
   std::vector<int64_t> picked_heads = {0, all_heads - 1};
@@ -199,9 +204,10 @@ CheckPlan choose_check_plan(const AttentionShape& shape, uint64_t seed) {
 }
 
 ForwardReference reference_forward(const AttentionShape& s, const float* q, const float* k, const float* v,
-                                   const CheckPlan& plan, const AttentionExtras* extras) {
+                                   const CheckPlan& plan, const AttentionFeatures& f, const AttentionExtras* extras) {
   s.validate();
-  if (s.varlen) check_packed(s, extras);
+  f.validate(s);
+  if (f.varlen()) check_packed(s, f, extras);
   ForwardReference ref;
   ref.o.reserve(plan.heads.size());
   ref.lse.reserve(plan.heads.size());
@@ -213,19 +219,19 @@ ForwardReference reference_forward(const AttentionShape& s, const float* q, cons
       Sequence seq;
       size_t run_end = entry.rows.size();
       std::vector<int> local;
-      if (s.varlen) {
+      if (f.varlen()) {
         const int* cu = extras->cu_seqlens_q;
-        const int index = int(std::upper_bound(cu, cu + s.batch + 1, entry.rows[r]) - cu) - 1;
-        seq = packed_sequence(s, *extras, q, k, v, index, entry.head);
+        const int index = int(std::upper_bound(cu, cu + f.sequences + 1, entry.rows[r]) - cu) - 1;
+        seq = packed_sequence(s, f, *extras, q, k, v, index, entry.head);
         run_end = r;
         while (run_end < entry.rows.size() && entry.rows[run_end] < cu[index + 1])
           local.push_back(entry.rows[run_end++] - cu[index]);
       } else {
-        seq = dense_sequence(s, extras, q, k, v, entry.batch, entry.head);
+        seq = dense_sequence(s, f, extras, q, k, v, entry.batch, entry.head);
         local = entry.rows;
       }
       MatrixD p = modified_scores(seq, local);
-      const std::vector<double> run_lse = masked_softmax_rows(seq.shape, local, p);
+      const std::vector<double> run_lse = masked_softmax_rows(seq, local, p);
       const MatrixD out = p * MatrixFMap(seq.v, seq.shape.seq_kv, s.head_dim).cast<double>();
       std::copy(out.data(), out.data() + out.size(), o.begin() + int64_t(r) * s.head_dim);
       std::copy(run_lse.begin(), run_lse.end(), lse.begin() + int64_t(r));
@@ -238,9 +244,10 @@ ForwardReference reference_forward(const AttentionShape& s, const float* q, cons
 }
 
 BackwardReference reference_backward(const AttentionShape& s, const float* q, const float* k, const float* v,
-                                     const float* d_out, const AttentionExtras* extras) {
+                                     const float* d_out, const AttentionFeatures& f, const AttentionExtras* extras) {
   s.validate();
-  if (s.varlen) check_packed(s, extras);
+  f.validate(s);
+  if (f.varlen()) check_packed(s, f, extras);
   BackwardReference ref;
   ref.o.assign(s.q_elems(), 0.0);
   ref.lse.assign(s.lse_elems(), 0.0);
@@ -248,10 +255,10 @@ BackwardReference reference_backward(const AttentionShape& s, const float* q, co
   ref.dk.assign(s.kv_elems(), 0.0);
   ref.dv.assign(s.kv_elems(), 0.0);
   const double scale = s.softmax_scale();
-  for (int b = 0; b < s.batch; ++b) {
+  for (int b = 0; b < f.sequence_count(s); ++b) {
     for (int h = 0; h < s.heads_q; ++h) {
       const Sequence seq =
-          s.varlen ? packed_sequence(s, *extras, q, k, v, b, h) : dense_sequence(s, extras, q, k, v, b, h);
+          f.varlen() ? packed_sequence(s, f, *extras, q, k, v, b, h) : dense_sequence(s, f, extras, q, k, v, b, h);
       const AttentionShape& one = seq.shape;
       std::vector<int> rows(one.seq_q);
       std::iota(rows.begin(), rows.end(), 0);
@@ -262,14 +269,14 @@ BackwardReference reference_backward(const AttentionShape& s, const float* q, co
       MatrixD vm = MatrixFMap(seq.v, one.seq_kv, s.head_dim).cast<double>();
       MatrixD capped;
       MatrixD p = modified_scores(seq, rows, &capped);
-      std::vector<double> lse = masked_softmax_rows(one, rows, p);
+      std::vector<double> lse = masked_softmax_rows(seq, rows, p);
       MatrixD o = p * vm;
       // D_i = sum_c dO_ic O_ic equals sum_j P_ij dP_ij, the softmax Jacobian's correction term.
       Eigen::VectorXd d = (dom.array() * o.array()).rowwise().sum().matrix();
       MatrixD dp = dom * vm.transpose();
       MatrixD ds = (p.array() * (dp.colwise() - d).array()).matrix();
       // ALiBi and the bias add constants: their derivative is 1. The softcap's is 1 - tanh^2.
-      if (s.softcap > 0.0) ds = (ds.array() * (1.0 - capped.array().square())).matrix();
+      if (f.softcap > 0.0) ds = (ds.array() * (1.0 - capped.array().square())).matrix();
       MatrixD dq = ds * km * scale;
       MatrixD dk = ds.transpose() * qm * scale;
       MatrixD dv = p.transpose() * dom;

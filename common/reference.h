@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_features.h"
 #include "problem.h"
 
 namespace fa {
@@ -45,12 +46,12 @@ struct ForwardReference {
 };
 
 /// Forward oracle on the rows of `plan`. q/k/v are the exact inputs the kernel saw (already
-/// rounded to its dtype), laid out [batch, heads, seq, head_dim] (a packed batch: [heads, seq,
-/// head_dim], its plan naming batch 0). `extras` holds the bias and the sequence boundaries
-/// on the host when the shape asks for them (chapter 09); softcap, ALiBi and the window come
-/// from the shape.
+/// rounded to its dtype), laid out [batch, heads, seq, head_dim] (a packed batch: batch 1).
+/// Chapter 09's `features` (none by default) come with `extras`: the bias and the sequence
+/// boundaries on the host, when the features ask for them.
 ForwardReference reference_forward(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                                   const CheckPlan& plan, const AttentionExtras* extras = nullptr);
+                                   const CheckPlan& plan, const AttentionFeatures& features = {},
+                                   const AttentionExtras* extras = nullptr);
 
 /// Backward oracle for the loss L = sum(O * dO): returns dQ, dK, dV (and O and LSE on the way).
 /// dK and dV of a shared K/V head are summed over the query heads that read it (GQA/MQA).
@@ -59,7 +60,8 @@ struct BackwardReference {
   std::vector<double> o, lse, dq, dk, dv;
 };
 BackwardReference reference_backward(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                                     const float* d_out, const AttentionExtras* extras = nullptr);
+                                     const float* d_out, const AttentionFeatures& features = {},
+                                     const AttentionExtras* extras = nullptr);
 
 /// A paged KV cache (chapter 08): K and V each [num_blocks][heads_kv][block_size][head_dim], so
 /// one (block, K/V head) is block_size contiguous rows. Token t of a sequence with block table

@@ -91,15 +91,15 @@ const std::vector<CpuAlgorithm>& cpu_algorithms() { return cpu_list(); }
 std::vector<const ForwardKernel*> forward_kernels_of_chapter(int chapter) { return of_chapter(kernel_list(), chapter); }
 std::vector<const CpuAlgorithm*> cpu_algorithms_of_chapter(int chapter) { return of_chapter(cpu_list(), chapter); }
 
-unsigned features_of(const AttentionShape& s) {
-  return (s.window_left >= 0 || s.window_right >= 0 ? kFeatureWindow : 0u) | (s.softcap > 0.0 ? kFeatureSoftcap : 0u) |
-         (s.alibi ? kFeatureAlibi : 0u) | (s.bias ? kFeatureBias : 0u) | (s.varlen ? kFeatureVarlen : 0u);
+unsigned features_of(const AttentionFeatures& f) {
+  return (f.windowed() ? kFeatureWindow : 0u) | (f.softcap > 0.0 ? kFeatureSoftcap : 0u) |
+         (f.alibi ? kFeatureAlibi : 0u) | (f.bias ? kFeatureBias : 0u) | (f.varlen() ? kFeatureVarlen : 0u);
 }
 
-std::string feature_reason(unsigned takes, const AttentionShape& s) {
-  const unsigned missing = features_of(s) & ~takes;
+std::string feature_reason(unsigned takes, const AttentionFeatures& f) {
+  const unsigned missing = features_of(f) & ~takes;
   if (missing & kFeatureWindow)
-    return "takes no sliding window (window " + std::to_string(s.window_left) + "," + std::to_string(s.window_right) +
+    return "takes no sliding window (window " + std::to_string(f.window_left) + "," + std::to_string(f.window_right) +
            "); chapter 09's kernels do";
   if (missing & kFeatureSoftcap) return "takes no softcap; chapter 09's kernels do";
   if (missing & kFeatureAlibi) return "takes no ALiBi; chapter 09's kernels do";
@@ -111,28 +111,31 @@ std::string feature_reason(unsigned takes, const AttentionShape& s) {
 namespace {
 
 template <class Entry>
-std::string entry_reason(const Entry& entry, const AttentionShape& shape) {
-  std::string why = feature_reason(entry.features, shape);
+std::string entry_reason(const Entry& entry, const AttentionShape& shape, const AttentionFeatures& features) {
+  std::string why = feature_reason(entry.features, features);
   if (why.empty() && entry.supports) why = entry.supports(shape);
   return why;
 }
 
 }  // namespace
 
-std::string support_reason(const ForwardKernel& kernel, const AttentionShape& shape) {
-  return entry_reason(kernel, shape);
+std::string support_reason(const ForwardKernel& kernel, const AttentionShape& shape,
+                           const AttentionFeatures& features) {
+  return entry_reason(kernel, shape, features);
 }
 
-std::string support_reason(const BackwardKernel& kernel, const AttentionShape& shape) {
-  return entry_reason(kernel, shape);
+std::string support_reason(const BackwardKernel& kernel, const AttentionShape& shape,
+                           const AttentionFeatures& features) {
+  return entry_reason(kernel, shape, features);
 }
 
 std::string support_reason(const DecodeKernel& kernel, const DecodeShape& shape) {
   return kernel.supports ? kernel.supports(shape) : std::string();
 }
 
-std::string support_reason(const CpuAlgorithm& algorithm, const AttentionShape& shape) {
-  return entry_reason(algorithm, shape);
+std::string support_reason(const CpuAlgorithm& algorithm, const AttentionShape& shape,
+                           const AttentionFeatures& features) {
+  return entry_reason(algorithm, shape, features);
 }
 
 }  // namespace fa

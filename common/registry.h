@@ -20,8 +20,9 @@
 // moves through device memory, printed by the chapter program. `tolerance` (optional) replaces
 // the dtype's row of the tolerance table, for kernels whose arithmetic is coarser than their
 // input and output dtype (chapter 06's FP8 kernel: bf16 in and out, e4m3 inside).
-// `features` (chapter 09) lists the masks and score changes a kernel takes beyond causal; a
-// shape that asks for another one is turned away, naming it.
+// `features` (chapter 09) lists the masks and score changes a kernel takes beyond causal
+// (AttentionFeatures, carried beside the shape); a problem that asks for another one is turned
+// away, naming it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_features.h"
 #include "compare.h"
 #include "dtype.h"
 #include "problem.h"
@@ -49,11 +51,11 @@ enum Feature : unsigned {
   kFeatureVarlen = 1u << 4,   ///< varlen (AttentionExtras::cu_seqlens_q/_k)
   kAllFeatures = (1u << 5) - 1,
 };
-/// The features a shape asks for.
-unsigned features_of(const AttentionShape& shape);
-/// "" when a kernel taking `takes` can run `shape`'s features, otherwise which one it lacks:
+/// The Feature bits of what `features` asks for.
+unsigned features_of(const AttentionFeatures& features);
+/// "" when a kernel taking `takes` can run `features`, otherwise which one it lacks:
 /// "takes no sliding window (window 128,0); chapter 09's kernels do".
-std::string feature_reason(unsigned takes, const AttentionShape& shape);
+std::string feature_reason(unsigned takes, const AttentionFeatures& features);
 
 /// What a forward launcher receives. Pointers are device memory laid out [batch, heads, seq,
 /// head_dim]; q/k/v/o hold elements of the kernel's dtype; lse is float [batch, heads_q, seq_q].
@@ -66,7 +68,10 @@ struct ForwardParams {
   float* lse = nullptr;
   void* workspace = nullptr;  // workspace_bytes(shape) bytes, or null when it asks for none
   cudaStream_t stream = nullptr;
-  AttentionExtras extras;  // device pointers, for the features the shape asks for
+  /// Chapter 09's features and their device inputs: read only by kernels that declare them
+  /// (the registry turns any other kernel away from a problem that has them).
+  AttentionFeatures features;
+  AttentionExtras extras;
 };
 
 using ShapeCheck = std::function<std::string(const AttentionShape&)>;
@@ -97,9 +102,9 @@ struct CpuAlgorithm {
   std::function<void(const AttentionShape&, const float* q, const float* k, const float* v, float* o, float* lse)> run;
   ShapeCheck supports;
   unsigned features = 0;
-  /// Instead of `run`, for an algorithm that takes features: host AttentionExtras as well.
-  std::function<void(const AttentionShape&, const AttentionExtras&, const float* q, const float* k, const float* v,
-                     float* o, float* lse)>
+  /// Instead of `run`, for an algorithm that takes features: the features and their host inputs as well.
+  std::function<void(const AttentionShape&, const AttentionFeatures&, const AttentionExtras&, const float* q,
+                     const float* k, const float* v, float* o, float* lse)>
       run_extras;
 };
 
@@ -114,6 +119,7 @@ struct BackwardParams {
   void *dq = nullptr, *dk = nullptr, *dv = nullptr;
   void* workspace = nullptr;
   cudaStream_t stream = nullptr;
+  AttentionFeatures features;  // as in ForwardParams
   AttentionExtras extras;
 };
 
@@ -181,10 +187,14 @@ const std::vector<BackwardKernel>& backward_kernels();
 std::vector<const BackwardKernel*> backward_kernels_of_chapter(int chapter);
 const std::vector<DecodeKernel>& decode_kernels();
 
-/// "" when supported, otherwise why not (empty `supports` means every valid shape).
-std::string support_reason(const ForwardKernel& kernel, const AttentionShape& shape);
-std::string support_reason(const CpuAlgorithm& algorithm, const AttentionShape& shape);
-std::string support_reason(const BackwardKernel& kernel, const AttentionShape& shape);
+/// "" when supported, otherwise why not: a feature the entry does not take, then its own
+/// `supports` (empty means every valid shape).
+std::string support_reason(const ForwardKernel& kernel, const AttentionShape& shape,
+                           const AttentionFeatures& features = {});
+std::string support_reason(const CpuAlgorithm& algorithm, const AttentionShape& shape,
+                           const AttentionFeatures& features = {});
+std::string support_reason(const BackwardKernel& kernel, const AttentionShape& shape,
+                           const AttentionFeatures& features = {});
 std::string support_reason(const DecodeKernel& kernel, const DecodeShape& shape);
 
 }  // namespace fa

@@ -105,7 +105,7 @@ std::string csv_row(const RunResult& r) {
     s << ",,,";
   }
   std::string note = !r.skipped.empty() ? r.skipped : !r.error.empty() ? r.error : r.note;
-  s << csv_quoted(note) << "," << csv_quoted(r.phases) << "," << csv_quoted(r.shape.feature_string()) << ",";
+  s << csv_quoted(note) << "," << csv_quoted(r.phases) << "," << csv_quoted(r.features.to_string()) << ",";
   if (r.ran) s << r.device_mib;
   return s.str();
 }

@@ -15,128 +15,36 @@
 
 namespace fa {
 
-namespace {
-
-/// `total` split into `parts` lengths at random cut points (so some may be 0).
-std::vector<int> random_lengths(int total, int parts, std::mt19937_64& rng) {
-  std::vector<int> cuts(parts - 1);
-  for (int& c : cuts) c = std::uniform_int_distribution<int>(0, total)(rng);
-  std::sort(cuts.begin(), cuts.end());
-  std::vector<int> lengths(parts);
-  int previous = 0;
-  for (int i = 0; i < parts - 1; ++i) {
-    lengths[i] = cuts[i] - previous;
-    previous = cuts[i];
-  }
-  lengths[parts - 1] = total - previous;
-  return lengths;
-}
-
-std::vector<int> prefix_sums(const std::vector<int>& lengths) {
-  std::vector<int> cu(lengths.size() + 1, 0);
-  for (size_t i = 0; i < lengths.size(); ++i) cu[i + 1] = cu[i] + lengths[i];
-  return cu;
-}
-
-}  // namespace
-
-Packing random_packing(const AttentionShape& shape, uint64_t seed) {
-  std::mt19937_64 rng(splitmix64(seed ^ 0x5EC1E7ull));
-  std::vector<int> q = random_lengths(shape.seq_q, shape.batch, rng),
-                   k = random_lengths(shape.seq_kv, shape.batch, rng);
-  if (shape.batch >= 3 && shape.seq_q >= 1) {
-    // Sequence 1 gives its queries to sequence 0; sequence 2 keeps exactly one, taking it from
-    // the longest sequence when it had none.
-    q[0] += q[1];
-    q[1] = 0;
-    if (q[2] == 0) {
-      --*std::max_element(q.begin(), q.end());
-      q[2] = 1;
-    } else {
-      q[0] += q[2] - 1;
-      q[2] = 1;
-    }
-  }
-  return {prefix_sums(q), prefix_sums(k)};
-}
-
-Packing equal_packing(const AttentionShape& shape) {
-  std::vector<int> q(shape.batch, shape.seq_q / shape.batch), k(shape.batch, shape.seq_kv / shape.batch);
-  q.back() += shape.seq_q % shape.batch;
-  k.back() += shape.seq_kv % shape.batch;
-  return {prefix_sums(q), prefix_sums(k)};
-}
-
-std::vector<float> random_bias(const AttentionShape& shape, uint64_t seed) {
-  std::vector<float> bias;
-  if (shape.bias) {
-    bias.resize(shape.bias_elems());
-    fill_random_normal(bias, seed, 7);
-  }
-  return bias;
-}
-
-AttentionExtras host_extras_of(const AttentionShape& shape, const std::vector<float>& bias, const Packing& packing) {
-  AttentionExtras e;
-  if (shape.bias) e.bias = bias.data();
-  if (shape.varlen) {
-    e.cu_seqlens_q = packing.cu_q.data();
-    e.cu_seqlens_k = packing.cu_k.data();
-    for (int b = 0; b < shape.batch; ++b) {
-      e.max_seqlen_q = std::max(e.max_seqlen_q, packing.cu_q[b + 1] - packing.cu_q[b]);
-      e.max_seqlen_k = std::max(e.max_seqlen_k, packing.cu_k[b + 1] - packing.cu_k[b]);
-    }
-  }
-  return e;
-}
-
-DeviceExtras::DeviceExtras(const AttentionShape& shape, const std::vector<float>& bias, const Packing& packing)
-    : extras(host_extras_of(shape, bias, packing)) {
-  auto upload_ints = [](DeviceBuffer& to, const std::vector<int>& from) {
-    to = DeviceBuffer(from.size() * sizeof(int));
-    to.upload(from.data(), from.size() * sizeof(int));
-    return to.as<int>();
-  };
-  if (shape.bias) {
-    this->bias = upload_as(DType::F32, bias);
-    extras.bias = this->bias.as<float>();
-  }
-  if (shape.varlen) {
-    extras.cu_seqlens_q = upload_ints(cu_q, packing.cu_q);
-    extras.cu_seqlens_k = upload_ints(cu_k, packing.cu_k);
-  }
-}
-
-Problem::Problem(const AttentionShape& shape, uint64_t seed, bool full_check, const Packing* packing)
+Problem::Problem(const AttentionShape& shape, uint64_t seed, bool full_check, const AttentionFeatures& features,
+                 const Packing* packing)
     : shape_(shape),
+      features_(features),
       seed_(seed),
       plan_(full_check ? full_check_plan(shape) : choose_check_plan(shape, seed)),
       raw_(make_random_inputs(shape, seed)) {
-  bias_ = random_bias(shape, seed);
-  if (shape.varlen) {
-    packing_ = packing ? *packing : random_packing(shape, seed);
-    if (int(packing_.cu_q.size()) != shape.batch + 1 || int(packing_.cu_k.size()) != shape.batch + 1 ||
-        packing_.cu_q.back() != shape.seq_q || packing_.cu_k.back() != shape.seq_kv)
-      throw std::invalid_argument("a packing of " + shape.to_string() +
-                                  " needs batch + 1 boundaries ending at seq_q and seq_kv");
+  features.validate(shape);
+  bias_ = random_bias(shape, features, seed);
+  if (features.varlen()) {
+    packing_ = packing ? *packing : random_packing(shape, features, seed);
+    check_packing(shape, features, packing_);
   }
 }
 
-AttentionExtras Problem::host_extras() const { return host_extras_of(shape_, bias_, packing_); }
+AttentionExtras Problem::host_extras() const { return host_extras_of(features_, bias_, packing_); }
 
 AttentionExtras Problem::device_extras() {
-  if (!device_extras_) device_extras_.emplace(shape_, bias_, packing_);
+  if (!device_extras_) device_extras_.emplace(features_, bias_, packing_);
   return device_extras_->extras;
 }
 
 std::size_t Problem::device_extras_bytes() {
   device_extras();
-  return device_extras_->bias.bytes() + device_extras_->cu_q.bytes() + device_extras_->cu_k.bytes();
+  return device_extras_->bytes();
 }
 
 double Problem::forward_flops() const {
-  return shape_.forward_flops(shape_.varlen ? packing_.cu_q.data() : nullptr,
-                              shape_.varlen ? packing_.cu_k.data() : nullptr);
+  return features_.forward_flops(shape_, features_.varlen() ? packing_.cu_q.data() : nullptr,
+                                 features_.varlen() ? packing_.cu_k.data() : nullptr);
 }
 
 const HostInputs& Problem::host(DType dtype) {
@@ -160,7 +68,9 @@ const ForwardReference& Problem::reference(DType dtype) {
   if (it == reference_.end()) {
     const HostInputs& h = host(dtype);
     const AttentionExtras extras = host_extras();
-    it = reference_.emplace(dtype, reference_forward(shape_, h.q.data(), h.k.data(), h.v.data(), plan_, &extras)).first;
+    it = reference_
+             .emplace(dtype, reference_forward(shape_, h.q.data(), h.k.data(), h.v.data(), plan_, features_, &extras))
+             .first;
   }
   return it->second;
 }
@@ -174,7 +84,8 @@ std::string RunResult::status() const {
 namespace {
 
 template <class Entry>
-RunResult start_result(const Entry& entry, const AttentionShape& shape, const char* device) {
+RunResult start_result(const Entry& entry, const AttentionShape& shape, const AttentionFeatures& features,
+                       const char* device) {
   RunResult r;
   r.name = entry.name;
   r.variant = entry.variant;
@@ -182,13 +93,14 @@ RunResult start_result(const Entry& entry, const AttentionShape& shape, const ch
   r.number = entry.number;
   r.device = device;
   r.shape = shape;
+  r.features = features;
   return r;
 }
 
 void finish_rates(RunResult& r) {
   if (r.ms <= 0) return;
   r.tflops = (r.flops > 0 ? r.flops : r.shape.forward_flops()) / (r.ms * 1e-3) / 1e12;
-  r.gbps = r.shape.forward_min_bytes(int(dtype_size(r.dtype))) / (r.ms * 1e-3) / 1e9;
+  r.gbps = r.features.forward_min_bytes(r.shape, int(dtype_size(r.dtype))) / (r.ms * 1e-3) / 1e9;
 }
 
 std::string gib(double bytes) {
@@ -236,22 +148,23 @@ ForwardLaunch prepare_forward(const ForwardKernel& kernel, const AttentionShape&
 ForwardLaunch prepare_forward(const ForwardKernel& kernel, Problem& problem) {
   const DeviceInputs& in = problem.device(kernel.dtype);
   ForwardLaunch launch = prepare_forward(kernel, problem.shape(), in.q.get(), in.k.get(), in.v.get());
+  launch.params.features = problem.features();
   launch.params.extras = problem.device_extras();
   return launch;
 }
 
-RunResult forward_result(const ForwardKernel& kernel, const AttentionShape& shape) {
-  RunResult r = start_result(kernel, shape, "gpu");
+RunResult forward_result(const ForwardKernel& kernel, const AttentionShape& shape, const AttentionFeatures& features) {
+  RunResult r = start_result(kernel, shape, features, "gpu");
   r.dtype = kernel.dtype;
   return r;
 }
 
 RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOptions& options) {
   const AttentionShape& shape = problem.shape();
-  RunResult r = forward_result(kernel, shape);
+  RunResult r = forward_result(kernel, shape, problem.features());
   r.flops = problem.forward_flops();
   if (kernel.memory_note) r.note = kernel.memory_note(shape);
-  r.skipped = support_reason(kernel, shape);
+  r.skipped = support_reason(kernel, shape, problem.features());
   if (!r.skipped.empty()) return r;
   const GpuInfo& gpu = detect_gpu();
   if (!gpu.available) {
@@ -338,9 +251,9 @@ RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOp
 
 RunResult run_cpu_algorithm(const CpuAlgorithm& algorithm, Problem& problem, const RunOptions& options) {
   const AttentionShape& shape = problem.shape();
-  RunResult r = start_result(algorithm, shape, "cpu");
+  RunResult r = start_result(algorithm, shape, problem.features(), "cpu");
   r.flops = problem.forward_flops();
-  r.skipped = support_reason(algorithm, shape);
+  r.skipped = support_reason(algorithm, shape, problem.features());
   if (!r.skipped.empty()) return r;
   try {
     const HostInputs& in = problem.host(DType::F32);
@@ -349,7 +262,8 @@ RunResult run_cpu_algorithm(const CpuAlgorithm& algorithm, Problem& problem, con
     std::memset(lse.data(), kPoisonByte, lse.size() * sizeof(float));
     auto t0 = std::chrono::steady_clock::now();
     if (algorithm.run_extras) {
-      algorithm.run_extras(shape, problem.host_extras(), in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data());
+      algorithm.run_extras(shape, problem.features(), problem.host_extras(), in.q.data(), in.k.data(), in.v.data(),
+                           o.data(), lse.data());
     } else {
       algorithm.run(shape, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data());
     }

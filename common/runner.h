@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "attention_features.h"
 #include "compare.h"
+#include "feature_inputs.h"
 #include "problem.h"
 #include "reference.h"
 #include "registry.h"
@@ -23,38 +25,18 @@ struct DeviceInputs {
   DeviceBuffer q, k, v;
 };
 
-/// Sequence boundaries of a packed batch (shape.varlen): batch + 1 entries each, 0 to the total.
-struct Packing {
-  std::vector<int> cu_q, cu_k;
-};
-/// Random sequence lengths for a packed batch, drawn from the seed: from batch 3 on, sequence 1
-/// has no query and sequence 2 one query (the cases a varlen kernel gets wrong first).
-Packing random_packing(const AttentionShape& shape, uint64_t seed);
-/// Every sequence the same length (what a benchmark packs): shape.seq_q / batch queries each.
-Packing equal_packing(const AttentionShape& shape);
-/// A float bias [batch, heads_q, seq_q, seq_kv] of standard-normal values when shape.bias
-/// (stream 7 of `seed`), empty otherwise.
-std::vector<float> random_bias(const AttentionShape& shape, uint64_t seed);
-
-/// Chapter 09's extras of a problem on the host: the bias and a packing's boundaries, each
-/// only when the shape asks for it, and a packing's longest sequences.
-AttentionExtras host_extras_of(const AttentionShape& shape, const std::vector<float>& bias, const Packing& packing);
-/// The same copied to the device; owns the copies.
-struct DeviceExtras {
-  DeviceBuffer bias, cu_q, cu_k;
-  AttentionExtras extras;
-  DeviceExtras(const AttentionShape& shape, const std::vector<float>& bias, const Packing& packing);
-};
-
 /// One attention problem: its random inputs (once per dtype, rounded to that dtype), their
 /// device copies and the oracle's answer, each made on first use and kept.
 class Problem {
  public:
   /// full_check: compare every row; otherwise choose_check_plan() decides (sampled when big).
-  /// A packed batch takes its sequence lengths from `packing`, or random_packing() without one.
-  Problem(const AttentionShape& shape, uint64_t seed, bool full_check = false, const Packing* packing = nullptr);
+  /// With chapter 09's features: a packed batch takes its sequence lengths from `packing`, or
+  /// random_packing() without one.
+  Problem(const AttentionShape& shape, uint64_t seed, bool full_check = false, const AttentionFeatures& features = {},
+          const Packing* packing = nullptr);
 
   const AttentionShape& shape() const { return shape_; }
+  const AttentionFeatures& features() const { return features_; }
   uint64_t seed() const { return seed_; }
   const CheckPlan& plan() const { return plan_; }
 
@@ -68,11 +50,12 @@ class Problem {
   /// Device bytes of the extras (the bias, the sequence boundaries), made on first use too.
   std::size_t device_extras_bytes();
   const Packing& packing() const { return packing_; }
-  /// The forward FLOPs of this problem: the shape's, with a packed batch's real lengths.
+  /// The forward FLOPs of this problem: the shape's, with the window's and a packed batch's real lengths.
   double forward_flops() const;
 
  private:
   AttentionShape shape_;
+  AttentionFeatures features_;
   uint64_t seed_;
   CheckPlan plan_;
   HostInputs raw_;
@@ -100,6 +83,7 @@ struct RunResult {
   int chapter = 0, number = 0;
   DType dtype = DType::F32;
   AttentionShape shape;
+  AttentionFeatures features;
   double flops = 0;  // the forward FLOPs of the point (Problem::forward_flops)
   bool ran = false;
   std::string skipped;  // why it did not run (unsupported shape, no GPU, not enough memory)
@@ -137,7 +121,8 @@ RunResult run_forward(const ForwardKernel& kernel, Problem& problem, const RunOp
 /// The result of a forward run before anything ran: the kernel's name, chapter, variant and
 /// dtype, and the shape. A caller that decides not to run a point (fa_bench's points too slow
 /// for the sweep) sets `skipped` on it, and it prints and writes to CSV like any other.
-RunResult forward_result(const ForwardKernel& kernel, const AttentionShape& shape);
+RunResult forward_result(const ForwardKernel& kernel, const AttentionShape& shape,
+                         const AttentionFeatures& features = {});
 
 /// One launch of `kernel` on inputs the caller brings (float, uploaded in the kernel's dtype),
 /// for callers outside the Problem flow (chapter 07's forward, the FP8 outlier test): O decoded

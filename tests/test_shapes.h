@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda_check.h"
@@ -26,6 +27,14 @@ inline AttentionShape shape_of(int batch, int heads_q, int heads_kv, int seq_q, 
   return s;
 }
 
+/// A problem of chapter 09's list: the shape every chapter solves and the features beside it.
+struct FeatureProblem {
+  AttentionShape shape;
+  AttentionFeatures features;
+  std::string to_string() const { return shape.to_string() + " " + features.to_string(); }
+  std::string to_identifier() const { return shape.to_identifier() + features.to_identifier(); }
+};
+
 /// `s` with chapter 09's features: window (left, right), softcap, ALiBi, bias, packed batch.
 struct FeatureSet {
   int window_left = -1, window_right = -1;
@@ -33,15 +42,20 @@ struct FeatureSet {
   bool alibi = false, bias = false, varlen = false;
   double logit_scale = 1.0;  // multiplies 1/sqrt(head_dim), for large logits
 };
-inline AttentionShape with_features(AttentionShape s, const FeatureSet& f) {
-  s.window_left = f.window_left;
-  s.window_right = f.window_right;
-  s.softcap = f.softcap;
-  s.alibi = f.alibi;
-  s.bias = f.bias;
-  s.varlen = f.varlen;
+/// A packed batch (varlen) lays the shape's `batch` sequences end to end in a batch of one.
+inline FeatureProblem with_features(AttentionShape s, const FeatureSet& f) {
+  AttentionFeatures features;
+  features.window_left = f.window_left;
+  features.window_right = f.window_right;
+  features.softcap = f.softcap;
+  features.alibi = f.alibi;
+  features.bias = f.bias;
+  if (f.varlen) {
+    features.sequences = s.batch;
+    s.batch = 1;
+  }
   if (f.logit_scale != 1.0) s.scale = f.logit_scale / std::sqrt(double(s.head_dim));
-  return s;
+  return {s, features};
 }
 
 /// Chapter 09's shape list: each feature alone and in combination, windows that leave a row no
@@ -49,7 +63,7 @@ inline AttentionShape with_features(AttentionShape s, const FeatureSet& f) {
 /// not a power of two, packed batches with an empty and a length-1 sequence (random_packing),
 /// softcaps low enough against the logits that ignoring one fails (FeatureShape tests that),
 /// GQA and MQA. The CPU algorithms and every kernel that takes features run on all of them.
-inline std::vector<AttentionShape> feature_shapes() {
+inline std::vector<FeatureProblem> feature_shapes() {
   FeatureSet sliding{37, 0}, left_only{100, -1}, both_sides{16, 16}, local{128, 0}, narrow{10, 5};
   FeatureSet capped{-1, -1, 20.0, false, false, false, 10.0}, alibi{-1, -1, 0.0, true};
   FeatureSet biased{-1, -1, 0.0, false, true}, packed{-1, -1, 0.0, false, false, true};

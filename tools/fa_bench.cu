@@ -202,8 +202,8 @@ std::vector<AttentionShape> sweep_shapes(const std::string& name, const std::vec
 /// (tools/bench_flex.py has the same list): the plain causal mask, sliding windows of 1024 and
 /// 4096 keys, softcap 50, ALiBi, a packed batch of equal-length sequences, and (seq 4k only, not
 /// causal) a float bias [batch, heads, seq, seq].
-std::vector<AttentionShape> feature_points(const std::vector<int>& dims) {
-  std::vector<AttentionShape> shapes;
+std::vector<std::pair<AttentionShape, AttentionFeatures>> feature_points(const std::vector<int>& dims) {
+  std::vector<std::pair<AttentionShape, AttentionFeatures>> points;
   for (int dim : dims) {
     for (int seq : {4096, 8192, 16384}) {
       AttentionShape base;
@@ -212,27 +212,31 @@ std::vector<AttentionShape> feature_points(const std::vector<int>& dims) {
       base.seq_q = base.seq_kv = seq;
       base.head_dim = dim;
       base.causal = true;
-      std::vector<AttentionShape> points(6, base);
-      points[1].window_left = 1023;
-      points[1].window_right = 0;
-      points[2].window_left = 4095;
-      points[2].window_right = 0;
-      points[3].softcap = 50;
-      points[4].alibi = true;
+      AttentionFeatures sliding, wide, capped, alibi, packed, biased;
+      sliding.window_left = 1023;
+      sliding.window_right = 0;
+      wide.window_left = 4095;
+      wide.window_right = 0;
+      capped.softcap = 50;
+      alibi.alibi = true;
       // A packed batch: the same sequences laid end to end (equal_packing), so the work is the
       // dense batch's and only the addressing differs.
-      points[5].varlen = true;
-      points[5].seq_q = points[5].seq_kv = 16384;
+      AttentionShape one_pack = base;
+      one_pack.batch = 1;
+      one_pack.seq_q = one_pack.seq_kv = 16384;
+      packed.sequences = base.batch;
+      for (const AttentionFeatures& f : {AttentionFeatures{}, sliding, wide, capped, alibi})
+        points.push_back({base, f});
+      points.push_back({one_pack, packed});
       if (seq == 4096) {
-        AttentionShape biased = base;
-        biased.causal = false;
+        AttentionShape full = base;
+        full.causal = false;
         biased.bias = true;
-        points.push_back(biased);
+        points.push_back({full, biased});
       }
-      for (const AttentionShape& p : points) shapes.push_back(p);
     }
   }
-  return shapes;
+  return points;
 }
 
 /// Does --kernels pick this kernel (its name contains one of the filters; no filters: all)?
@@ -540,8 +544,13 @@ int main(int argc, char** argv) {
     for (const ForwardKernel& k : forward_kernels()) {
       if (selected(k.name, opt.kernel_filters) && (!opt.features || k.features != 0)) kernels.push_back(&k);
     }
-    std::vector<AttentionShape> shapes = opt.features ? feature_points(opt.dims) : sweep_shapes(opt.sweep, opt.dims);
-    const size_t total = shapes.size() * kernels.size();
+    std::vector<std::pair<AttentionShape, AttentionFeatures>> points;
+    if (opt.features) {
+      points = feature_points(opt.dims);
+    } else {
+      for (const AttentionShape& s : sweep_shapes(opt.sweep, opt.dims)) points.push_back({s, AttentionFeatures{}});
+    }
+    const size_t total = points.size() * kernels.size();
     size_t done = 0, failures = 0;
     RunOptions run;
     run.check = opt.check;
@@ -550,12 +559,13 @@ int main(int argc, char** argv) {
     run.budget_ms = opt.budget_ms;
     run.flush_l2 = opt.flush_l2;
     SlowPoints slow(opt.max_point_ms);
-    for (const AttentionShape& shape : shapes) {
-      const Packing packing = shape.varlen ? equal_packing(shape) : Packing{};
-      Problem problem(shape, opt.seed, false, shape.varlen ? &packing : nullptr);
+    for (const auto& [shape, features] : points) {
+      const Packing packing = features.varlen() ? equal_packing(shape, features) : Packing{};
+      Problem problem(shape, opt.seed, false, features, features.varlen() ? &packing : nullptr);
+      const std::string label = features.any() ? shape.to_string() + " " + features.to_string() : shape.to_string();
       for (const ForwardKernel* k : kernels) {
         ++done;
-        std::printf("[%3zu/%zu] %-22s %-34s ", done, total, k->name.c_str(), shape.to_string().c_str());
+        std::printf("[%3zu/%zu] %-22s %-34s ", done, total, k->name.c_str(), label.c_str());
         std::fflush(stdout);
         RunResult r;
         const std::string too_slow = slow.skip(k->name, shape);
@@ -563,7 +573,7 @@ int main(int argc, char** argv) {
           r = run_forward(*k, problem, run);
           if (r.ms > 0) slow.record(k->name, shape, r.ms);
         } else {
-          r = forward_result(*k, shape);
+          r = forward_result(*k, shape, features);
           r.skipped = too_slow;
         }
         if (r.ms > 0) {

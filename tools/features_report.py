@@ -16,7 +16,7 @@ from report_io import report_args, report_writer
 
 # fa_bench's feature column -> bench_flex.py's feature name
 FEATURE_NAMES = {"": "causal", "window 1023,0": "window 1024", "window 4095,0": "window 4096",
-                 "softcap 50": "softcap 50", "alibi": "alibi", "varlen": "packed", "bias": "bias"}
+                 "softcap 50": "softcap 50", "alibi": "alibi", "bias": "bias"}
 
 
 def main():
@@ -25,15 +25,20 @@ def main():
     for r in csv.DictReader(open(args.fa_csv, newline="")):
         if r["status"] != "ok" or not r["tflops"]:
             continue
-        feature = FEATURE_NAMES.get(r["features"])
+        # A packed batch is "varlen N": N sequences in a batch of 1 (older files: "varlen" with
+        # the sequences in the batch column).
+        words = r["features"].split()
+        packed = bool(words) and words[0] == "varlen"
+        feature = "packed" if packed else FEATURE_NAMES.get(r["features"])
         if feature is None:
             sys.exit(f"features_report: unknown features column {r['features']!r} in {args.fa_csv}")
-        seq = int(r["seq_q"]) // int(r["batch"]) if feature == "packed" else int(r["seq_q"])
+        batch = (int(words[1]) if len(words) > 1 else int(r["batch"])) if packed else int(r["batch"])
+        seq = int(r["seq_q"]) // batch if packed else int(r["seq_q"])
         key = (feature, int(r["head_dim"]), seq)
         if r["kernel"] == "ch09_ampere_bf16":
             ampere[key] = float(r["tflops"])
         if key not in ours or float(r["tflops"]) > ours[key][1]:
-            ours[key] = (r["kernel"], float(r["tflops"]), float(r["time_ms"]), int(r["batch"]), int(r["heads_q"]))
+            ours[key] = (r["kernel"], float(r["tflops"]), float(r["time_ms"]), batch, int(r["heads_q"]))
     flex, sdpa = {}, {}
     for r in csv.DictReader(open(args.flex_csv, newline="")):
         if r["status"] != "ok":

@@ -445,7 +445,7 @@ def build_checker(out_dir):
     own = os.path.join(out_dir, "checker")
     os.makedirs(own, mode=0o700)
     exe = os.path.join(own, "fa_check")
-    sources = ["classroom/grader/checker.cpp"] + [f"common/{n}.cpp" for n in ("reference", "problem", "compare", "dtype", "fp8")]
+    sources = ["classroom/grader/checker.cpp"] + [f"common/{n}.cpp" for n in ("reference", "problem", "attention_features", "compare", "dtype", "fp8")]
     cmd = ["g++", "-O2", "-std=c++17", "-I", os.path.join(ROOT, "common"), "-I", "/usr/include/eigen3", "-o", exe]
     done = subprocess.run(cmd + [os.path.join(ROOT, s) for s in sources], capture_output=True, text=True)
     if done.returncode != 0:

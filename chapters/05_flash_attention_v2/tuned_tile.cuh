@@ -99,9 +99,11 @@ __device__ inline void tuned_scores(float (&s)[kMt][kKeys / 8][4], const T* q_s,
   //! [tuned_scores]
 }
 
-/// -inf where (row, key) is masked or past the end. warp_row0: the warp's first row.
-template <int kKeys, int kMt>
-__device__ inline void tuned_mask(float (&s)[kMt][kKeys / 8][4], AttentionShape shape, int warp_row0, int j0, int g,
+/// -inf where (row, key) is masked or past the end. warp_row0: the warp's first row. `mask` is the
+/// rule: the shape itself (its causal mask) here, a policy of its own in chapter 09 (anything with
+/// seq_q, seq_kv and visible(row, key)).
+template <int kKeys, int kMt, class Mask>
+__device__ inline void tuned_mask(float (&s)[kMt][kKeys / 8][4], const Mask& shape, int warp_row0, int j0, int g,
                                   int t) {
 #pragma unroll
   for (int mt = 0; mt < kMt; ++mt)

@@ -18,6 +18,7 @@
 #include "device_utils.cuh"
 #include "hopper.cuh"
 #include "log2_units.h"
+#include "mask.h"
 #include "not_implemented.h"
 #include "online_softmax.cuh"
 #include "problem.h"
@@ -118,14 +119,12 @@ __device__ inline void issue_scores(float (&s)[kN / 2], const unsigned char* q_r
 }
 
 /// -inf where (row, key) is masked or out of range. row0: this thread's first row (g), row0 + 8
-/// its second; s[4c + e] is row row0 + 8 * (e / 2), key j0 + 8c + 2t + (e & 1).
+/// its second; s[4c + e] is row row0 + 8 * (e / 2), key j0 + 8c + 2t + (e & 1). Each row's run
+/// of visible keys is found once (mask.h), then two compares per score.
 template <int kHalfN>
 __device__ inline void mask_scores(float (&s)[kHalfN], const AttentionShape& shape, int row0, int j0, int t) {
-#pragma unroll
-  for (int i = 0; i < kHalfN; ++i) {
-    const int row = row0 + 8 * ((i % 4) / 2), key = j0 + 8 * (i / 4) + 2 * t + (i & 1);
-    if (!(row < shape.seq_q && key < shape.seq_kv && shape.visible(row, key))) s[i] = -INFINITY;
-  }
+  const KeyRun runs[2] = {shape_keys(shape, row0), shape_keys(shape, row0 + 8)};
+  mask_fragment(s, runs, j0 + 2 * t);
 }
 
 /// Online softmax on the raw scores (the scale folded into the exponent), S replaced by P, for

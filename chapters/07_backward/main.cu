@@ -12,6 +12,7 @@
 #include <string>
 
 #include "backward_runner.h"
+#include "chapter_main.h"
 #include "cli.h"
 #include "cuda_check.h"
 #include "forward_for_backward.h"
@@ -34,17 +35,7 @@ int main(int argc, char** argv) {
     }
     const AttentionShape shape = opt.shape;  // the shared default (b8 h16 N2048 d128) with the flags applied
     shape.validate();
-    if (opt.variant != "all") {
-      bool known = false;
-      std::string available;
-      for (const BackwardKernel* k : kernels) {
-        known = known || opt.variant == k->variant || opt.variant == std::to_string(k->number);
-        available += std::to_string(k->number) + "/" + k->variant + ", ";
-      }
-      if (!known)
-        throw std::invalid_argument("unknown variant '" + opt.variant + "' for chapter 7; available: " + available +
-                                    "all");
-    }
+    require_known_variant(kernels, opt.variant, 7);
     const uint64_t seed = opt.seed_given ? opt.seed : std::random_device{}();
     std::printf("chapter 7: backward pass by recomputation\nproblem: %s, seed %llu  (--seed %llu repeats it)\n",
                 shape.to_string().c_str(), (unsigned long long)seed, (unsigned long long)seed);
@@ -82,9 +73,7 @@ int main(int argc, char** argv) {
     };
     const double flops = 2.5 * shape.forward_flops();  // the usual convention: backward = 2.5 x forward
     bool all_passed = true;
-    auto selected = [&](const BackwardKernel* k) {
-      return opt.variant == "all" || opt.variant == k->variant || opt.variant == std::to_string(k->number);
-    };
+    auto selected = [&](const BackwardKernel* k) { return variant_matches(*k, opt.variant); };
     for (const BackwardKernel* k : kernels)
       if (selected(k) && support_reason(*k, shape).empty()) problem_for(k->dtype);  // oracle and forward first
     std::printf("\n%-12s %-7s %-9s %9s %9s  %s\n", "kernel", "dtype", "status", "time ms", "TFLOP/s",

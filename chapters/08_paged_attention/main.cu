@@ -20,6 +20,7 @@
 
 #include "algorithm.h"
 #include "block_manager.h"
+#include "chapter_main.h"
 #include "cli.h"
 #include "cuda_check.h"
 #include "decode_runner.h"
@@ -95,18 +96,7 @@ int main(int argc, char** argv) {
     if (!has_flag(argc, argv, "--seq-kv")) shape.seq_kv = 8192;
     if (!has_flag(argc, argv, "--dim")) shape.head_dim = 128;
     shape.validate();
-    if (opt.variant != "all") {
-      bool known = false;
-      std::string available;
-      for (const DecodeKernel* k : kernels) {
-        known = known || opt.variant == k->variant || opt.variant == std::to_string(k->number);
-        const std::string entry = std::to_string(k->number) + "/" + k->variant + ", ";
-        if (available.find(entry) == std::string::npos) available += entry;
-      }
-      if (!known)
-        throw std::invalid_argument("unknown variant '" + opt.variant + "' for chapter 8; available: " + available +
-                                    "all");
-    }
+    require_known_variant(kernels, opt.variant, 8);
     const uint64_t seed = opt.seed_given ? opt.seed : std::random_device{}();
     const int block_size = 16, sequences = shape.batch, context = shape.seq_kv, query_len = shape.seq_q;
     std::printf(
@@ -286,7 +276,7 @@ int main(int argc, char** argv) {
                 "O and LSE vs fp64");
     bool all_passed = true;
     for (const DecodeKernel* k : kernels) {
-      if (opt.variant != "all" && opt.variant != k->variant && opt.variant != std::to_string(k->number)) continue;
+      if (!variant_matches(*k, opt.variant)) continue;
       if (k->dtype != dtype) continue;  // the serving step wrote a bf16 cache
       const DecodeRunResult r = run_decode(*k, problem, inputs, opt.iters);
       if (!r.ran) {

@@ -17,26 +17,27 @@ namespace fa::features {
 
 constexpr int kTileRows = 64, kTileCols = 64;
 
-inline void features_cpu(const AttentionShape& s, const AttentionExtras& extras, const float* q, const float* k,
-                         const float* v, float* o, float* lse) {
+inline void features_cpu(const AttentionShape& s, const AttentionFeatures& f, const AttentionExtras& extras,
+                         const float* q, const float* k, const float* v, float* o, float* lse) {
   const int d = s.head_dim;
   const float scale = float(s.softmax_scale());
   std::vector<float> acc(std::size_t(kTileRows) * d), m(kTileRows), l(kTileRows), p(kTileCols);
-  for (int b = 0; b < s.batch; ++b) {
+  for (int b = 0; b < f.sequence_count(s); ++b) {
     for (int head = 0; head < s.heads_q; ++head) {
-      const SequenceRows seq = sequence_rows(s, extras, b, head);
+      const SequenceRows seq = sequence_rows(s, f, extras, b, head);
       const AttentionShape& one = seq.shape;
+      const WindowMask mask = seq.mask();
       const float* q_rows = q + seq.q_row0 * d;
       const float* k_rows = k + seq.kv_row0 * d;
       const float* v_rows = v + seq.kv_row0 * d;
-      const float* bias_rows = s.bias ? extras.bias + seq.bias0 : nullptr;
-      const float slope = s.alibi ? float(s.alibi_slope(head)) : 0.0f;
+      const float* bias_rows = f.bias ? extras.bias + seq.bias0 : nullptr;
+      const float slope = f.alibi ? float(AttentionFeatures::alibi_slope(s.heads_q, head)) : 0.0f;
       for (int i0 = 0; i0 < one.seq_q; i0 += kTileRows) {
         const int rows = std::min(kTileRows, one.seq_q - i0);
         std::fill(acc.begin(), acc.end(), 0.0f);
         std::fill(m.begin(), m.end(), -INFINITY);
         std::fill(l.begin(), l.end(), 0.0f);
-        const KeySpan keys = tile_keys(one, i0, i0 + rows - 1, kTileCols);
+        const KeySpan keys = tile_keys(mask, i0, i0 + rows - 1, kTileCols);
         for (int j0 = keys.begin; j0 < keys.end; j0 += kTileCols) {
           for (int r = 0; r < rows; ++r) {
             const int i = i0 + r;
@@ -44,10 +45,10 @@ inline void features_cpu(const AttentionShape& s, const AttentionExtras& extras,
             for (int c = 0; c < kTileCols; ++c) {
               const int j = j0 + c;
               p[c] = -INFINITY;
-              if (j >= one.seq_kv || !one.visible(i, j)) continue;
+              if (j >= one.seq_kv || !mask.visible(i, j)) continue;
               float x = 0.0f;
               for (int e = 0; e < d; ++e) x += q_rows[int64_t(i) * d + e] * k_rows[int64_t(j) * d + e];
-              p[c] = modified_score(one, x * scale, slope, i, j, bias_rows);
+              p[c] = modified_score(one, f, x * scale, slope, i, j, bias_rows);
               tile_max = std::max(tile_max, p[c]);
             }
             // Chapter 05's step from here on.

@@ -2,6 +2,8 @@
 // (algorithm.h) and the kernels, so both read the same rule:
 //   * sequence_rows: where sequence b of a packed batch (or batch b of a dense one) starts, and
 //     its dense shape -- a packed batch is a list of batches of one;
+//   * WindowMask: the causal rule and the window as a mask policy (common/mask.h), each row's
+//     run of visible keys;
 //   * tile_keys / tile_fully_visible: which K/V tiles a window leaves a Q tile, and which of
 //     those need no mask;
 //   * rows_for_keys: the backward's view of the same, which Q rows see a K/V tile;
@@ -14,41 +16,88 @@
 #include <cmath>
 #include <cstdint>
 
+#include "attention_features.h"
+#include "mask.h"
 #include "problem.h"
 
 namespace fa::features {
 
+/// Chapter 09's mask policy: the causal rule and the window of one sequence, with mask.h's
+/// interface (keys(row), the run form) and the per-score visible(i, j) of chapter 05's tile code.
+/// It holds the six integers the rule reads and nothing else, so a kernel keeps them in registers
+/// (AttentionFeatures::visible_keys and first_visible_key state the same rule).
+struct WindowMask {
+  int seq_q, seq_kv, offset, left, right;
+  bool causal;
+  FA_HD WindowMask(const AttentionShape& one, const AttentionFeatures& f)
+      : seq_q(one.seq_q),
+        seq_kv(one.seq_kv),
+        offset(one.causal_offset()),
+        left(f.window_left),
+        right(f.window_right),
+        causal(one.causal) {}
+  /// One past the last key row i sees.
+  FA_HD int visible_keys(int i) const {
+    int n = seq_kv;
+    if (causal || right == 0) n = i + offset + 1;
+    if (right > 0 && !causal) n = i + offset + right + 1;
+    return n < 0 ? 0 : (n > seq_kv ? seq_kv : n);
+  }
+  /// The first key row i sees.
+  FA_HD int first_visible_key(int i) const {
+    if (left < 0) return 0;
+    const int j = i + offset - left;
+    return j < 0 ? 0 : (j > seq_kv ? seq_kv : j);
+  }
+  FA_HD KeyRun keys(int row) const {
+    if (row >= seq_q) return {0, 0};
+    return {first_visible_key(row), visible_keys(row)};
+  }
+  /// The same rule per (i, j), without the clamps to the sequence (the tile code checks its ends).
+  FA_HD bool visible(int i, int j) const {
+    const int diagonal = i + offset;
+    if ((causal || right == 0) && j > diagonal) return false;
+    if (right > 0 && j > diagonal + right) return false;
+    return left < 0 || j >= diagonal - left;
+  }
+};
+
 /// One (sequence, query head) of a batch: its dense shape (batch 1) and where its rows start.
 struct SequenceRows {
-  AttentionShape shape;  // seq_q, seq_kv: this sequence's lengths; the masks apply inside it
+  AttentionShape shape;        // seq_q, seq_kv: this sequence's lengths; the masks apply inside it
+  AttentionFeatures features;  // the problem's, without the packing
   int head = 0;
   int64_t q_row0 = 0;   // row 0 of this head in Q, O (times head_dim) and LSE
   int64_t kv_row0 = 0;  // row 0 of its K/V head in K and V (times head_dim)
   int64_t bias0 = 0;    // element 0 of its [seq_q][seq_kv] bias, when shape.bias
   // The same rows as (plane, row in plane) of the [planes][seq][head_dim] tensors, for TMA.
   int q_plane = 0, kv_plane = 0, q_start = 0, kv_start = 0;
+  FA_HD WindowMask mask() const { return WindowMask(shape, features); }
 };
 
 //! [sequence_rows]
-FA_HD inline SequenceRows sequence_rows(const AttentionShape& s, const AttentionExtras& e, int b, int head) {
+FA_HD inline SequenceRows sequence_rows(const AttentionShape& s, const AttentionFeatures& f, const AttentionExtras& e,
+                                        int b, int head) {
   SequenceRows r;
   r.head = head;
-  if (s.varlen) {
+  r.features = f;
+  r.features.sequences = 0;
+  if (f.varlen()) {
     // Sequence b is rows cu_seqlens[b] .. cu_seqlens[b + 1] - 1 of every head's packed rows.
     const int q0 = e.cu_seqlens_q[b], k0 = e.cu_seqlens_k[b];
-    r.shape = s.sequence_shape(e.cu_seqlens_q[b + 1] - q0, e.cu_seqlens_k[b + 1] - k0);
+    r.shape = sequence_shape(s, e.cu_seqlens_q[b + 1] - q0, e.cu_seqlens_k[b + 1] - k0);
     r.q_plane = head;
     r.kv_plane = s.kv_head(head);
     r.q_start = q0;
     r.kv_start = k0;
   } else {
-    r.shape = s.sequence_shape(s.seq_q, s.seq_kv);
+    r.shape = sequence_shape(s, s.seq_q, s.seq_kv);
     r.q_plane = b * s.heads_q + head;
     r.kv_plane = b * s.heads_kv + s.kv_head(head);
   }
   r.q_row0 = int64_t(r.q_plane) * s.seq_q + r.q_start;
   r.kv_row0 = int64_t(r.kv_plane) * s.seq_kv + r.kv_start;
-  r.bias0 = s.varlen ? 0 : r.q_row0 * s.seq_kv;
+  r.bias0 = f.varlen() ? 0 : r.q_row0 * s.seq_kv;
   return r;
 }
 //! [sequence_rows]
@@ -60,38 +109,38 @@ struct KeySpan {
   int begin = 0, end = 0;
 };
 //! [tile_keys]
-FA_HD inline KeySpan tile_keys(const AttentionShape& s, int first_row, int last_row, int tile) {
+FA_HD inline KeySpan tile_keys(const WindowMask& mask, int first_row, int last_row, int tile) {
   KeySpan span;
-  span.begin = s.first_visible_key(first_row) / tile * tile;
-  span.end = s.visible_keys(last_row);
+  span.begin = mask.first_visible_key(first_row) / tile * tile;
+  span.end = mask.visible_keys(last_row);
   return span;
 }
 
 /// Whether every (row, key) of rows first_row .. first_row + rows - 1 and keys j0 .. j0 + tile - 1
 /// is visible and inside the sequence: such a tile skips the mask.
-FA_HD inline bool tile_fully_visible(const AttentionShape& s, int first_row, int rows, int j0, int tile) {
+FA_HD inline bool tile_fully_visible(const WindowMask& mask, int first_row, int rows, int j0, int tile) {
   const int last_row = first_row + rows - 1;
-  return last_row < s.seq_q && j0 + tile <= s.seq_kv && j0 >= s.first_visible_key(last_row) &&
-         j0 + tile <= s.visible_keys(first_row);
+  return last_row < mask.seq_q && j0 + tile <= mask.seq_kv && j0 >= mask.first_visible_key(last_row) &&
+         j0 + tile <= mask.visible_keys(first_row);
 }
 //! [tile_keys]
 
 /// Query rows [begin, end) whose visible keys overlap keys j0 .. j1 - 1: a row's run of keys
 /// moves right with the row at both ends, so these rows are one run too, found by two binary
 /// searches (the backward's K/V-side loop visits only them). Rows inside may still see none.
-FA_HD inline KeySpan rows_for_keys(const AttentionShape& s, int j0, int j1) {
-  int lo = 0, hi = s.seq_q;  // the first row whose run ends after j0
+FA_HD inline KeySpan rows_for_keys(const WindowMask& mask, int j0, int j1) {
+  int lo = 0, hi = mask.seq_q;  // the first row whose run ends after j0
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
-    if (s.visible_keys(mid) > j0) hi = mid;
+    if (mask.visible_keys(mid) > j0) hi = mid;
     else lo = mid + 1;
   }
   KeySpan rows;
   rows.begin = lo;
-  hi = s.seq_q;  // the first row whose run starts at or after j1
+  hi = mask.seq_q;  // the first row whose run starts at or after j1
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
-    if (s.first_visible_key(mid) >= j1) hi = mid;
+    if (mask.first_visible_key(mid) >= j1) hi = mid;
     else lo = mid + 1;
   }
   rows.end = lo;
@@ -114,10 +163,11 @@ FA_HD inline float fast_tanh(float x) {
 /// (bias_rows: element 0 of this head's [seq_q][seq_kv] bias; null for none, and for a (row,
 /// key) outside the sequence, which the mask removes anyway). The mask comes after.
 //! [modified_score]
-FA_HD inline float modified_score(const AttentionShape& s, float x, float slope, int i, int j, const float* bias_rows) {
-  if (s.softcap > 0.0) x = float(s.softcap) * fast_tanh(x * float(1.0 / s.softcap));  // Gemma-2: 50, Grok: 30
+FA_HD inline float modified_score(const AttentionShape& s, const AttentionFeatures& f, float x, float slope, int i,
+                                  int j, const float* bias_rows) {
+  if (f.softcap > 0.0) x = float(f.softcap) * fast_tanh(x * float(1.0 / f.softcap));  // Gemma-2: 50, Grok: 30
   const int distance = i + s.causal_offset() - j;
-  if (s.alibi) x -= slope * float(distance < 0 ? -distance : distance);  // MPT, BLOOM: a penalty growing with distance
+  if (f.alibi) x -= slope * float(distance < 0 ? -distance : distance);  // MPT, BLOOM: a penalty growing with distance
   if (bias_rows) x += bias_rows[int64_t(i) * s.seq_kv + j];              // anything else, as a tensor
   return x;
 }
@@ -134,9 +184,11 @@ struct ScoreChanges {
 };
 
 FA_HD inline ScoreChanges score_changes(const AttentionShape& s, const SequenceRows& seq, const AttentionExtras& e) {
-  const float scale = float(s.softmax_scale()), cap = float(s.softcap);
-  return {scale, cap, cap > 0.0f ? scale / cap : 0.0f, s.alibi ? float(s.alibi_slope(seq.head)) : 0.0f,
-          s.bias ? e.bias + seq.bias0 : nullptr};
+  const AttentionFeatures& f = seq.features;
+  const float scale = float(s.softmax_scale()), cap = float(f.softcap);
+  return {scale, cap, cap > 0.0f ? scale / cap : 0.0f,
+          f.alibi ? float(AttentionFeatures::alibi_slope(s.heads_q, seq.head)) : 0.0f,
+          f.bias ? e.bias + seq.bias0 : nullptr};
 }
 
 }  // namespace fa::features

@@ -86,8 +86,8 @@ __device__ inline void modify_scores(float (&s)[2][kKeys / 8][4], const Attentio
 /// kKeys keys per K/V tile (chapter 05's choice); kModify: softcap, ALiBi or a bias is on.
 template <class T, int kD, int kKeys, bool kModify>
 __global__ void __launch_bounds__(kTunedThreads, 2)
-    features_ampere_kernel(AttentionShape shape, AttentionExtras extras, const T* q, const T* k, const T* v, T* o,
-                           float* lse) {
+    features_ampere_kernel(AttentionShape shape, AttentionFeatures features, AttentionExtras extras, const T* q,
+                           const T* k, const T* v, T* o, float* lse) {
   constexpr int kLd = kD + 8, kKeyBlocks = kKeys / 8;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* q_s = reinterpret_cast<T*>(shared_bytes);  // [128][kLd]; O is staged here at the end
@@ -97,8 +97,9 @@ __global__ void __launch_bounds__(kTunedThreads, 2)
 
   //! [ampere_sequence]
   const SequenceRows seq =
-      sequence_rows(shape, extras, int(blockIdx.y) / shape.heads_q, int(blockIdx.y) % shape.heads_q);
+      sequence_rows(shape, features, extras, int(blockIdx.y) / shape.heads_q, int(blockIdx.y) % shape.heads_q);
   const AttentionShape& one = seq.shape;  // this sequence as a batch of one
+  const WindowMask mask = seq.mask();     // its causal rule and window
   const int i0 = (gridDim.x - 1 - blockIdx.x) * kBlockRows;
   if (i0 >= one.seq_q) return;  // the grid covers the longest sequence; this one is shorter
   const T* q_head = q + seq.q_row0 * kD;
@@ -108,7 +109,7 @@ __global__ void __launch_bounds__(kTunedThreads, 2)
   const int n_q = one.seq_q, n_k = one.seq_kv;
   const int last_row = min(i0 + kBlockRows, n_q) - 1;
   //! [ampere_window]
-  const KeySpan keys = tile_keys(one, i0, last_row, kKeys);
+  const KeySpan keys = tile_keys(mask, i0, last_row, kKeys);
   //! [ampere_window]
   const ScoreChanges changes = score_changes(shape, seq, extras);
   // With a score change the scores arrive scaled, so the softmax's scale is 1 (log2 e in log2 units).
@@ -131,8 +132,8 @@ __global__ void __launch_bounds__(kTunedThreads, 2)
     float s[2][kKeyBlocks][4] = {};
     flash2::tuned_scores<T, kD, kKeys, flash2::PaddedRows<kD>, flash2::PaddedRows<kD>>(s, q_s, k_s, warp, lane);
     if constexpr (kModify) modify_scores<kKeys>(s, one, changes, i0 + kWarpRows * warp, j0, g, t);
-    if (!tile_fully_visible(one, i0, kBlockRows, j0, kKeys))
-      flash2::tuned_mask<kKeys>(s, one, i0 + kWarpRows * warp, j0, g, t);
+    if (!tile_fully_visible(mask, i0, kBlockRows, j0, kKeys))
+      flash2::tuned_mask<kKeys>(s, mask, i0 + kWarpRows * warp, j0, g, t);
 
     cp_async_wait<0>();
     __syncthreads();
@@ -156,17 +157,19 @@ void launch_dim(const ForwardParams& p) {
   const int bytes = int((kBlockRows + 2 * kKeys) * (kD + 8) * sizeof(T));
   auto kernel = features_ampere_kernel<T, kD, kKeys, kModify>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  const int rows = s.varlen ? p.extras.max_seqlen_q : s.seq_q;
+  const AttentionFeatures& f = p.features;
+  const int rows = f.varlen() ? p.extras.max_seqlen_q : s.seq_q;
   if (rows == 0) return;  // a packed batch of empty sequences: no output row exists
-  dim3 grid(unsigned((rows + kBlockRows - 1) / kBlockRows), unsigned(s.batch * s.heads_q));
-  kernel<<<grid, kTunedThreads, bytes, p.stream>>>(s, p.extras, static_cast<const T*>(p.q), static_cast<const T*>(p.k),
-                                                   static_cast<const T*>(p.v), static_cast<T*>(p.o), p.lse);
+  dim3 grid(unsigned((rows + kBlockRows - 1) / kBlockRows), unsigned(f.sequence_count(s) * s.heads_q));
+  kernel<<<grid, kTunedThreads, bytes, p.stream>>>(s, f, p.extras, static_cast<const T*>(p.q),
+                                                   static_cast<const T*>(p.k), static_cast<const T*>(p.v),
+                                                   static_cast<T*>(p.o), p.lse);
   CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
 void launch_ampere(const ForwardParams& p) {
-  const bool modify = p.shape.softcap > 0.0 || p.shape.alibi || p.shape.bias;
+  const bool modify = p.features.softcap > 0.0 || p.features.alibi || p.features.bias;
   with_head_dim<64, 128>(p.shape.head_dim,
                          [&](auto d) { with_bool(modify, [&](auto m) { launch_dim<T, d.value, m.value>(p); }); });
 }

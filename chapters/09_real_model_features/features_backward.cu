@@ -34,8 +34,9 @@ constexpr int kSmemBytes = backward::backward_mma_smem_bytes<T, kD, true>();
 
 template <class T, int kD>
 __global__ void __launch_bounds__(kThreads)
-    features_backward_kernel(AttentionShape shape, AttentionExtras extras, const T* q, const T* k, const T* v,
-                             const T* d_o, const float* lse, const float* delta, float* dq32, T* dk, T* dv) {
+    features_backward_kernel(AttentionShape shape, AttentionFeatures features, AttentionExtras extras, const T* q,
+                             const T* k, const T* v, const T* d_o, const float* lse, const float* delta, float* dq32,
+                             T* dk, T* dv) {
   constexpr int kLd = kD + 8, kLdS = kKeys + 8;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* k_s = reinterpret_cast<T*>(shared_bytes);
@@ -50,11 +51,12 @@ __global__ void __launch_bounds__(kThreads)
   const int b = int(blockIdx.y) / shape.heads_kv, kvh = int(blockIdx.y) % shape.heads_kv, group = shape.group_size();
   //! [backward_sequence]
   // The sequence, as seen by the first query head of this K/V head (they share K/V rows).
-  const SequenceRows kv_seq = sequence_rows(shape, extras, b, kvh * group);
+  const SequenceRows kv_seq = sequence_rows(shape, features, extras, b, kvh * group);
   const AttentionShape& one = kv_seq.shape;
+  const WindowMask mask = kv_seq.mask();
   const int j0 = blockIdx.x * kKeys;
   if (j0 >= one.seq_kv) return;  // the grid covers the longest sequence
-  const KeySpan rows = rows_for_keys(one, j0, min(j0 + kKeys, one.seq_kv));
+  const KeySpan rows = rows_for_keys(mask, j0, min(j0 + kKeys, one.seq_kv));
   //! [backward_sequence]
   const T* k_rows = k + kv_seq.kv_row0 * kD;
   const T* v_rows = v + kv_seq.kv_row0 * kD;
@@ -69,7 +71,7 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int it = 0; it < n_items; ++it) {
     const int head = kvh * group + it / row_tiles, i0 = (first_tile + it % row_tiles) * kRows;
-    const SequenceRows seq = sequence_rows(shape, extras, b, head);
+    const SequenceRows seq = sequence_rows(shape, features, extras, b, head);
     const ScoreChanges c = score_changes(shape, seq, extras);
     __syncthreads();  // the previous item's tiles and dS are no longer read
     backward::copy_rows_async<T, kD, kLd>(q_s, q + seq.q_row0 * kD, i0, one.seq_q);
@@ -92,7 +94,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = key_a + 8 * (e / 2), r = 8 * nb + 2 * t + (e & 1), row = i0 + r;
-        const bool live = row < one.seq_q && key < one.seq_kv && one.visible(row, key);
+        const bool live = row < one.seq_q && key < one.seq_kv && mask.visible(row, key);
         float x = st[nb][e] * c.scale, slope_of_cap = 1.0f;
         if (c.cap > 0.0f) {
           const float th = fast_tanh(x / c.cap);
@@ -185,11 +187,12 @@ void launch_dim(const BackwardParams& p) {
   backward::launch_delta<T>(p.o, p.d_o, delta, s.lse_elems(), kD, p.stream);
   auto kernel = features_backward_kernel<T, kD>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes<T, kD>));
-  const int keys = s.varlen ? p.extras.max_seqlen_k : s.seq_kv;
+  const AttentionFeatures& f = p.features;
+  const int keys = f.varlen() ? p.extras.max_seqlen_k : s.seq_kv;
   if (keys > 0) {
-    dim3 grid(unsigned((keys + kKeys - 1) / kKeys), unsigned(s.batch * s.heads_kv));
+    dim3 grid(unsigned((keys + kKeys - 1) / kKeys), unsigned(f.sequence_count(s) * s.heads_kv));
     kernel<<<grid, kThreads, kSmemBytes<T, kD>, p.stream>>>(
-        s, p.extras, static_cast<const T*>(p.q), static_cast<const T*>(p.k), static_cast<const T*>(p.v),
+        s, f, p.extras, static_cast<const T*>(p.q), static_cast<const T*>(p.k), static_cast<const T*>(p.v),
         static_cast<const T*>(p.d_o), p.lse, delta, dq32, static_cast<T*>(p.dk), static_cast<T*>(p.dv));
     CUDA_CHECK_LAUNCH();
   }

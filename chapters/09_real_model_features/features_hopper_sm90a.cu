@@ -70,25 +70,12 @@ __device__ inline void modify_tile(float (&s)[kBlockN / 2], const AttentionShape
   //! [hopper_modify]
 }
 
-/// The mask (causal, window, the sequence's ends) on this thread's scores of one K/V tile. The
-/// keys a row sees are one run, first_visible_key .. visible_keys - 1, so each of the thread's two
-/// rows gets its run once, shifted to the thread's first key; each score is then two compares
-/// against a constant offset (chapter 06's mask_scores evaluates the whole rule per score).
-__device__ inline void mask_tile(float (&s)[kBlockN / 2], const AttentionShape& one, int row0, int j0, int t) {
-  //! [hopper_mask]
-  int lo[2], hi[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = row0 + 8 * h, inside = row < one.seq_q;
-    lo[h] = (inside ? one.first_visible_key(row) : 0) - j0 - 2 * t;
-    hi[h] = (inside ? one.visible_keys(row) : 0) - j0 - 2 * t;
-  }
-#pragma unroll
-  for (int i = 0; i < kBlockN / 2; ++i) {
-    const int h = (i % 4) / 2, offset = 8 * (i / 4) + (i & 1);
-    if (offset < lo[h] || offset >= hi[h]) s[i] = -INFINITY;
-  }
-  //! [hopper_mask]
+/// The mask (causal, window, the sequence's ends) on this thread's scores of one K/V tile: the
+/// window policy (WindowMask, features.h) through mask.h's run form. The keys a row sees are one
+/// run, so each of the thread's two rows gets its run once, shifted to the thread's first key;
+/// each score is then two compares against a constant offset.
+__device__ inline void mask_tile(float (&s)[kBlockN / 2], const WindowMask& mask, int row0, int j0, int t) {
+  mask_rows(s, mask, row0, j0 + 2 * t);
 }
 
 /// The bias through shared memory: each consumer warpgroup copies its 64 rows x 128 keys of the
@@ -153,6 +140,7 @@ struct FeatureOps {
   const unsigned char* q_rows;
   uint64_t *k_full, *v_full, *k_empty, *v_empty;
   AttentionShape one;  // the sequence as a batch of one
+  WindowMask mask;     // its causal rule and window
   int i0, row0, t, first_key;
   float scale_log2;
   ScoreChanges changes;
@@ -179,7 +167,7 @@ struct FeatureOps {
       if (changes.bias) prefetch_bias(j0 + kBlockN);
       modify_tile(s, one, changes, row0, j0, t);
     }
-    if (!tile_fully_visible(one, i0 + 64 * consumer, 64, j0, kBlockN)) mask_tile(s, one, row0, j0, t);
+    if (!tile_fully_visible(mask, i0 + 64 * consumer, 64, j0, kBlockN)) mask_tile(s, mask, row0, j0, t);
     flash3::online_softmax(s, m, l, rescale, scale_log2);
   }
   //! [hopper_softmax]
@@ -219,16 +207,16 @@ struct FeatureOps {
 template <int kD, bool kModify, bool kStageBias>
 __global__ void __launch_bounds__(kThreads, 1)
     features_hopper_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                           const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, AttentionExtras extras,
-                           __nv_bfloat16* o, float* lse) {
+                           const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, AttentionFeatures features,
+                           AttentionExtras extras, __nv_bfloat16* o, float* lse) {
   using S = Layout<kD>;
   //! [hopper_sequence]
   const SequenceRows seq =
-      sequence_rows(shape, extras, int(blockIdx.y) / shape.heads_q, int(blockIdx.y) % shape.heads_q);
+      sequence_rows(shape, features, extras, int(blockIdx.y) / shape.heads_q, int(blockIdx.y) % shape.heads_q);
   const AttentionShape& one = seq.shape;
   const int i0 = (gridDim.x - 1 - blockIdx.x) * kBlockM;
   if (i0 >= one.seq_q) return;  // the whole block leaves before any barrier exists
-  const KeySpan keys = tile_keys(one, i0, min(i0 + kBlockM, one.seq_q) - 1, kBlockN);
+  const KeySpan keys = tile_keys(seq.mask(), i0, min(i0 + kBlockM, one.seq_q) - 1, kBlockN);
   const int n_tiles = keys.end > keys.begin ? (keys.end - keys.begin + kBlockN - 1) / kBlockN : 0;
   //! [hopper_sequence]
 
@@ -285,6 +273,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       k_empty,
       v_empty,
       one,
+      seq.mask(),
       i0,
       row0,
       t,
@@ -319,23 +308,26 @@ template <int kD, bool kModify, bool kStageBias>
 void launch_dim(const ForwardParams& p) {
   const AttentionShape& s = p.shape;
   // A packed batch is the dense layout with a batch of one: planes are heads, rows the totals.
-  const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, kD, s.seq_q, s.packs() * s.heads_q, kBlockM);
-  const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, kD, s.seq_kv, s.packs() * s.heads_kv, kBlockN);
-  const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, kD, s.seq_kv, s.packs() * s.heads_kv, kBlockN);
+  const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, kD, s.seq_q, s.batch * s.heads_q, kBlockM);
+  const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, kD, s.seq_kv, s.batch * s.heads_kv, kBlockN);
+  const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, kD, s.seq_kv, s.batch * s.heads_kv, kBlockN);
   auto kernel = features_hopper_kernel<kD, kModify, kStageBias>;
   const int bytes = kStageBias ? kBiasOffset<kD> + 2 * kBiasTileBytes + 1024 : Layout<kD>::kBytes;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  const int rows = s.varlen ? p.extras.max_seqlen_q : s.seq_q;
+  const AttentionFeatures& f = p.features;
+  const int rows = f.varlen() ? p.extras.max_seqlen_q : s.seq_q;
   if (rows == 0) return;
-  const dim3 grid(unsigned((rows + kBlockM - 1) / kBlockM), unsigned(s.batch * s.heads_q));
-  kernel<<<grid, kThreads, bytes, p.stream>>>(tm_q, tm_k, tm_v, s, p.extras, static_cast<__nv_bfloat16*>(p.o), p.lse);
+  const dim3 grid(unsigned((rows + kBlockM - 1) / kBlockM), unsigned(f.sequence_count(s) * s.heads_q));
+  kernel<<<grid, kThreads, bytes, p.stream>>>(tm_q, tm_k, tm_v, s, f, p.extras, static_cast<__nv_bfloat16*>(p.o),
+                                              p.lse);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_hopper(const ForwardParams& p) {
   const AttentionShape& s = p.shape;
   // The bias is staged in shared memory when each of its rows starts on a 16-byte boundary.
-  const bool stage = s.bias && s.seq_kv % 4 == 0, modify = s.softcap > 0.0 || s.alibi || s.bias;
+  const AttentionFeatures& f = p.features;
+  const bool stage = f.bias && s.seq_kv % 4 == 0, modify = f.softcap > 0.0 || f.alibi || f.bias;
   with_head_dim<64, 128>(s.head_dim, [&](auto d) {
     if (stage) {
       launch_dim<d.value, true, true>(p);

@@ -4,5 +4,5 @@
 int main(int argc, char** argv) {
   return fa::chapter_main(
       argc, argv,
-      {9, "ch09_real_model_features", "what real models need: packed batches, windows, softcap, ALiBi, bias"});
+      {9, "ch09_real_model_features", "what real models need: packed batches, windows, softcap, ALiBi, bias", true});
 }

@@ -24,18 +24,23 @@ std::vector<AttentionShape> cpu_shapes() {
 struct Case {
   const CpuAlgorithm* algorithm;
   AttentionShape shape;
+  AttentionFeatures features;  // chapter 09's, for the algorithms that take them
+
+  std::string to_string() const {
+    return features.any() ? shape.to_string() + " " + features.to_string() : shape.to_string();
+  }
 };
 
 // gtest prints parameters in test listings and failures: make that readable.
-void PrintTo(const Case& c, std::ostream* out) { *out << c.algorithm->name << " on " << c.shape.to_string(); }
+void PrintTo(const Case& c, std::ostream* out) { *out << c.algorithm->name << " on " << c.to_string(); }
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   for (const CpuAlgorithm& a : cpu_algorithms()) {
-    for (const AttentionShape& s : cpu_shapes()) cases.push_back({&a, s});
+    for (const AttentionShape& s : cpu_shapes()) cases.push_back({&a, s, {}});
     // Chapter 09's shape list, for the algorithms that take its features.
     if (a.features != 0)
-      for (const AttentionShape& s : feature_shapes()) cases.push_back({&a, s});
+      for (const FeatureProblem& p : feature_shapes()) cases.push_back({&a, p.shape, p.features});
   }
   return cases;
 }
@@ -44,18 +49,18 @@ class CpuAlgorithmTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CpuAlgorithmTest, MatchesOracle) {
   const Case& c = GetParam();
-  std::string why = support_reason(*c.algorithm, c.shape);
-  if (!why.empty()) GTEST_SKIP() << c.algorithm->name << " does not support " << c.shape.to_string() << ": " << why;
+  std::string why = support_reason(*c.algorithm, c.shape, c.features);
+  if (!why.empty()) GTEST_SKIP() << c.algorithm->name << " does not support " << c.to_string() << ": " << why;
   const uint64_t seed = fresh_seed();
-  Problem problem(c.shape, seed, /*full_check=*/true);
+  Problem problem(c.shape, seed, /*full_check=*/true, c.features);
   RunResult r = run_cpu_algorithm(*c.algorithm, problem, RunOptions{});
   ASSERT_TRUE(r.ran) << r.skipped << r.error;
-  EXPECT_TRUE(r.report.passed()) << c.algorithm->name << " on " << c.shape.to_string() << ", seed " << seed << "\n"
+  EXPECT_TRUE(r.report.passed()) << c.algorithm->name << " on " << c.to_string() << ", seed " << seed << "\n"
                                  << r.report.details();
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CpuAlgorithmTest, ::testing::ValuesIn(all_cases()), [](const auto& info) {
-  return info.param.algorithm->name + "__" + info.param.shape.to_identifier();
+  return info.param.algorithm->name + "__" + info.param.shape.to_identifier() + info.param.features.to_identifier();
 });
 
 TEST(CpuAlgorithms, EveryChapterHasOne) {

@@ -30,8 +30,9 @@ std::vector<float> normal_values(int64_t n, uint64_t seed, uint64_t stream) {
 
 /// Attention for one (batch, head) written from the definitions: double loops, the mask as a
 /// condition on (i, j), ALiBi from the given slope, softcap by std::tanh.
-void direct_attention(const AttentionShape& s, const float* q, const float* k, const float* v, const float* bias,
-                      double slope, std::vector<double>& o, std::vector<double>& lse) {
+void direct_attention(const AttentionShape& s, const AttentionFeatures& f, const float* q, const float* k,
+                      const float* v, const float* bias, double slope, std::vector<double>& o,
+                      std::vector<double>& lse) {
   const int d = s.head_dim, nq = s.seq_q, nk = s.seq_kv, offset = nk - nq;
   o.assign(int64_t(nq) * d, 0.0);
   lse.assign(nq, -std::numeric_limits<double>::infinity());
@@ -41,14 +42,14 @@ void direct_attention(const AttentionShape& s, const float* q, const float* k, c
     for (int j = 0; j < nk; ++j) {
       bool seen = true;
       if (s.causal && j > i + offset) seen = false;
-      if (s.window_left >= 0 && j < i + offset - s.window_left) seen = false;
-      if (s.window_right >= 0 && j > i + offset + s.window_right) seen = false;
+      if (f.window_left >= 0 && j < i + offset - f.window_left) seen = false;
+      if (f.window_right >= 0 && j > i + offset + f.window_right) seen = false;
       if (!seen) continue;
       double dot = 0;
       for (int c = 0; c < d; ++c) dot += double(q[int64_t(i) * d + c]) * k[int64_t(j) * d + c];
       double y = dot * s.softmax_scale();
-      if (s.softcap > 0) y = s.softcap * std::tanh(y / s.softcap);
-      if (s.alibi) y -= slope * std::abs(i + offset - j);
+      if (f.softcap > 0) y = f.softcap * std::tanh(y / f.softcap);
+      if (f.alibi) y -= slope * std::abs(i + offset - j);
       if (bias) y += bias[int64_t(i) * nk + j];
       x[j] = y;
       mx = std::max(mx, y);
@@ -77,11 +78,9 @@ void expect_close(const std::vector<double>& a, const std::vector<double>& b, do
 }
 
 TEST(FeatureOracle, AlibiSlopesAreTheOnesModelsUse) {
-  AttentionShape s;
-  s.heads_q = s.heads_kv = 8;  // 2^-1 .. 2^-8
-  for (int h = 0; h < 8; ++h) EXPECT_DOUBLE_EQ(s.alibi_slope(h), std::pow(2.0, -(h + 1))) << h;
+  // 8 heads: 2^-1 .. 2^-8.
+  for (int h = 0; h < 8; ++h) EXPECT_DOUBLE_EQ(AttentionFeatures::alibi_slope(8, h), std::pow(2.0, -(h + 1))) << h;
   // 12 heads (BLOOM's rule): the 8 slopes for 8 heads, then 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5.
-  s.heads_q = s.heads_kv = 12;
   const double expected[12] = {0.5,
                                0.25,
                                0.125,
@@ -94,28 +93,28 @@ TEST(FeatureOracle, AlibiSlopesAreTheOnesModelsUse) {
                                0.35355339059327373,
                                0.17677669529663687,
                                0.08838834764831843};
-  for (int h = 0; h < 12; ++h) EXPECT_NEAR(s.alibi_slope(h), expected[h], 1e-15) << h;
+  for (int h = 0; h < 12; ++h) EXPECT_NEAR(AttentionFeatures::alibi_slope(12, h), expected[h], 1e-15) << h;
 }
 
 TEST(FeatureOracle, DenseFeaturesMatchTheDefinitions) {
   const uint64_t seed = fresh_seed();
-  for (const AttentionShape& shape : feature_shapes()) {
-    if (shape.varlen) continue;
-    SCOPED_TRACE(shape.to_string() + ", seed " + std::to_string(seed));
-    Problem problem(shape, seed, true);
+  for (const auto& [shape, f] : feature_shapes()) {
+    if (f.varlen()) continue;
+    SCOPED_TRACE(shape.to_string() + " " + f.to_string() + ", seed " + std::to_string(seed));
+    Problem problem(shape, seed, true, f);
     const HostInputs& in = problem.host(DType::F32);
     const AttentionExtras extras = problem.host_extras();
     const ForwardReference& ref = problem.reference(DType::F32);
     size_t entry = 0;
     for (int b = 0; b < shape.batch; ++b)
       for (int h = 0; h < shape.heads_q; ++h, ++entry) {
-        const AttentionShape one = shape.sequence_shape(shape.seq_q, shape.seq_kv);
+        const AttentionShape one = sequence_shape(shape, shape.seq_q, shape.seq_kv);
         const int64_t q0 = (int64_t(b) * shape.heads_q + h) * shape.seq_q;
         const int64_t kv0 = (int64_t(b) * shape.heads_kv + shape.kv_head(h)) * shape.seq_kv;
         std::vector<double> o, lse;
-        direct_attention(one, in.q.data() + q0 * shape.head_dim, in.k.data() + kv0 * shape.head_dim,
-                         in.v.data() + kv0 * shape.head_dim, shape.bias ? extras.bias + q0 * shape.seq_kv : nullptr,
-                         shape.alibi_slope(h), o, lse);
+        direct_attention(one, f, in.q.data() + q0 * shape.head_dim, in.k.data() + kv0 * shape.head_dim,
+                         in.v.data() + kv0 * shape.head_dim, f.bias ? extras.bias + q0 * shape.seq_kv : nullptr,
+                         AttentionFeatures::alibi_slope(shape.heads_q, h), o, lse);
         expect_close(ref.o[entry], o, 1e-9, "O");
         expect_close(ref.lse[entry], lse, 1e-9, "LSE");
       }
@@ -124,29 +123,29 @@ TEST(FeatureOracle, DenseFeaturesMatchTheDefinitions) {
 
 TEST(FeatureOracle, PackedBatchIsSeparateBatchesOfOne) {
   const uint64_t seed = fresh_seed();
-  for (const AttentionShape& shape : feature_shapes()) {
-    if (!shape.varlen) continue;
-    SCOPED_TRACE(shape.to_string() + ", seed " + std::to_string(seed));
-    Problem problem(shape, seed, true);
+  for (const auto& [shape, f] : feature_shapes()) {
+    if (!f.varlen()) continue;
+    SCOPED_TRACE(shape.to_string() + " " + f.to_string() + ", seed " + std::to_string(seed));
+    Problem problem(shape, seed, true, f);
     const HostInputs& in = problem.host(DType::F32);
     const Packing& packing = problem.packing();
     const ForwardReference& ref = problem.reference(DType::F32);
-    // random_packing's promise: from batch 3 on, an empty sequence and a length-1 one.
-    if (shape.batch >= 3) {
+    // random_packing's promise: from 3 sequences on, an empty sequence and a length-1 one.
+    if (f.sequences >= 3) {
       EXPECT_EQ(packing.cu_q[2] - packing.cu_q[1], 0);
       EXPECT_EQ(packing.cu_q[3] - packing.cu_q[2], 1);
     }
     for (int h = 0; h < shape.heads_q; ++h) {  // the full plan of a packed batch: one entry per head
-      for (int b = 0; b < shape.batch; ++b) {
+      for (int b = 0; b < f.sequences; ++b) {
         const int q0 = packing.cu_q[b], k0 = packing.cu_k[b];
-        const AttentionShape one = shape.sequence_shape(packing.cu_q[b + 1] - q0, packing.cu_k[b + 1] - k0);
+        const AttentionShape one = sequence_shape(shape, packing.cu_q[b + 1] - q0, packing.cu_k[b + 1] - k0);
         if (one.seq_q == 0) continue;
         std::vector<double> o, lse;
         const int d = shape.head_dim;
-        direct_attention(one, in.q.data() + (int64_t(h) * shape.seq_q + q0) * d,
+        direct_attention(one, f, in.q.data() + (int64_t(h) * shape.seq_q + q0) * d,
                          in.k.data() + (int64_t(shape.kv_head(h)) * shape.seq_kv + k0) * d,
                          in.v.data() + (int64_t(shape.kv_head(h)) * shape.seq_kv + k0) * d, nullptr,
-                         shape.alibi_slope(h), o, lse);
+                         AttentionFeatures::alibi_slope(shape.heads_q, h), o, lse);
         expect_close(
             std::vector<double>(ref.o[h].begin() + int64_t(q0) * d, ref.o[h].begin() + int64_t(q0 + one.seq_q) * d), o,
             1e-9, "O of sequence " + std::to_string(b));
@@ -158,9 +157,10 @@ TEST(FeatureOracle, PackedBatchIsSeparateBatchesOfOne) {
 }
 
 /// L = sum(O * dO) from the forward oracle, for finite differences.
-double loss_of(const AttentionShape& s, const std::vector<float>& q, const std::vector<float>& k,
-               const std::vector<float>& v, const std::vector<float>& d_out, const AttentionExtras& extras) {
-  const ForwardReference r = reference_forward(s, q.data(), k.data(), v.data(), full_check_plan(s), &extras);
+double loss_of(const AttentionShape& s, const AttentionFeatures& f, const std::vector<float>& q,
+               const std::vector<float>& k, const std::vector<float>& v, const std::vector<float>& d_out,
+               const AttentionExtras& extras) {
+  const ForwardReference r = reference_forward(s, q.data(), k.data(), v.data(), full_check_plan(s), f, &extras);
   double loss = 0;
   size_t at = 0;
   for (const auto& rows : r.o)
@@ -170,24 +170,26 @@ double loss_of(const AttentionShape& s, const std::vector<float>& q, const std::
 
 TEST(FeatureOracle, BackwardMatchesFiniteDifferences) {
   const uint64_t seed = fresh_seed();
-  std::vector<std::pair<AttentionShape, std::string>> cases;
-  AttentionShape base = shape_of(2, 2, 1, 9, 11, 8, true);
+  std::vector<FeatureProblem> cases;
+  const AttentionShape base = shape_of(2, 2, 1, 9, 11, 8, true);
   for (int c = 0; c < 5; ++c) {
     AttentionShape s = base;
-    if (c == 0) s.softcap = 2.0, s.scale = 3.0;
-    if (c == 1) s.alibi = true;
-    if (c == 2) s.bias = true;
-    if (c == 3) s.window_left = 3, s.window_right = 0, s.causal = false;
-    if (c == 4) s.varlen = true, s.batch = 3, s.softcap = 5.0, s.alibi = true, s.window_left = 4;
-    cases.push_back({s, s.to_string()});
+    AttentionFeatures f;
+    if (c == 0) f.softcap = 2.0, s.scale = 3.0;
+    if (c == 1) f.alibi = true;
+    if (c == 2) f.bias = true;
+    if (c == 3) f.window_left = 3, f.window_right = 0, s.causal = false;
+    if (c == 4) f.sequences = 3, s.batch = 1, f.softcap = 5.0, f.alibi = true, f.window_left = 4;
+    cases.push_back({s, f});
   }
-  for (const auto& [s, name] : cases) {
-    SCOPED_TRACE(name + ", seed " + std::to_string(seed));
-    Problem problem(s, seed, true);
+  for (const auto& [s, f] : cases) {
+    SCOPED_TRACE(s.to_string() + " " + f.to_string() + ", seed " + std::to_string(seed));
+    Problem problem(s, seed, true, f);
     const HostInputs& in = problem.host(DType::F32);
     const AttentionExtras extras = problem.host_extras();
     const std::vector<float> d_out = normal_values(s.q_elems(), seed, 11);
-    const BackwardReference ref = reference_backward(s, in.q.data(), in.k.data(), in.v.data(), d_out.data(), &extras);
+    const BackwardReference ref =
+        reference_backward(s, in.q.data(), in.k.data(), in.v.data(), d_out.data(), f, &extras);
     // A central difference over the step the float inputs really took (x + h and x - h rounded
     // to float), so that only the truncation error, of order h^2, remains.
     const double step = 1.0 / 1024;
@@ -197,7 +199,7 @@ TEST(FeatureOracle, BackwardMatchesFiniteDifferences) {
         up[i] += float(step);
         down[i] -= float(step);
         auto loss = [&](const std::vector<float>& t) {
-          return loss_of(s, which == 0 ? t : in.q, which == 1 ? t : in.k, which == 2 ? t : in.v, d_out, extras);
+          return loss_of(s, f, which == 0 ? t : in.q, which == 1 ? t : in.k, which == 2 ? t : in.v, d_out, extras);
         };
         const double numeric = (loss(up) - loss(down)) / (double(up[i]) - double(down[i]));
         ASSERT_NEAR(grad[i], numeric, 2e-3 * (1 + std::abs(numeric))) << "d"
@@ -238,94 +240,117 @@ Distance distance_between(const ForwardReference& a, const ForwardReference& b) 
 TEST(FeatureShape, EachFeatureChangesTheAnswer) {
   const Tolerance loosest = tolerance_for(DType::BF16);
   const uint64_t seed = fresh_seed();
-  for (const AttentionShape& shape : feature_shapes()) {
-    Problem problem(shape, seed, true);
+  for (const FeatureProblem& problem_spec : feature_shapes()) {
+    const AttentionShape& shape = problem_spec.shape;
+    const AttentionFeatures& features = problem_spec.features;
+    Problem problem(shape, seed, true, features);
     const HostInputs& in = problem.host(DType::F32);
     const AttentionExtras extras = problem.host_extras();
     const ForwardReference& with = problem.reference(DType::F32);
-    std::vector<std::pair<std::string, AttentionShape>> without;
+    std::vector<std::pair<std::string, AttentionFeatures>> without;
     auto drop = [&](const char* name, auto change) {
-      AttentionShape s = shape;
-      change(s);
-      without.push_back({name, s});
+      AttentionFeatures f = features;
+      change(f);
+      without.push_back({name, f});
     };
-    if (shape.window_left >= 0 || shape.window_right >= 0)
-      drop("window", [](AttentionShape& s) { s.window_left = s.window_right = -1; });
-    if (shape.softcap > 0) drop("softcap", [](AttentionShape& s) { s.softcap = 0; });
-    if (shape.alibi) drop("alibi", [](AttentionShape& s) { s.alibi = false; });
-    if (shape.bias) drop("bias", [](AttentionShape& s) { s.bias = false; });
+    if (features.windowed()) drop("window", [](AttentionFeatures& f) { f.window_left = f.window_right = -1; });
+    if (features.softcap > 0) drop("softcap", [](AttentionFeatures& f) { f.softcap = 0; });
+    if (features.alibi) drop("alibi", [](AttentionFeatures& f) { f.alibi = false; });
+    if (features.bias) drop("bias", [](AttentionFeatures& f) { f.bias = false; });
     // Ignoring cu_seqlens: one sequence of all the packed tokens, attending across the boundaries.
-    if (shape.varlen) drop("varlen", [](AttentionShape& s) { s.varlen = false, s.batch = 1; });
-    for (const auto& [name, s] : without) {
+    if (features.varlen()) drop("varlen", [](AttentionFeatures& f) { f.sequences = 0; });
+    for (const auto& [name, f] : without) {
       const ForwardReference other =
-          reference_forward(s, in.q.data(), in.k.data(), in.v.data(), full_check_plan(s), &extras);
+          reference_forward(shape, in.q.data(), in.k.data(), in.v.data(), full_check_plan(shape), f, &extras);
       const Distance d = distance_between(other, with);
-      std::printf("without %-8s %-60s O moves %.3g relative, %.3g at most\n", name.c_str(), shape.to_string().c_str(),
-                  d.rel_fro, d.max_abs);
+      std::printf("without %-8s %-60s O moves %.3g relative, %.3g at most\n", name.c_str(),
+                  problem_spec.to_string().c_str(), d.rel_fro, d.max_abs);
       EXPECT_TRUE(d.rel_fro > 2 * loosest.rel_fro || d.max_abs > 2 * loosest.max_abs)
-          << "dropping " << name << " from " << shape.to_string() << " moves O by " << d.rel_fro << " relative and "
-          << d.max_abs << " at most, seed " << seed;
+          << "dropping " << name << " from " << problem_spec.to_string() << " moves O by " << d.rel_fro
+          << " relative and " << d.max_abs << " at most, seed " << seed;
     }
   }
 }
 
 TEST(FeatureShape, ValidateNamesTheBadField) {
-  auto message = [](AttentionShape s) {
+  const AttentionShape s = shape_of(1, 2, 2, 8, 8, 64, false);
+  auto message = [&](const AttentionFeatures& f, const AttentionShape& shape) {
     try {
-      s.validate();
+      f.validate(shape);
     } catch (const std::invalid_argument& e) {
       return std::string(e.what());
     }
     return std::string("no error");
   };
-  AttentionShape s = shape_of(1, 2, 2, 8, 8, 64, false);
-  s.window_left = -2;
-  EXPECT_EQ(message(s), "window_left must be -1 (no limit) or between 0 and 4194303, got -2");
-  s = shape_of(1, 2, 2, 8, 8, 64, false);
-  s.softcap = -1;
-  EXPECT_EQ(message(s), "softcap must be a finite number > 0 (or 0 for none), got -1");
-  s.softcap = 0;
-  s.bias = s.varlen = true;
-  EXPECT_EQ(message(s).rfind("bias and varlen together are not supported", 0), 0u) << message(s);
+  AttentionFeatures f;
+  f.window_left = -2;
+  EXPECT_EQ(message(f, s), "window_left must be -1 (no limit) or between 0 and 4194303, got -2");
+  f = AttentionFeatures{};
+  f.softcap = -1;
+  EXPECT_EQ(message(f, s), "softcap must be a finite number > 0 (or 0 for none), got -1");
+  f.softcap = 0;
+  f.bias = true;
+  f.sequences = 2;
+  EXPECT_EQ(message(f, s).rfind("bias and varlen together are not supported", 0), 0u) << message(f, s);
+  f.bias = false;
+  AttentionShape two = s;
+  two.batch = 2;
+  EXPECT_EQ(message(f, two),
+            "a packed batch lays its sequences along the seq axis of one batch: batch must be 1, got 2");
 }
 
 TEST(FeatureShape, NamesCarryTheFeatures) {
-  AttentionShape s = shape_of(1, 2, 2, 8, 8, 64, true);
-  s.window_left = 3;
-  s.softcap = 30.5;
-  s.alibi = s.varlen = true;
-  EXPECT_EQ(s.to_string(), "b1 h2/2 q8 k8 d64 causal window 3,-1 softcap 30.5 alibi varlen");
-  EXPECT_EQ(s.to_identifier(), "b1_h2_kv2_q8_k8_d64_causal_window3_n_softcap30p5_alibi_varlen");
+  const AttentionShape s = shape_of(1, 2, 2, 8, 8, 64, true);
+  AttentionFeatures f;
+  f.window_left = 3;
+  f.softcap = 30.5;
+  f.alibi = true;
+  f.sequences = 2;
+  EXPECT_EQ(s.to_string(), "b1 h2/2 q8 k8 d64 causal");
+  EXPECT_EQ(f.to_string(), "window 3,-1 softcap 30.5 alibi varlen 2");
+  EXPECT_EQ(s.to_identifier() + f.to_identifier(), "b1_h2_kv2_q8_k8_d64_causal_window3_n_softcap30p5_alibi_varlen2");
 }
 
 TEST(FeatureShape, WindowFlopsCountTheVisiblePairs) {
-  AttentionShape s = shape_of(1, 1, 1, 10, 10, 1, false);
-  s.window_left = 2;
-  s.window_right = 0;
+  const AttentionShape s = shape_of(1, 1, 1, 10, 10, 1, false);
+  AttentionFeatures f;
+  f.window_left = 2;
+  f.window_right = 0;
   // Rows 0, 1 see 1 and 2 keys; rows 2..9 see 3.
-  EXPECT_DOUBLE_EQ(s.forward_flops(), 4.0 * (1 + 2 + 8 * 3));
-  s.varlen = true;
-  s.batch = 2;
-  EXPECT_THROW(s.forward_flops(), std::invalid_argument);
+  EXPECT_DOUBLE_EQ(f.forward_flops(s), 4.0 * (1 + 2 + 8 * 3));
+  f.sequences = 2;
+  EXPECT_THROW(f.forward_flops(s), std::invalid_argument);
   const int cu_q[] = {0, 4, 10}, cu_k[] = {0, 4, 10};
-  EXPECT_DOUBLE_EQ(s.forward_flops(cu_q, cu_k), 4.0 * ((1 + 2 + 3 + 3) + (1 + 2 + 3 * 4)));
+  EXPECT_DOUBLE_EQ(f.forward_flops(s, cu_q, cu_k), 4.0 * ((1 + 2 + 3 + 3) + (1 + 2 + 3 * 4)));
+}
+
+// The shape every chapter solves has no window to read: chapter 01's rule, whatever the features.
+TEST(FeatureShape, TheSharedShapeKnowsOnlyTheCausalRule) {
+  AttentionShape s = shape_of(1, 1, 1, 6, 6, 8, true);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(s.visible_keys(i), i + 1);
+    for (int j = 0; j < 6; ++j) EXPECT_EQ(s.visible(i, j), j <= i);
+  }
+  static_assert(sizeof(AttentionShape) == 7 * sizeof(int) + sizeof(double) ||
+                    sizeof(AttentionShape) == 8 * sizeof(int) + sizeof(double),
+                "AttentionShape holds batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, causal and scale alone");
 }
 
 TEST(FeatureRegistry, KernelsWithoutFeaturesSayWhich) {
-  for (const AttentionShape& shape : feature_shapes()) {
+  for (const auto& [shape, f] : feature_shapes()) {
     for (const ForwardKernel& k : forward_kernels()) {
-      if ((features_of(shape) & ~k.features) == 0) continue;
-      const std::string why = support_reason(k, shape);
+      if ((features_of(f) & ~k.features) == 0) continue;
+      const std::string why = support_reason(k, shape, f);
       EXPECT_NE(why.find("chapter 09's kernels do"), std::string::npos)
-          << k.name << " on " << shape.to_string() << ": " << why;
+          << k.name << " on " << shape.to_string() << " " << f.to_string() << ": " << why;
     }
     for (const BackwardKernel& k : backward_kernels()) {
-      const bool lacks = (features_of(shape) & ~k.features) != 0;
-      EXPECT_TRUE(!lacks || !support_reason(k, shape).empty()) << k.name;
+      const bool lacks = (features_of(f) & ~k.features) != 0;
+      EXPECT_TRUE(!lacks || !support_reason(k, shape, f).empty()) << k.name;
     }
     for (const CpuAlgorithm& a : cpu_algorithms()) {
-      const bool lacks = (features_of(shape) & ~a.features) != 0;
-      EXPECT_TRUE(!lacks || !support_reason(a, shape).empty()) << a.name;
+      const bool lacks = (features_of(f) & ~a.features) != 0;
+      EXPECT_TRUE(!lacks || !support_reason(a, shape, f).empty()) << a.name;
     }
   }
 }

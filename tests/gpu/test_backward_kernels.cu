@@ -18,9 +18,14 @@ namespace {
 struct BackwardCase {
   const BackwardKernel* kernel;
   AttentionShape shape;
+  AttentionFeatures features;  // chapter 09's, for the kernels that take them
+
+  std::string to_string() const {
+    return features.any() ? shape.to_string() + " " + features.to_string() : shape.to_string();
+  }
 };
 
-void PrintTo(const BackwardCase& c, std::ostream* out) { *out << c.kernel->name << " on " << c.shape.to_string(); }
+void PrintTo(const BackwardCase& c, std::ostream* out) { *out << c.kernel->name << " on " << c.to_string(); }
 
 std::vector<BackwardCase> backward_cases() {
   // Tails of the 64-row and 64-key tiles, causal rows that see no key (seq_q > seq_kv), GQA, MQA,
@@ -35,10 +40,10 @@ std::vector<BackwardCase> backward_cases() {
       shape_of(1, 2, 1, 257, 130, 256, false), shape_of(1, 2, 1, 100, 31, 256, true)};
   std::vector<BackwardCase> cases;
   for (const BackwardKernel& k : backward_kernels()) {
-    for (const AttentionShape& s : shapes) cases.push_back({&k, s});
+    for (const AttentionShape& s : shapes) cases.push_back({&k, s, {}});
     // Chapter 09's shape list, for the kernels that take its features.
     if (k.features != 0)
-      for (const AttentionShape& s : feature_shapes()) cases.push_back({&k, s});
+      for (const FeatureProblem& p : feature_shapes()) cases.push_back({&k, p.shape, p.features});
   }
   return cases;
 }
@@ -49,32 +54,32 @@ TEST_P(BackwardKernelTest, MatchesOracle) {
   const BackwardCase& c = GetParam();
   const GpuInfo& gpu = detect_gpu();
   if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason;
-  const std::string why = support_reason(*c.kernel, c.shape);
-  if (!why.empty()) GTEST_SKIP() << c.kernel->name << " does not support " << c.shape.to_string() << ": " << why;
+  const std::string why = support_reason(*c.kernel, c.shape, c.features);
+  if (!why.empty()) GTEST_SKIP() << c.kernel->name << " does not support " << c.to_string() << ": " << why;
   const uint64_t seed = fresh_seed();
-  const BackwardProblem problem = make_backward_problem(c.shape, seed, c.kernel->dtype);
+  const BackwardProblem problem = make_backward_problem(c.shape, seed, c.kernel->dtype, 0, c.features);
   const BackwardRunResult r = run_backward(*c.kernel, problem, 0);
   ASSERT_TRUE(r.ran) << r.skipped << r.error;
-  EXPECT_TRUE(r.passed) << c.kernel->name << " on " << c.shape.to_string() << ", seed " << seed << ": " << r.summary()
+  EXPECT_TRUE(r.passed) << c.kernel->name << " on " << c.to_string() << ", seed " << seed << ": " << r.summary()
                         << " (unwritten dQ/dK/dV " << r.dq.unwritten << "/" << r.dk.unwritten << "/" << r.dv.unwritten
                         << ")";
   // The peak device memory it reports is what it holds: Q, O, dO and dQ at Q's size, K, V, dK and
   // dV at K's, in the kernel's dtype, the float LSE and the workspace (no bias or packing here).
-  if (!c.shape.bias && !c.shape.varlen) {
+  if (!c.features.bias && !c.features.varlen()) {
     const std::size_t element = dtype_size(c.kernel->dtype);
     const std::size_t expected = (std::size_t(c.shape.q_elems()) + std::size_t(c.shape.kv_elems())) * 4 * element +
                                  std::size_t(c.shape.lse_elems()) * sizeof(float) +
                                  (c.kernel->workspace_bytes ? c.kernel->workspace_bytes(c.shape) : 0);
-    EXPECT_DOUBLE_EQ(r.device_mib, double(expected) / (1 << 20)) << c.kernel->name << " on " << c.shape.to_string();
+    EXPECT_DOUBLE_EQ(r.device_mib, double(expected) / (1 << 20)) << c.kernel->name << " on " << c.to_string();
   }
   if (c.kernel->deterministic)
     EXPECT_TRUE(r.repeat_identical) << c.kernel->name
-                                    << " promises bitwise-identical gradients, but a second launch on "
-                                    << c.shape.to_string() << " wrote different bytes; seed " << seed;
+                                    << " promises bitwise-identical gradients, but a second launch on " << c.to_string()
+                                    << " wrote different bytes; seed " << seed;
 }
 
 INSTANTIATE_TEST_SUITE_P(All, BackwardKernelTest, ::testing::ValuesIn(backward_cases()), [](const auto& info) {
-  return info.param.kernel->name + "__" + info.param.shape.to_identifier();
+  return info.param.kernel->name + "__" + info.param.shape.to_identifier() + info.param.features.to_identifier();
 });
 
 }  // namespace

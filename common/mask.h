@@ -1,0 +1,81 @@
+// The mask as a compile-time policy in per-row run form. Every mask this tutorial meets leaves
+// each query row one run of visible keys, [begin, end): a policy computes that run once per row
+// and a tile then costs two compares per score, whatever rule made the run. A tile wholly
+// inside every row's run skips the mask; one wholly outside is never visited.
+//
+// CausalMask<kCausal> is the rule of chapters 01-08 (none, or causal aligned bottom-right);
+// chapter 09 brings its own policy with the sliding window (features.h there). A kernel
+// compiled with CausalMask carries no window arithmetic at all.
+#pragma once
+
+#include <cmath>
+
+#include "problem.h"
+
+// Full unrolling in nvcc's device pass; nothing for the host compiler, which warns on the pragma.
+#if defined(__CUDA_ARCH__)
+#define FA_UNROLL _Pragma("unroll")
+#else
+#define FA_UNROLL
+#endif
+
+namespace fa {
+
+/// The keys one query row sees: begin .. end - 1 (empty when end <= begin).
+struct KeyRun {
+  int begin = 0, end = 0;
+};
+
+/// No mask (kCausal false) or the causal mask, as AttentionShape::visible states it.
+template <bool kCausal>
+struct CausalMask {
+  int seq_q, seq_kv, offset;
+  FA_HD explicit CausalMask(const AttentionShape& s) : seq_q(s.seq_q), seq_kv(s.seq_kv), offset(s.causal_offset()) {}
+  /// Row `row`'s run; empty for a row past the end of Q.
+  FA_HD KeyRun keys(int row) const {
+    if (row >= seq_q) return {0, 0};
+    if (!kCausal) return {0, seq_kv};
+    const int end = row + offset + 1;
+    return {0, end < 0 ? 0 : (end > seq_kv ? seq_kv : end)};
+  }
+  /// Whether keys [j0, j0 + n) are visible to every row of [i0, i0 + rows): the tile needs no mask.
+  FA_HD bool tile_visible(int i0, int rows, int j0, int n) const {
+    return i0 + rows <= seq_q && j0 + n <= (kCausal ? keys(i0).end : seq_kv);
+  }
+};
+
+/// -inf outside each row's run, on the accumulator fragment of mma.sync m16n8 and of wgmma m64nN
+/// (the same per-warp layout): element 4c + e of `s` is row 8 * (e / 2) of the thread's pair of
+/// rows and key first_key + 8c + (e & 1), where first_key is the thread's first column (the
+/// tile's first key + 2 * (lane % 4)). runs[h]: the run of the thread's row h (row g, row g + 8).
+template <int kElems>
+FA_HD inline void mask_fragment(float (&s)[kElems], const KeyRun (&runs)[2], int first_key) {
+  //! [mask_fragment]
+  int lo[2], hi[2];  // the runs as offsets from first_key: a compare against a constant per score
+FA_UNROLL
+  for (int h = 0; h < 2; ++h) {
+    lo[h] = runs[h].begin - first_key;
+    hi[h] = runs[h].end - first_key;
+  }
+FA_UNROLL
+  for (int i = 0; i < kElems; ++i) {
+    const int h = (i % 4) / 2, offset = 8 * (i / 4) + (i & 1);
+    if (offset < lo[h] || offset >= hi[h]) s[i] = -INFINITY;
+  }
+  //! [mask_fragment]
+}
+
+/// The run of `row` under the shape's own rule (causal or none), chosen per row at run time: one
+/// select per row, not per score, for kernels that take `causal` as a run-time flag.
+FA_HD inline KeyRun shape_keys(const AttentionShape& s, int row) {
+  return s.causal ? CausalMask<true>(s).keys(row) : CausalMask<false>(s).keys(row);
+}
+
+/// The same for a thread's rows row0 and row0 + 8 under `mask` (any policy with keys(row)).
+template <class Mask, int kElems>
+FA_HD inline void mask_rows(float (&s)[kElems], const Mask& mask, int row0, int first_key) {
+  const KeyRun runs[2] = {mask.keys(row0), mask.keys(row0 + 8)};
+  mask_fragment(s, runs, first_key);
+}
+
+}  // namespace fa

@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""The README's Layout map against the tree: every file of common/, of each chapter folder, of
+tools/, python/attention_kernels/ and examples/ is named in it, and every file it names exists.
+A file is named by its name (the files of docs/, python/ and tests/ may be named too), or as a second suffix after one named stem ("tma.h/.cpp" names
+tma.h and tma.cpp). Exits 1 listing what differs."""
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECKED = ["common", "tools", os.path.join("python", "attention_kernels"), "examples"]
+NAME = re.compile(r"[\w.+-]+\.(?:h|cuh|cu|cpp|py|sh|md|map|toml|csv)\b(?:/\.\w+)*")
+
+
+def layout_block(readme):
+    text = open(readme).read()
+    section = text[text.index("## Layout"):]
+    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    return section[section.index("```\n") + 4:section.index("\n```", section.index("```\n") + 4)]
+
+
+def named_files(block):
+    names = set()
+    for token in NAME.findall(block):
+        parts = token.split("/")
+        first = parts[0]
+        names.add(first)
+        stem = first.rsplit(".", 1)[0]
+        for suffix in parts[1:]:  # "tma.h/.cpp"
+            names.add(stem + suffix)
+    return names
+
+
+def tree_files(root):
+    files = {}
+    dirs = [os.path.join(root, d) for d in CHECKED]
+    dirs += sorted(os.path.join(root, "chapters", d) for d in os.listdir(os.path.join(root, "chapters"))
+                   if re.match(r"\d\d_", d))
+    for d in dirs:
+        for name in sorted(os.listdir(d)):
+            path = os.path.join(d, name)
+            if os.path.isfile(path) and not name.startswith(".") and not name.endswith(".pyc"):
+                files.setdefault(name, []).append(os.path.relpath(path, root))
+    return files
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else ROOT
+    named = named_files(layout_block(os.path.join(root, "README.md")))
+    files = tree_files(root)
+    missing = sorted(p for name, paths in files.items() if name not in named for p in paths)
+    elsewhere = {name for d in ("docs", "python", "tests") for name in os.listdir(os.path.join(root, d))}
+    extra = sorted(n for n in named if n not in files and n not in elsewhere)
+    for p in missing:
+        print(f"check_layout: {p} is not in the README's Layout map")
+    for n in extra:
+        print(f"check_layout: the README's Layout map names {n}, which is not in the tree")
+    if missing or extra:
+        return 1
+    print(f"check_layout: the README's Layout map names all {sum(len(p) for p in files.values())} files")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
