@@ -78,9 +78,7 @@ struct AttentionFeatures {
     return x;
   }
   /// Elements of the bias tensor when `bias` is on.
-  FA_HD int64_t bias_elems(const AttentionShape& s) const {
-    return int64_t(s.batch) * s.heads_q * s.seq_q * s.seq_kv;
-  }
+  FA_HD int64_t bias_elems(const AttentionShape& s) const { return int64_t(s.batch) * s.heads_q * s.seq_q * s.seq_kv; }
 
   /// Forward FLOPs: 4*d per (query, key) pair the masks leave, counted exactly with a window;
   /// the shape's own count otherwise. A packed batch needs its sequence boundaries

@@ -52,12 +52,12 @@ template <int kElems>
 FA_HD inline void mask_fragment(float (&s)[kElems], const KeyRun (&runs)[2], int first_key) {
   //! [mask_fragment]
   int lo[2], hi[2];  // the runs as offsets from first_key: a compare against a constant per score
-FA_UNROLL
+  FA_UNROLL
   for (int h = 0; h < 2; ++h) {
     lo[h] = runs[h].begin - first_key;
     hi[h] = runs[h].end - first_key;
   }
-FA_UNROLL
+  FA_UNROLL
   for (int i = 0; i < kElems; ++i) {
     const int h = (i % 4) / 2, offset = 8 * (i / 4) + (i & 1);
     if (offset < lo[h] || offset >= hi[h]) s[i] = -INFINITY;
