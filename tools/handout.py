@@ -27,7 +27,7 @@ exercise with a device region must also have a host region (its launcher, say), 
 before the launch, so the tests still say "not implemented" rather than "never written".
 Regions of exercises not in the config keep their code; their marker lines go. Everything else
 is copied as is but classroom/instructor/ (the written questions' answers; classroom/questions.md
-gets the questions alone), and the docs' snippets are made again from the stubbed sources, so
+gets the questions alone) and tests/kernel_budget.csv (the instructor's kernels' resources), and the docs' snippets are made again from the stubbed sources, so
 they show the stubs. DEST/.handout lists the exercises. A copy in which a distinctive solution
 line survives is refused and removed. Bad markers or config are one-line errors and exit 1, and
 nothing is written.
@@ -48,6 +48,10 @@ END = re.compile(r"^\s*// END SOLUTION\s*$")
 SKIP_DIRS = {".git", "build", ".deps", "__pycache__"}
 INSTRUCTOR = "classroom/instructor"  # answers and rubrics: left out of the copy
 STUDENT_QUESTIONS = "classroom/questions.md"  # the written questions, answers taken out
+# Every kernel's registers and SASS size as the instructor's tree builds them: left out of the
+# copy, whose stubbed and student-written kernels differ from them by design (without the file
+# the resource budget test is not registered).
+KERNEL_BUDGET = "tests/kernel_budget.csv"
 
 
 class HandoutError(Exception):
@@ -197,8 +201,8 @@ def make_handout(root, dest, config_path):
         with open(questions, encoding="utf-8") as f:
             outputs[STUDENT_QUESTIONS] = student_questions(f.read()).encode("utf-8")
     for rel, data in outputs.items():
-        if rel.startswith(INSTRUCTOR + "/"):
-            continue  # answers and rubrics stay with the instructor
+        if rel.startswith(INSTRUCTOR + "/") or rel == KERNEL_BUDGET:
+            continue  # answers and rubrics stay with the instructor, and the instructor's kernels' budget
         target = os.path.join(dest, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         if data is None:
