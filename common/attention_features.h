@@ -2,13 +2,15 @@
 // logit softcap, ALiBi, an additive bias and packed variable-length batches, each off by
 // default. They travel beside the AttentionShape (in the harness, the oracle and chapter 09's
 // launch parameters), never inside it: a kernel of chapters 01-08 receives the shape alone and
-// cannot read a window, even by mistake.
+// cannot read a window, even by mistake. WindowMask is the features' mask as a policy of mask.h,
+// for chapter 09's kernels and the rules here alike.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <string>
 
+#include "mask.h"
 #include "problem.h"
 
 namespace fa {
@@ -42,23 +44,12 @@ struct AttentionFeatures {
   /// Throws std::invalid_argument naming the bad field, its value and what is allowed.
   void validate(const AttentionShape& shape) const;
 
-  /// Whether query i sees key j under the causal rule and the window.
-  FA_HD bool visible(const AttentionShape& s, int i, int j) const {
-    return j >= first_visible_key(s, i) && j < visible_keys(s, i);
-  }
+  /// Whether query i sees key j under the causal rule and the window (WindowMask's rule).
+  FA_HD bool visible(const AttentionShape& s, int i, int j) const;
   /// One past the last key query row i sees (the causal rule and the right window).
-  FA_HD int visible_keys(const AttentionShape& s, int i) const {
-    int n = s.seq_kv;
-    if (s.causal || window_right == 0) n = i + s.causal_offset() + 1;
-    if (window_right > 0 && !s.causal) n = i + s.causal_offset() + window_right + 1;
-    return n < 0 ? 0 : (n > s.seq_kv ? s.seq_kv : n);
-  }
+  FA_HD int visible_keys(const AttentionShape& s, int i) const;
   /// The first key query row i sees (0 without a left window).
-  FA_HD int first_visible_key(const AttentionShape& s, int i) const {
-    if (window_left < 0) return 0;
-    const int j = i + s.causal_offset() - window_left;
-    return j < 0 ? 0 : (j > s.seq_kv ? s.seq_kv : j);
-  }
+  FA_HD int first_visible_key(const AttentionShape& s, int i) const;
   /// ALiBi's slope for query head h of heads_q: the geometric sequence 2^(-8/n), 2^(-16/n), ...
   /// for the largest power of two n <= heads_q, then every other slope of the sequence for 2n
   /// for the remaining heads (the ALiBi paper's rule, as BLOOM and MPT build them).
@@ -93,6 +84,56 @@ struct AttentionFeatures {
   /// The same with only [A-Za-z0-9_], each part led by '_' ("" when no feature is on).
   std::string to_identifier() const;
 };
+
+/// Chapter 09's mask policy: the causal rule and the window of one sequence, with mask.h's
+/// interface (keys(row), the run form) and the per-score visible(i, j) of chapter 05's tile code.
+/// It holds the six integers the rule reads and nothing else, so a kernel keeps them in registers
+/// (AttentionFeatures' own rules are this one's).
+struct WindowMask {
+  int seq_q, seq_kv, offset, left, right;
+  bool causal;
+  FA_HD WindowMask(const AttentionShape& one, const AttentionFeatures& f)
+      : seq_q(one.seq_q),
+        seq_kv(one.seq_kv),
+        offset(one.causal_offset()),
+        left(f.window_left),
+        right(f.window_right),
+        causal(one.causal) {}
+  /// One past the last key row i sees.
+  FA_HD int visible_keys(int i) const {
+    int n = seq_kv;
+    if (causal || right == 0) n = i + offset + 1;
+    if (right > 0 && !causal) n = i + offset + right + 1;
+    return n < 0 ? 0 : (n > seq_kv ? seq_kv : n);
+  }
+  /// The first key row i sees.
+  FA_HD int first_visible_key(int i) const {
+    if (left < 0) return 0;
+    const int j = i + offset - left;
+    return j < 0 ? 0 : (j > seq_kv ? seq_kv : j);
+  }
+  FA_HD KeyRun keys(int row) const {
+    if (row >= seq_q) return {0, 0};
+    return {first_visible_key(row), visible_keys(row)};
+  }
+  /// The same rule per (i, j), without the clamps to the sequence (the tile code checks its ends).
+  FA_HD bool visible(int i, int j) const {
+    const int diagonal = i + offset;
+    if ((causal || right == 0) && j > diagonal) return false;
+    if (right > 0 && j > diagonal + right) return false;
+    return left < 0 || j >= diagonal - left;
+  }
+};
+
+FA_HD inline bool AttentionFeatures::visible(const AttentionShape& s, int i, int j) const {
+  return j >= first_visible_key(s, i) && j < visible_keys(s, i);
+}
+FA_HD inline int AttentionFeatures::visible_keys(const AttentionShape& s, int i) const {
+  return WindowMask(s, *this).visible_keys(i);
+}
+FA_HD inline int AttentionFeatures::first_visible_key(const AttentionShape& s, int i) const {
+  return WindowMask(s, *this).first_visible_key(i);
+}
 
 /// Chapter 09's inputs beyond Q, K and V, on the host (for the oracle and the CPU algorithms)
 /// or on the device (in a kernel's parameters), as the features ask for them.

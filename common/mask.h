@@ -4,7 +4,7 @@
 // inside every row's run skips the mask; one wholly outside is never visited.
 //
 // CausalMask<kCausal> is the rule of chapters 01-08 (none, or causal aligned bottom-right);
-// chapter 09 brings its own policy with the sliding window (features.h there). A kernel
+// chapter 09 brings its own, WindowMask, with the sliding window (attention_features.h). A kernel
 // compiled with CausalMask carries no window arithmetic at all.
 #pragma once
 

@@ -2,8 +2,8 @@
 // (algorithm.h) and the kernels, so both read the same rule:
 //   * sequence_rows: where sequence b of a packed batch (or batch b of a dense one) starts, and
 //     its dense shape -- a packed batch is a list of batches of one;
-//   * WindowMask: the causal rule and the window as a mask policy (common/mask.h), each row's
-//     run of visible keys;
+//   * WindowMask (attention_features.h): the causal rule and the window as a mask policy, each
+//     row's run of visible keys;
 //   * tile_keys / tile_fully_visible: which K/V tiles a window leaves a Q tile, and which of
 //     those need no mask;
 //   * rows_for_keys: the backward's view of the same, which Q rows see a K/V tile;
@@ -17,50 +17,9 @@
 #include <cstdint>
 
 #include "attention_features.h"
-#include "mask.h"
 #include "problem.h"
 
 namespace fa::features {
-
-/// Chapter 09's mask policy: the causal rule and the window of one sequence, with mask.h's
-/// interface (keys(row), the run form) and the per-score visible(i, j) of chapter 05's tile code.
-/// It holds the six integers the rule reads and nothing else, so a kernel keeps them in registers
-/// (AttentionFeatures::visible_keys and first_visible_key state the same rule).
-struct WindowMask {
-  int seq_q, seq_kv, offset, left, right;
-  bool causal;
-  FA_HD WindowMask(const AttentionShape& one, const AttentionFeatures& f)
-      : seq_q(one.seq_q),
-        seq_kv(one.seq_kv),
-        offset(one.causal_offset()),
-        left(f.window_left),
-        right(f.window_right),
-        causal(one.causal) {}
-  /// One past the last key row i sees.
-  FA_HD int visible_keys(int i) const {
-    int n = seq_kv;
-    if (causal || right == 0) n = i + offset + 1;
-    if (right > 0 && !causal) n = i + offset + right + 1;
-    return n < 0 ? 0 : (n > seq_kv ? seq_kv : n);
-  }
-  /// The first key row i sees.
-  FA_HD int first_visible_key(int i) const {
-    if (left < 0) return 0;
-    const int j = i + offset - left;
-    return j < 0 ? 0 : (j > seq_kv ? seq_kv : j);
-  }
-  FA_HD KeyRun keys(int row) const {
-    if (row >= seq_q) return {0, 0};
-    return {first_visible_key(row), visible_keys(row)};
-  }
-  /// The same rule per (i, j), without the clamps to the sequence (the tile code checks its ends).
-  FA_HD bool visible(int i, int j) const {
-    const int diagonal = i + offset;
-    if ((causal || right == 0) && j > diagonal) return false;
-    if (right > 0 && j > diagonal + right) return false;
-    return left < 0 || j >= diagonal - left;
-  }
-};
 
 /// One (sequence, query head) of a batch: its dense shape (batch 1) and where its rows start.
 struct SequenceRows {
