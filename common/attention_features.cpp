@@ -81,6 +81,10 @@ std::string AttentionFeatures::to_string() const {
   return text.empty() ? text : text.substr(1);
 }
 
+std::string describe(const AttentionShape& shape, const AttentionFeatures& features) {
+  return features.any() ? shape.to_string() + " " + features.to_string() : shape.to_string();
+}
+
 std::string AttentionFeatures::to_identifier() const {
   std::ostringstream s;
   // "-1" is not an identifier character: an unlimited side is written "n".

@@ -135,6 +135,9 @@ FA_HD inline int AttentionFeatures::first_visible_key(const AttentionShape& s, i
   return WindowMask(s, *this).first_visible_key(i);
 }
 
+/// "b2 h16/16 q1024 k1024 d64 causal window 256,0": the shape, then the features when any is on.
+std::string describe(const AttentionShape& shape, const AttentionFeatures& features);
+
 /// Chapter 09's inputs beyond Q, K and V, on the host (for the oracle and the CPU algorithms)
 /// or on the device (in a kernel's parameters), as the features ask for them.
 struct AttentionExtras {

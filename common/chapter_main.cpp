@@ -29,11 +29,6 @@ void print_variants(int chapter) {
   }
 }
 
-/// The shape, then chapter 09's features when any is on.
-std::string describe(const AttentionShape& shape, const AttentionFeatures& features) {
-  return features.any() ? shape.to_string() + " " + features.to_string() : shape.to_string();
-}
-
 struct BadInput : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };

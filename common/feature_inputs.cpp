@@ -65,7 +65,7 @@ void check_packing(const AttentionShape& shape, const AttentionFeatures& feature
   const int n = features.sequences;
   if (int(packing.cu_q.size()) != n + 1 || int(packing.cu_k.size()) != n + 1 || packing.cu_q.back() != shape.seq_q ||
       packing.cu_k.back() != shape.seq_kv)
-    throw std::invalid_argument("a packing of " + shape.to_string() + " " + features.to_string() +
+    throw std::invalid_argument("a packing of " + describe(shape, features) +
                                 " needs sequences + 1 boundaries ending at seq_q and seq_kv");
 }
 

@@ -31,7 +31,7 @@ inline AttentionShape shape_of(int batch, int heads_q, int heads_kv, int seq_q, 
 struct FeatureProblem {
   AttentionShape shape;
   AttentionFeatures features;
-  std::string to_string() const { return shape.to_string() + " " + features.to_string(); }
+  std::string to_string() const { return describe(shape, features); }
   std::string to_identifier() const { return shape.to_identifier() + features.to_identifier(); }
 };
 

@@ -562,7 +562,7 @@ int main(int argc, char** argv) {
     for (const auto& [shape, features] : points) {
       const Packing packing = features.varlen() ? equal_packing(shape, features) : Packing{};
       Problem problem(shape, opt.seed, false, features, features.varlen() ? &packing : nullptr);
-      const std::string label = features.any() ? shape.to_string() + " " + features.to_string() : shape.to_string();
+      const std::string label = describe(shape, features);
       for (const ForwardKernel* k : kernels) {
         ++done;
         std::printf("[%3zu/%zu] %-22s %-34s ", done, total, k->name.c_str(), label.c_str());

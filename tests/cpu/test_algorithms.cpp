@@ -26,9 +26,7 @@ struct Case {
   AttentionShape shape;
   AttentionFeatures features;  // chapter 09's, for the algorithms that take them
 
-  std::string to_string() const {
-    return features.any() ? shape.to_string() + " " + features.to_string() : shape.to_string();
-  }
+  std::string to_string() const { return describe(shape, features); }
 };
 
 // gtest prints parameters in test listings and failures: make that readable.

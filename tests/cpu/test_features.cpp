@@ -100,7 +100,7 @@ TEST(FeatureOracle, DenseFeaturesMatchTheDefinitions) {
   const uint64_t seed = fresh_seed();
   for (const auto& [shape, f] : feature_shapes()) {
     if (f.varlen()) continue;
-    SCOPED_TRACE(shape.to_string() + " " + f.to_string() + ", seed " + std::to_string(seed));
+    SCOPED_TRACE(describe(shape, f) + ", seed " + std::to_string(seed));
     Problem problem(shape, seed, true, f);
     const HostInputs& in = problem.host(DType::F32);
     const AttentionExtras extras = problem.host_extras();
@@ -125,7 +125,7 @@ TEST(FeatureOracle, PackedBatchIsSeparateBatchesOfOne) {
   const uint64_t seed = fresh_seed();
   for (const auto& [shape, f] : feature_shapes()) {
     if (!f.varlen()) continue;
-    SCOPED_TRACE(shape.to_string() + " " + f.to_string() + ", seed " + std::to_string(seed));
+    SCOPED_TRACE(describe(shape, f) + ", seed " + std::to_string(seed));
     Problem problem(shape, seed, true, f);
     const HostInputs& in = problem.host(DType::F32);
     const Packing& packing = problem.packing();
@@ -183,7 +183,7 @@ TEST(FeatureOracle, BackwardMatchesFiniteDifferences) {
     cases.push_back({s, f});
   }
   for (const auto& [s, f] : cases) {
-    SCOPED_TRACE(s.to_string() + " " + f.to_string() + ", seed " + std::to_string(seed));
+    SCOPED_TRACE(describe(s, f) + ", seed " + std::to_string(seed));
     Problem problem(s, seed, true, f);
     const HostInputs& in = problem.host(DType::F32);
     const AttentionExtras extras = problem.host_extras();

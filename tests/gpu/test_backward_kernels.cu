@@ -20,9 +20,7 @@ struct BackwardCase {
   AttentionShape shape;
   AttentionFeatures features;  // chapter 09's, for the kernels that take them
 
-  std::string to_string() const {
-    return features.any() ? shape.to_string() + " " + features.to_string() : shape.to_string();
-  }
+  std::string to_string() const { return describe(shape, features); }
 };
 
 void PrintTo(const BackwardCase& c, std::ostream* out) { *out << c.kernel->name << " on " << c.to_string(); }
