@@ -21,7 +21,8 @@
 
 namespace fa {
 
-/// The keys one query row sees: begin .. end - 1 (empty when end <= begin).
+/// The keys one query row sees: begin .. end - 1 (empty when end <= begin). Held the other way
+/// round (rows(key)), the query rows that see one key.
 struct KeyRun {
   int begin = 0, end = 0;
 };
@@ -38,18 +39,26 @@ struct CausalMask {
     const int end = row + offset + 1;
     return {0, end < 0 ? 0 : (end > seq_kv ? seq_kv : end)};
   }
+  /// The query rows that see key `key`, for tiles held keys x rows (chapter 07's dK/dV kernels);
+  /// empty for a key past the end of K.
+  FA_HD KeyRun rows(int key) const {
+    if (key >= seq_kv) return {0, 0};
+    if (!kCausal) return {0, seq_q};
+    const int begin = key - offset;
+    return {begin < 0 ? 0 : begin, seq_q};
+  }
   /// Whether keys [j0, j0 + n) are visible to every row of [i0, i0 + rows): the tile needs no mask.
   FA_HD bool tile_visible(int i0, int rows, int j0, int n) const {
     return i0 + rows <= seq_q && j0 + n <= (kCausal ? keys(i0).end : seq_kv);
   }
 };
 
-/// -inf outside each row's run, on the accumulator fragment of mma.sync m16n8 and of wgmma m64nN
+/// `hidden` (-inf for scores, 0 for probabilities) outside each row's run, on the accumulator fragment of mma.sync m16n8 and of wgmma m64nN
 /// (the same per-warp layout): element 4c + e of `s` is row 8 * (e / 2) of the thread's pair of
 /// rows and key first_key + 8c + (e & 1), where first_key is the thread's first column (the
 /// tile's first key + 2 * (lane % 4)). runs[h]: the run of the thread's row h (row g, row g + 8).
 template <int kElems>
-FA_HD inline void mask_fragment(float (&s)[kElems], const KeyRun (&runs)[2], int first_key) {
+FA_HD inline void mask_fragment(float (&s)[kElems], const KeyRun (&runs)[2], int first_key, float hidden = -INFINITY) {
   //! [mask_fragment]
   int lo[2], hi[2];  // the runs as offsets from first_key: a compare against a constant per score
   FA_UNROLL
@@ -60,7 +69,7 @@ FA_HD inline void mask_fragment(float (&s)[kElems], const KeyRun (&runs)[2], int
   FA_UNROLL
   for (int i = 0; i < kElems; ++i) {
     const int h = (i % 4) / 2, offset = 8 * (i / 4) + (i & 1);
-    if (offset < lo[h] || offset >= hi[h]) s[i] = -INFINITY;
+    if (offset < lo[h] || offset >= hi[h]) s[i] = hidden;
   }
   //! [mask_fragment]
 }
@@ -69,6 +78,18 @@ FA_HD inline void mask_fragment(float (&s)[kElems], const KeyRun (&runs)[2], int
 /// select per row, not per score, for kernels that take `causal` as a run-time flag.
 FA_HD inline KeyRun shape_keys(const AttentionShape& s, int row) {
   return s.causal ? CausalMask<true>(s).keys(row) : CausalMask<false>(s).keys(row);
+}
+
+/// The same on fragments held as [block of 8 columns][4] (chapter 07's mma kernels).
+template <int kBlocks>
+FA_HD inline void mask_fragment(float (&s)[kBlocks][4], const KeyRun (&runs)[2], int first_key,
+                                float hidden = -INFINITY) {
+  mask_fragment(reinterpret_cast<float(&)[4 * kBlocks]>(s), runs, first_key, hidden);
+}
+
+/// The rows that see `key` under the shape's own rule, chosen at run time as shape_keys is.
+FA_HD inline KeyRun shape_rows(const AttentionShape& s, int key) {
+  return s.causal ? CausalMask<true>(s).rows(key) : CausalMask<false>(s).rows(key);
 }
 
 /// The same for a thread's rows row0 and row0 + 8 under `mask` (any policy with keys(row)).

@@ -51,6 +51,8 @@ __global__ void __launch_bounds__(kThreads)
     row_lse[h] = row < s.seq_q ? lse[int64_t(bh) * s.seq_q + row] * kLog2e : 0.0f;  // log2 units
     row_delta[h] = row < s.seq_q ? delta[int64_t(bh) * s.seq_q + row] : 0.0f;
   }
+  const int row_a = i0 + 16 * warp + g;
+  const KeyRun runs[2] = {shape_keys(s, row_a), shape_keys(s, row_a + 8)};
   const int last_row = min(i0 + kRows, s.seq_q) - 1;
   const int key_end = s.causal ? s.visible_keys(last_row) : s.seq_kv;
   const T* k_head = k + int64_t(kv_plane) * s.seq_kv * kD;
@@ -81,16 +83,19 @@ __global__ void __launch_bounds__(kThreads)
     // S and dP for the warp's 16 rows x 64 keys; s[nb][e]: row 16 w + g + 8 (e / 2), key j0 + 8 nb + 2 t + (e & 1).
     float sc[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};
     products_abt<T, kD, kLd>(sc, dp, q_s, do_s, 16 * warp, k_s, v_s, lane);
-    // dS = P (dP - D), P recomputed from the LSE; masked and out-of-range entries are 0.
+    // dS = P (dP - D), P recomputed from the LSE; 0 outside each row's run of keys, where the
+    // tile's last key is past what the warp's first row sees (or past the end of K).
 #pragma unroll
     for (int nb = 0; nb < kKeys / 8; ++nb) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e / 2, row = i0 + 16 * warp + g + 8 * h, key = j0 + 8 * nb + 2 * t + (e & 1);
-        const bool live = row < s.seq_q && key < s.seq_kv && s.visible(row, key);
-        const float p = live ? fast_exp2(sc[nb][e] * scale_log2 - row_lse[h]) : 0.0f;
-        dp[nb][e] = p * (dp[nb][e] - row_delta[h]);
-      }
+      for (int e = 0; e < 4; ++e) sc[nb][e] = fast_exp2(sc[nb][e] * scale_log2 - row_lse[e / 2]);
+    }
+    const int warp_row = i0 + 16 * warp;
+    if (j0 + kKeys > (warp_row < s.seq_q ? s.visible_keys(warp_row) : 0)) mask_fragment(sc, runs, j0 + 2 * t, 0.0f);
+#pragma unroll
+    for (int nb = 0; nb < kKeys / 8; ++nb) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[nb][e] = sc[nb][e] * (dp[nb][e] - row_delta[e / 2]);
     }
     // dQ_w += dS K_j: the dS accumulators are already A fragments (16 keys per k-step).
 #pragma unroll

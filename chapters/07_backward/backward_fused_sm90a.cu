@@ -143,9 +143,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
   const unsigned char* k_rows = smem + L::kK + 64 * c * kBoxRowBytes;
   const unsigned char* v_rows = smem + L::kV + 64 * c * kBoxRowBytes;
-  // Keys past the end of the sequence (the last block): TMA reads their K rows as zeros, but P^T
-  // there is exp(-LSE), which may be infinite, and inf * 0 in dS K would be NaN: mask them.
-  const bool tail = jc + 64 > s.seq_kv;
+  // The rows that see each of the thread's keys. Keys past the end of the sequence (the last
+  // block) see none: TMA reads their K rows as zeros, but P^T there is exp(-LSE), which may be
+  // infinite, and inf * 0 in dS K would be NaN.
+  const KeyRows runs{s, key_a};
   float dk_acc[kPaddedDim<kD> / 2] = {}, dv_acc[kPaddedDim<kD> / 2] = {};
   mbarrier_wait(kv_full, 0);
 
@@ -172,17 +173,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<0>();
     fence_operands(st_acc);
     fence_operands(dpt);
-    const float* lse_t = lse_s + st * kRows;
-    const float* delta_t = delta_s + st * kRows;
-    const bool masked = tail || (s.causal && jc + 64 > s.visible_keys(i0));
-#pragma unroll
-    for (int i = 0; i < kRows / 2; ++i) {
-      const int r = 8 * (i / 4) + 2 * t + (i & 1), key = key_a + 8 * ((i % 4) / 2);
-      float p = fast_exp2(fmaf(st_acc[i], scale_log2, -lse_t[r]));
-      if (masked && !(key < s.seq_kv && s.visible(i0 + r, key))) p = 0.0f;
-      st_acc[i] = p;                       // P^T
-      dpt[i] = p * (dpt[i] - delta_t[r]);  // dS^T
-    }
+    // Masked when the tile's first row misses a key of this consumer's, or a key is past the end.
+    const bool masked = jc + 64 > s.visible_keys(i0);
+    const ColumnStats stats{lse_s + st * kRows, delta_s + st * kRows, t};
+    ds_step(st_acc, dpt, stats, scale_log2, masked, runs, i0 + 2 * t);  // now P^T and dS^T
     uint32_t a_p[kRows / 16][4], a_ds[kRows / 16][4];
     pack_a_bf16(st_acc, a_p);
     pack_a_bf16(dpt, a_ds);

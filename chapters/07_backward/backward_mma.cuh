@@ -10,6 +10,7 @@
 #include "cuda_check.h"
 #include "device_utils.cuh"
 #include "log2_units.h"
+#include "mask.h"
 #include "problem.h"
 
 namespace fa::backward {
@@ -127,8 +128,9 @@ __global__ void __launch_bounds__(kThreads)
   load_tile<T, kD, kD + 8, 64>(k_s, k_head, j0, s.seq_kv);
   load_tile<T, kD, kD + 8, 64>(v_s, v_head, j0, s.seq_kv);
 
-  float dk_acc[kD / 8][4] = {}, dv_acc[kD / 8][4] = {};  // this warp's 16 keys x kD
-  const int key_a = j0 + 16 * warp + g;                  // this thread's keys: key_a, key_a + 8
+  float dk_acc[kD / 8][4] = {}, dv_acc[kD / 8][4] = {};                     // this warp's 16 keys x kD
+  const int key_a = j0 + 16 * warp + g;                                     // this thread's keys: key_a, key_a + 8
+  const KeyRun runs[2] = {shape_rows(s, key_a), shape_rows(s, key_a + 8)};  // the rows that see each
   const int first_tile = (s.causal ? max(0, j0 - s.causal_offset()) : 0) / kRows;
   const int row_tiles = (s.seq_q + kRows - 1) / kRows - first_tile;
   // Work item it = (query head kvh * group + it / row_tiles, Q tile first_tile + it % row_tiles).
@@ -177,13 +179,16 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int nb = 0; nb < kRows / 8; ++nb) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = key_a + 8 * (e / 2), r = 8 * nb + 2 * t + (e & 1);
-          const bool live = i0 + r < s.seq_q && key < s.seq_kv && s.visible(i0 + r, key);
-          const float p = live ? fast_exp2(fmaf(st[nb][e], scale_log2, -lse_s[r] * kLog2e)) : 0.0f;
-          st[nb][e] = p;
-          dpt[nb][e] = p * (dpt[nb][e] - delta_s[r]);  // now dS^T
-        }
+        for (int e = 0; e < 4; ++e)
+          st[nb][e] = fast_exp2(fmaf(st[nb][e], scale_log2, -lse_s[8 * nb + 2 * t + (e & 1)] * kLog2e));
+      }
+      // 0 outside each key's run of rows, where the warp's last key is past what the tile's first row sees
+      // (or past the end of K).
+      if (j0 + 16 * warp + 16 > s.visible_keys(i0)) mask_fragment(st, runs, i0 + 2 * t, 0.0f);
+#pragma unroll
+      for (int nb = 0; nb < kRows / 8; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dpt[nb][e] = st[nb][e] * (dpt[nb][e] - delta_s[8 * nb + 2 * t + (e & 1)]);
       }
       //! [backward_mma_scores]
 

@@ -79,6 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
   const unsigned char* k_rows = smem + L::kK + 64 * c * kBoxRowBytes;
   const unsigned char* v_rows = smem + L::kV + 64 * c * kBoxRowBytes;
+  const KeyRows runs{s, key_a};  // the rows that see each of the thread's keys
   float dk_acc[kPaddedDim<kD> / 2] = {}, dv_acc[kPaddedDim<kD> / 2] = {};
   mbarrier_wait(kv_full, 0);
 
@@ -98,19 +99,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
       fence_operands(st_acc);
       fence_operands(dpt);
-      const float* lse_t = lse_s + st * kKvRows;
-      const float* delta_t = delta_s + st * kKvRows;
       // Some (row, key) of the tile is hidden when this consumer's last key is past what the
       // tile's first row sees.
       const bool masked = s.causal && jc + 64 > s.visible_keys(i0);
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int r = 8 * (i / 4) + 2 * t + (i & 1), key = key_a + 8 * ((i % 4) / 2);
-        float p = fast_exp2(fmaf(st_acc[i], scale_log2, -lse_t[r]));
-        if (masked && !s.visible(i0 + r, key)) p = 0.0f;
-        st_acc[i] = p;                       // P^T
-        dpt[i] = p * (dpt[i] - delta_t[r]);  // dS^T
-      }
+      const ColumnStats stats{lse_s + st * kKvRows, delta_s + st * kKvRows, t};
+      ds_step(st_acc, dpt, stats, scale_log2, masked, runs, i0 + 2 * t);  // now P^T and dS^T
       //! [wgmma_dkdv_scores]
       uint32_t a_p[4][4], a_ds[4][4];
       pack_a_bf16(st_acc, a_p);
@@ -207,13 +200,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int ic = i0 + 64 * c;            // this consumer's first row
   const int row_a = ic + 16 * warp + g;  // this thread's rows: row_a, row_a + 8
   const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
-  float row_lse[2], row_delta[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = row_a + 8 * h;
-    row_lse[h] = row < s.seq_q ? lse[int64_t(bh) * s.seq_q + row] * kLog2e : 0.0f;
-    row_delta[h] = row < s.seq_q ? delta[int64_t(bh) * s.seq_q + row] : 0.0f;
-  }
+  const RowStats stats = row_stats(s, lse, delta, bh, row_a);
+  const RowKeys runs{s, row_a};
   // Keys this consumer's rows see at most, and from which key on some of its rows see less.
   const int my_end = ic < s.seq_q ? s.visible_keys(min(ic + 64, s.seq_q) - 1) : 0;
   const int full_until = ic < s.seq_q ? s.visible_keys(ic) : 0;
@@ -237,14 +225,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_operands(sc);
       fence_operands(dp);
       // Keys past the end, or hidden from some row, only in the last tiles.
-      const bool masked = j0 + kQKeys > full_until;
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int h = (i % 4) / 2, row = row_a + 8 * h, key = j0 + 8 * (i / 4) + 2 * t + (i & 1);
-        float p = fast_exp2(fmaf(sc[i], scale_log2, -row_lse[h]));
-        if (masked && !(key < s.seq_kv && s.visible(row, key))) p = 0.0f;
-        dp[i] = p * (dp[i] - row_delta[h]);  // dS
-      }
+      ds_step(sc, dp, stats, scale_log2, j0 + kQKeys > full_until, runs, j0 + 2 * t);  // dp is now dS
       uint32_t a_ds[4][4];
       pack_a_bf16(dp, a_ds);
       wgmma_fence();
@@ -321,6 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int c = wg - 1, ct = tid % 128, warp = ct / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int key_a = j0 + 16 * warp + g;  // this thread's keys in both consumers: key_a, key_a + 8
   const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
+  const KeyRows runs{s, key_a};
   float acc[kPaddedDim<kD> / 2] = {};  // consumer 0: dV, consumer 1: dK
   mbarrier_wait(kv_full, 0);
 
@@ -331,8 +313,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (j0 < s.visible_keys(min(i0 + kKvRows, s.seq_q) - 1)) {
       const unsigned char* q_s = smem + L::kQ + st * tile_bytes<kD>(kKvRows);
       const unsigned char* do_s = smem + L::kDo + st * tile_bytes<kD>(kKvRows);
-      const float* lse_t = lse_s + st * kKvRows;
-      const float* delta_t = delta_s + st * kKvRows;
+      const ColumnStats stats{lse_s + st * kKvRows, delta_s + st * kKvRows, t};
       float* p_t = p_buf + (handed % 2) * 32 * 128;
       float x[32];  // consumer 0: S^T, then P^T; consumer 1: dP^T, then dS^T (element i as in dkdv_kernel)
       // The operands are selected, not the wgmma: a wgmma under a branch that ptxas cannot prove
@@ -343,26 +324,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(x);
+      // The dS step split between the consumers: P^T here, dS^T = P^T (dP^T - D) in consumer 1.
       if (c == 0) {
-        const bool masked = s.causal && j0 + kWideKeys > s.visible_keys(i0);
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          const int r = 8 * (i / 4) + 2 * t + (i & 1), key = key_a + 8 * ((i % 4) / 2);
-          float p = fast_exp2(fmaf(x[i], scale_log2, -lse_t[r]));
-          if (masked && !s.visible(i0 + r, key)) p = 0.0f;
-          x[i] = p;
-        }
+        probabilities(x, stats, scale_log2, j0 + kWideKeys > s.visible_keys(i0), runs, i0 + 2 * t);
         if (handed >= 2) named_barrier_sync<kConsumerThreads>(kPEmpty + handed % 2);  // consumer 1 read it
 #pragma unroll
         for (int i = 0; i < 32; ++i) p_t[i * 128 + ct] = x[i];
         named_barrier_arrive<kConsumerThreads>(kPFull + handed % 2);
       } else {
         named_barrier_sync<kConsumerThreads>(kPFull + handed % 2);
+        float p[32];
 #pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          const int r = 8 * (i / 4) + 2 * t + (i & 1);
-          x[i] = p_t[i * 128 + ct] * (x[i] - delta_t[r]);  // dS^T = P^T (dP^T - D)
-        }
+        for (int i = 0; i < 32; ++i) p[i] = p_t[i * 128 + ct];
+        score_gradients(x, p, stats);
         named_barrier_arrive<kConsumerThreads>(kPEmpty + handed % 2);
       }
       uint32_t a[4][4];
@@ -431,13 +405,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int c = wg - 1, ct = tid % 128, warp = ct / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int row_a = i0 + 16 * warp + g;  // this thread's rows in both consumers: row_a, row_a + 8
   const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
-  float row_lse[2], row_delta[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = row_a + 8 * h;
-    row_lse[h] = row < s.seq_q ? lse[int64_t(bh) * s.seq_q + row] * kLog2e : 0.0f;
-    row_delta[h] = row < s.seq_q ? delta[int64_t(bh) * s.seq_q + row] : 0.0f;
-  }
+  const RowStats stats = row_stats(s, lse, delta, bh, row_a);
+  const RowKeys runs{s, row_a};
   const int full_until = i0 < s.seq_q ? s.visible_keys(i0) : 0;
   float dq_acc[kPaddedDim<kD> / 2] = {};
   mbarrier_wait(q_full, 0);
@@ -456,14 +425,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<0>();
     fence_operands(sc);
     fence_operands(dp);
-    const bool masked = j0 + kQKeys > full_until;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int h = (i % 4) / 2, row = row_a + 8 * h, key = j0 + 8 * (i / 4) + 2 * t + (i & 1);
-      float p = fast_exp2(fmaf(sc[i], scale_log2, -row_lse[h]));
-      if (masked && !(row < s.seq_q && key < s.seq_kv && s.visible(row, key))) p = 0.0f;
-      dp[i] = p * (dp[i] - row_delta[h]);  // dS
-    }
+    ds_step(sc, dp, stats, scale_log2, j0 + kQKeys > full_until, runs, j0 + 2 * t);  // dp is now dS
     uint32_t a_ds[4][4];
     pack_a_bf16(dp, a_ds);
     wgmma_fence();

@@ -1,7 +1,7 @@
 // The pieces chapter 07's Hopper backward kernels share (variants 4 to 6, bf16, sm_90a): the
 // block of one producer and two consumer warpgroups, the two-stage ring, the tile layout of TMA
-// boxes, the wgmma products of a 64 x 64 tile, the dK/dV kernels' shared-memory pointers and
-// their producer warp. Include it only from *_sm90a.cu files.
+// boxes, the wgmma products of a 64 x 64 tile, the dS step, the dK/dV kernels' shared-memory
+// pointers and their producer warp. Include it only from *_sm90a.cu files.
 #pragma once
 
 #include <cuda.h>
@@ -11,6 +11,7 @@
 
 #include "hopper.cuh"
 #include "log2_units.h"
+#include "mask.h"
 #include "problem.h"
 
 namespace fa::backward::sm90 {
@@ -76,6 +77,90 @@ __device__ inline void issue_a_regs_b(float (&acc)[kPaddedDim<kD> / 2], const ui
     }
   }
 }
+
+// ---- the dS step ---------------------------------------------------------------------------
+// Every kernel here turns a tile's S and dP accumulators into P and dS the same way:
+//   P = exp(S scale - LSE), 0 where the mask hides the score;   dS = P (dP - D).
+// The dQ kernels hold the tile rows x keys: the thread's two rows are fixed, their LSE and D in
+// registers (RowStats). The dK/dV kernels hold it keys x rows (S^T, dP^T): the thread's two keys
+// are fixed and the rows are the columns, their LSE and D read from the stage in shared memory
+// (ColumnStats). Either way a thread's two runs (mask.h) are computed once, before the loop.
+
+/// LSE (log2 units) and D of a keys x rows tile's rows, from the stage: element i of the
+/// accumulator is row 8 (i / 4) + 2 t + (i & 1) of the tile, so from the thread's first row
+/// (lse and delta point at row 2 t) the offsets are constants.
+struct ColumnStats {
+  const float *lse, *delta;
+  __device__ ColumnStats(const float* stage_lse, const float* stage_delta, int t)
+      : lse(stage_lse + 2 * t), delta(stage_delta + 2 * t) {}
+  __device__ float lse_of(int i) const { return lse[8 * (i / 4) + (i & 1)]; }
+  __device__ float delta_of(int i) const { return delta[8 * (i / 4) + (i & 1)]; }
+};
+
+/// LSE (log2 units) and D of a thread's two rows of a rows x keys tile: element i is row (i % 4) / 2.
+struct RowStats {
+  float lse[2], delta[2];
+  __device__ float lse_of(int i) const { return lse[(i % 4) / 2]; }
+  __device__ float delta_of(int i) const { return delta[(i % 4) / 2]; }
+};
+
+/// The RowStats of rows row_a and row_a + 8 of query plane bh (0 for a row past the end).
+__device__ inline RowStats row_stats(const AttentionShape& s, const float* lse, const float* delta, int bh, int row_a) {
+  RowStats r;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row_a + 8 * h;
+    r.lse[h] = row < s.seq_q ? lse[int64_t(bh) * s.seq_q + row] * kLog2e : 0.0f;
+    r.delta[h] = row < s.seq_q ? delta[int64_t(bh) * s.seq_q + row] : 0.0f;
+  }
+  return r;
+}
+
+/// S -> P in place. With `masked`, the scores outside the thread's two runs (mask_fragment's
+/// layout, `first` the thread's first column; runs() gives them, asked only then) become 0. The
+/// exponent is taken first and the hidden values are replaced, whatever they are (inf for a row
+/// that sees no key, whose LSE is -inf).
+template <int kN, class Stats, class Runs>
+__device__ inline void probabilities(float (&s)[kN], const Stats& stats, float scale_log2, bool masked,
+                                     const Runs& runs, int first) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) s[i] = fast_exp2(fmaf(s[i], scale_log2, -stats.lse_of(i)));
+  if (masked) {
+    const KeyRun r[2] = {runs(0), runs(1)};
+    mask_fragment(s, r, first, 0.0f);
+  }
+}
+
+/// dP -> dS = P (dP - D) in place.
+template <int kN, class Stats>
+__device__ inline void score_gradients(float (&dp)[kN], const float (&p)[kN], const Stats& stats) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) dp[i] = p[i] * (dp[i] - stats.delta_of(i));
+}
+
+//! [wgmma_ds_step]
+/// The dS step of one tile: S -> P and dP -> dS.
+template <int kN, class Stats, class Runs>
+__device__ inline void ds_step(float (&s)[kN], float (&dp)[kN], const Stats& stats, float scale_log2, bool masked,
+                               const Runs& runs, int first) {
+  probabilities(s, stats, scale_log2, masked, runs, first);
+  score_gradients(dp, s, stats);
+}
+//! [wgmma_ds_step]
+
+/// The runs of a keys x rows tile: the query rows that see the thread's keys key_a and key_a + 8.
+struct KeyRows {
+  AttentionShape s;
+  int key_a;
+  __device__ KeyRun operator()(int h) const { return shape_rows(s, key_a + 8 * h); }
+};
+
+/// The runs of a rows x keys tile: the keys that rows row_a and row_a + 8 see.
+struct RowKeys {
+  AttentionShape s;
+  int row_a;
+  __device__ KeyRun operator()(int h) const { return shape_keys(s, row_a + 8 * h); }
+};
 
 /// Thread 0 sets up a kernel's ring (first: kv_full or q_full, one arrival; full[kStages] and
 /// empty[kStages] with the given arrival counts), then the block waits for it.
