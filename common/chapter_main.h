@@ -1,11 +1,17 @@
-// The body of every chapter program: parse the shared flags, pick the chapter's variants, run
-// each through the check-and-time path, print the table. Without a GPU, say so in one line and
-// run the CPU side (the oracle and the chapter's algorithm.h) instead.
+// The body of every chapter program: parse the shared flags, answer --help and --list, refuse an
+// unknown variant or bad input in one line, then run the chapter. For the forward chapters the
+// run is the same everywhere: pick the chapter's variants, run each through the check-and-time
+// path, print the table; without a GPU, say so in one line and run the CPU side (the oracle and
+// the chapter's algorithm.h) instead. Chapters 07 (backward) and 08 (decode) bring their own
+// run and variant list (ChapterBody) and share the rest.
 #pragma once
 
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "cli.h"
 
 namespace fa {
 
@@ -46,8 +52,25 @@ struct ChapterInfo {
   bool features = false;
 };
 
+/// What a chapter whose kernels are not forward kernels brings to chapter_main.
+struct ChapterBody {
+  std::string help_notes;                // printed after the flags by --help
+  std::function<void()> print_variants;  // --list, and the end of --help
+  /// Throws std::invalid_argument (require_known_variant) unless --variant names one of them.
+  std::function<void(const std::string& variant)> require_variant;
+  /// Runs the chapter with the parsed flags (argv: to tell a flag given from its default); returns
+  /// 0 or 1, throws std::invalid_argument for bad input.
+  std::function<int(const CliOptions& opt, int argc, const char* const* argv)> run;
+};
+
 /// Returns the process exit code: 0 when everything that ran passed its check, 1 when a check
 /// failed or a kernel errored, 2 for bad input (with a one-line message on stderr).
+int chapter_main(int argc, const char* const* argv, const ChapterInfo& chapter, const ChapterBody& body);
+
+/// The same for a forward chapter: its registered forward kernels and CPU algorithms.
 int chapter_main(int argc, const char* const* argv, const ChapterInfo& chapter);
+
+/// Whether `flag` (e.g. "--batch") is on the command line: a chapter's own defaults apply where not.
+bool flag_given(int argc, const char* const* argv, const char* flag);
 
 }  // namespace fa
