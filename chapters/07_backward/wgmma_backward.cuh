@@ -84,7 +84,9 @@ __device__ inline void issue_a_regs_b(float (&acc)[kPaddedDim<kD> / 2], const ui
 // The dQ kernels hold the tile rows x keys: the thread's two rows are fixed, their LSE and D in
 // registers (RowStats). The dK/dV kernels hold it keys x rows (S^T, dP^T): the thread's two keys
 // are fixed and the rows are the columns, their LSE and D read from the stage in shared memory
-// (ColumnStats). Either way a thread's two runs (mask.h) are computed once, before the loop.
+// (ColumnStats). Either way the thread's two runs (mask.h: the rows that see each of its keys,
+// KeyRows, or the keys each of its rows sees, RowKeys) are asked for only on a tile the mask
+// cuts: held across the loop, their four values would be live next to the accumulators.
 
 /// LSE (log2 units) and D of a keys x rows tile's rows, from the stage: element i of the
 /// accumulator is row 8 (i / 4) + 2 t + (i & 1) of the tile, so from the thread's first row
