@@ -1,7 +1,8 @@
 // The pieces chapter 07's Hopper backward kernels share (variants 4 to 6, bf16, sm_90a): the
 // block of one producer and two consumer warpgroups, the two-stage ring, the tile layout of TMA
 // boxes, the wgmma products of a 64 x 64 tile, the dS step, the dK/dV kernels' shared-memory
-// pointers and their producer warp. Include it only from *_sm90a.cu files.
+// pointers and their producer warp, the dQ kernels' producer thread. Include it only from
+// *_sm90a.cu files.
 #pragma once
 
 #include <cuda.h>
@@ -271,6 +272,34 @@ __device__ inline void produce_dkdv(unsigned char* smem, const CUtensorMap& tm_q
     }
   }
   //! [wgmma_dkdv_producer]
+}
+
+// ---- the dQ kernels' common parts ---------------------------------------------------------
+
+constexpr int kQKeys = 64;  // keys per K/V tile of the dQ kernels
+
+/// The dQ kernels' producer thread: the block's kRows rows of Q and dO (from i0), then its K/V
+/// tiles into the ring. L: the kernel's layout.
+template <int kD, int kRows, class L>
+__device__ inline void produce_dq(unsigned char* smem, const CUtensorMap& tm_q, const CUtensorMap& tm_k,
+                                  const CUtensorMap& tm_v, const CUtensorMap& tm_do, int i0, int bh, int kv_plane,
+                                  int n_tiles, uint64_t* q_full, uint64_t* full, uint64_t* empty) {
+  mbarrier_arrive_expect_tx(q_full, 2 * tile_bytes<kD>(kRows));
+  for (int b = 0; b < kBoxes<kD>; ++b) {
+    tma_load_3d(smem + L::kQ + b * kRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh, q_full);
+    tma_load_3d(smem + L::kDo + b * kRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh, q_full);
+  }
+  for (int jt = 0; jt < n_tiles; ++jt) {
+    const int st = StageRing::stage(jt);
+    if (jt >= kStages) mbarrier_wait(&empty[st], StageRing::empty_parity(jt));
+    mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kQKeys));
+    for (int b = 0; b < kBoxes<kD>; ++b) {
+      tma_load_3d(smem + L::kK + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_k, 64 * b, jt * kQKeys,
+                  kv_plane, &full[st]);
+      tma_load_3d(smem + L::kV + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_v, 64 * b, jt * kQKeys,
+                  kv_plane, &full[st]);
+    }
+  }
 }
 
 }  // namespace fa::backward::sm90
