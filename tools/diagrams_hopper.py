@@ -260,7 +260,7 @@ def warp_specialization():
     items = [("Q rows 0–63", 24, BLUE), ("Q rows 64–127", 24, GREEN),
              ("K tile, stage 0", 48, LIGHT_BLUE), ("K tile, stage 1", 48, LIGHT_BLUE),
              ("V tile, stage 0", 48, LIGHT_GREEN), ("V tile, stage 1", 48, LIGHT_GREEN),
-             ("9 mbarriers", 16, GREY)]
+             ("10 mbarriers", 16, GREY)]
     y = top
     for name, hgt, fill in items:
         s.rect(sx, y, sw, hgt, fill=fill, width=0.9)
@@ -306,15 +306,15 @@ def warp_specialization():
                           "setmaxnreg moves registers between the warpgroups at run time", 10.5, color=SOFT)
 
     # Shared memory bytes, both head dims.
-    s.text(450, 506, "shared memory: Q 128·d·2 B + 2 K stages + 2 V stages of 128·d·2 B + 9 × 8 B + 1024 B alignment slack",
+    s.text(450, 506, "shared memory: Q 128·d·2 B + 2 K stages + 2 V stages of 128·d·2 B + 10 × 8 B + 1024 B alignment slack",
            11)
-    def smem_bytes(d):  # Smem<kD, kBlockM = 128, kStages = 2, kBarriers = 9>::kBytes
+    def smem_bytes(d):  # Smem<kD, kBlockM = 128, kStages = 2, kBarriers = 2 + 4 * kStages = 10>::kBytes
         tile = (d // 64) * 128 * 128
-        return tile + 2 * tile + 2 * tile + 8 * 9 + 1024
+        return tile + 2 * tile + 2 * tile + 8 * 10 + 1024
     s.text(450, 526, f"d = 64: {smem_bytes(64):,} B;  d = 128: {smem_bytes(128):,} B (a block may use up to 227 KiB)",
            11.5, weight="bold")
-    caption(s, "flash_attention_v3_specialized_sm90a.cu: kConsumers = 2, kBlockM = 128, kStages = 2; "
-               "Smem<kD, kBlockM, kStages, 9> in flash3_tile.cuh.")
+    caption(s, "pingpong_ops.cuh: kConsumers = 2, kBlockM = 128, kStages = 2; "
+               "Layout = Smem<kD, kBlockM, kStages, 2 + 4 · kStages> (Smem in flash3_tile.cuh).")
     s.save("ch06_warp_specialization.svg")
 
 
