@@ -53,10 +53,11 @@ struct CausalMask {
   }
 };
 
-/// `hidden` (-inf for scores, 0 for probabilities) outside each row's run, on the accumulator fragment of mma.sync m16n8 and of wgmma m64nN
-/// (the same per-warp layout): element 4c + e of `s` is row 8 * (e / 2) of the thread's pair of
-/// rows and key first_key + 8c + (e & 1), where first_key is the thread's first column (the
-/// tile's first key + 2 * (lane % 4)). runs[h]: the run of the thread's row h (row g, row g + 8).
+/// `hidden` (-inf for scores, 0 for probabilities) outside each row's run, on the accumulator
+/// fragment of mma.sync m16n8 and of wgmma m64nN (the same per-warp layout): element 4c + e of `s`
+/// is row 8 * (e / 2) of the thread's pair of rows and key first_key + 8c + (e & 1), where
+/// first_key is the thread's first column (the tile's first key + 2 * (lane % 4)). runs[h]: the
+/// run of the thread's row h (row g, row g + 8).
 template <int kElems>
 FA_HD inline void mask_fragment(float (&s)[kElems], const KeyRun (&runs)[2], int first_key, float hidden = -INFINITY) {
   //! [mask_fragment]
@@ -74,17 +75,17 @@ FA_HD inline void mask_fragment(float (&s)[kElems], const KeyRun (&runs)[2], int
   //! [mask_fragment]
 }
 
-/// The run of `row` under the shape's own rule (causal or none), chosen per row at run time: one
-/// select per row, not per score, for kernels that take `causal` as a run-time flag.
-FA_HD inline KeyRun shape_keys(const AttentionShape& s, int row) {
-  return s.causal ? CausalMask<true>(s).keys(row) : CausalMask<false>(s).keys(row);
-}
-
-/// The same on fragments held as [block of 8 columns][4] (chapter 07's mma kernels).
+/// mask_fragment on fragments held as [block of 8 columns][4] (chapter 07's mma kernels).
 template <int kBlocks>
 FA_HD inline void mask_fragment(float (&s)[kBlocks][4], const KeyRun (&runs)[2], int first_key,
                                 float hidden = -INFINITY) {
   mask_fragment(reinterpret_cast<float(&)[4 * kBlocks]>(s), runs, first_key, hidden);
+}
+
+/// The run of `row` under the shape's own rule (causal or none), chosen per row at run time: one
+/// select per row, not per score, for kernels that take `causal` as a run-time flag.
+FA_HD inline KeyRun shape_keys(const AttentionShape& s, int row) {
+  return s.causal ? CausalMask<true>(s).keys(row) : CausalMask<false>(s).keys(row);
 }
 
 /// The rows that see `key` under the shape's own rule, chosen at run time as shape_keys is.

@@ -182,8 +182,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = 0; e < 4; ++e)
           st[nb][e] = fast_exp2(fmaf(st[nb][e], scale_log2, -lse_s[8 * nb + 2 * t + (e & 1)] * kLog2e));
       }
-      // 0 outside each key's run of rows, where the warp's last key is past what the tile's first row sees
-      // (or past the end of K).
+      // 0 outside each key's run of rows, where the warp's last key is past what the tile's
+      // first row sees (or past the end of K).
       if (j0 + 16 * warp + 16 > s.visible_keys(i0)) mask_fragment(st, runs, i0 + 2 * t, 0.0f);
 #pragma unroll
       for (int nb = 0; nb < kRows / 8; ++nb) {
