@@ -102,7 +102,8 @@ __device__ inline void cp_async_wait() {
 // ---- ldmatrix ------------------------------------------------------------------------------
 /// Four 8 x 8 matrices of 16-bit values from shared memory into fragment registers: lane L gives
 /// the address of row L % 8 of matrix L / 8, and receives the two values at (row lane/4, columns
-/// 2*(lane%4), +1) of each matrix -- the mma B-fragment layout. `.trans` transposes each matrix.
+/// 2*(lane%4), +1) of each matrix -- the row/column pattern of the mma A, B and C fragments.
+/// `.trans` transposes each matrix.
 __device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"

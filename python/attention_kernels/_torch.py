@@ -244,8 +244,9 @@ def attention(q, k, v, *, causal=False, scale=None, kernel=None, backward_kernel
     scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=True), except
     that causal is aligned bottom-right when seq_q != seq_kv (the last query sees every key).
     kernel: a forward kernel's name ("ch06_pingpong_bf16", or "ch06_pingpong": the dtype is
-    added), or None for the fastest this machine runs. backward_kernel: the same for the
-    backward (chapter 07), used when any input requires grad. layout: "bhsd" or "bshd" (module
+    added), or None for the first of the dtype's default list that this machine runs
+    (_DEFAULT_FORWARD). backward_kernel: the same for the backward (chapter 07, _DEFAULT_BACKWARD),
+    used when any input requires grad. layout: "bhsd" or "bshd" (module
     docstring: what is copied).
     """
     if layout not in _LAYOUTS:
