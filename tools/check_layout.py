@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """The README's Layout map against the tree: every file of common/, of each chapter folder, of
 tools/, python/attention_kernels/ and examples/ is named in it, and every file it names exists.
-A file is named by its name (the files of docs/, python/ and tests/ may be named too), or as a second suffix after one named stem ("tma.h/.cpp" names
-tma.h and tma.cpp). Exits 1 listing what differs."""
+A file is named by its name (the files of docs/, python/ and tests/ may be named too), or as a
+second suffix after one named stem ("tma.h/.cpp" names tma.h and tma.cpp). A chapter's own files
+must be named in that chapter's entry ("  07 backward   ..." and its continuation lines), except
+the three every chapter has (README.md, algorithm.h, main.cu), which the chapters/ line names once.
+Exits 1 listing what differs."""
 import os
 import re
 import sys
@@ -31,6 +34,26 @@ def named_files(block):
     return names
 
 
+CHAPTER_ENTRY = re.compile(r"^  (\d\d) \w+")
+EVERY_CHAPTER = {"README.md", "algorithm.h", "main.cu"}
+
+
+def chapter_entries(block):
+    """{"07": names in chapter 07's entry}: the entry's first line and the deeper-indented lines
+    after it."""
+    entries, current = {}, None
+    for line in block.split("\n"):
+        m = CHAPTER_ENTRY.match(line)
+        if m:
+            current = m.group(1)
+            entries[current] = named_files(line[len(m.group(0)):])
+        elif current and line.startswith(" " * 10):
+            entries[current] |= named_files(line)
+        else:
+            current = None
+    return entries
+
+
 def tree_files(root):
     files = {}
     dirs = [os.path.join(root, d) for d in CHECKED]
@@ -49,6 +72,16 @@ def main():
     named = named_files(layout_block(os.path.join(root, "README.md")))
     files = tree_files(root)
     missing = sorted(p for name, paths in files.items() if name not in named for p in paths)
+    entries = chapter_entries(layout_block(os.path.join(root, "README.md")))
+    for name, paths in files.items():
+        for p in paths:
+            parts = p.split(os.sep)
+            if parts[0] != "chapters" or name in EVERY_CHAPTER or p in missing:
+                continue
+            number = parts[1][:2]
+            if name not in entries.get(number, set()):
+                missing.append(p)
+    missing.sort()
     elsewhere = {name for d in ("docs", "python", "tests") for name in os.listdir(os.path.join(root, d))}
     if os.path.exists(os.path.join(root, ".handout")):
         elsewhere.add("kernel_budget.csv")  # a student handout leaves the instructor's budget out (handout.py)
