@@ -34,7 +34,8 @@ __device__ inline unsigned char* aligned_smem(unsigned char* raw) {
 __device__ inline void mbarrier_init(uint64_t* bar, int arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals));
 }
-/// Makes the initialized barriers visible to the asynchronous proxy (TMA) before first use.
+/// Orders this thread's earlier mbarrier.init before later uses at cluster scope (a release fence);
+/// inside one block the __syncthreads after it is what every arrive, wait and copy comes after.
 __device__ inline void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 /// One arrival that also announces `bytes` more to come from asynchronous copies in this phase.
 __device__ inline void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
