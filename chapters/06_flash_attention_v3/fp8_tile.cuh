@@ -122,6 +122,7 @@ template <bool kRowSums>
 __device__ inline void fp8_online_softmax(float (&s)[kBlockN / 2], float (&m)[2], float (&l)[2], float (&rescale)[2],
                                           float scale_log2, float p_log2_scale, float l_weight, float max_rise) {
   //! [fp8_online_softmax]
+  float m_use[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float tile_max = -INFINITY;
@@ -131,18 +132,22 @@ __device__ inline void fp8_online_softmax(float (&s)[kBlockN / 2], float (&m)[2]
     const float m_new = tile_m > m[h] + max_rise ? tile_m : m[h];
     const bool seen = m_new != -INFINITY;
     rescale[h] = seen ? fast_exp2(m[h] - m_new) : 1.0f;
-    const float m_use = (seen ? m_new : 0.0f) - p_log2_scale;
-    float row_sum = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kBlockN / 8; ++c) {
-#pragma unroll
-      for (int e = 2 * h; e < 2 * h + 2; ++e) {
-        s[4 * c + e] = fast_exp2(fmaf(s[4 * c + e], scale_log2, -m_use));
-        if (kRowSums) row_sum += s[4 * c + e];
-      }
-    }
-    if (kRowSums) l[h] = l[h] * rescale[h] + row_sum * l_weight;
+    m_use[h] = (seen ? m_new : 0.0f) - p_log2_scale;
     m[h] = m_new;
+  }
+  // The exponentials in fragment order, both rows of an 8-key block together: each group of four
+  // that pack_p_e4m3 turns into e4m3 bytes is complete early, and its conversion overlaps the
+  // exponentials still to come.
+  float row_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < kBlockN / 2; ++i) {
+    const int h = (i % 4) / 2;  // s[4c + e]: e = 0, 1 row g, e = 2, 3 row g + 8
+    s[i] = fast_exp2(fmaf(s[i], scale_log2, -m_use[h]));
+    if (kRowSums) row_sum[h] += s[i];
+  }
+  if (kRowSums) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l[h] = l[h] * rescale[h] + row_sum[h] * l_weight;
   }
   //! [fp8_online_softmax]
 }
