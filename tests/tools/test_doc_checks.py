@@ -1,6 +1,7 @@
 """The docs' checkers fail on what they exist to catch: process words (tools/check_words.py), a
-snippet marker with no code after it (tools/check_snippets.py) and a measured table that is not
-what the result files give (tools/tables.py). Each runs on a small made-up tree."""
+snippet marker with no code after it (tools/check_snippets.py), a measured table or a figure in
+prose that is not what the result files give, and a measured-looking figure that no marker gives
+(tools/tables.py, tools/figures.py). Each runs on a small made-up tree."""
 import contextlib
 import io
 import os
@@ -108,7 +109,8 @@ class Tables(Tree):
         self.assertEqual(status, 1)
         self.assertIn("table 'ch05' differs", out)
         self.assertEqual(self.run_tables()[0], 0)
-        self.assertIn("`ch05_tuned_bf16`", open(page).read())
+        with open(page) as f:
+            self.assertIn("`ch05_tuned_bf16`", f.read())
         self.assertEqual(self.run_tables("--check")[0], 0)
 
     def test_unknown_table_fails(self):
@@ -116,6 +118,70 @@ class Tables(Tree):
         status, out = self.run_tables("--check")
         self.assertEqual(status, 1)
         self.assertIn("no table named 'ch99'", out)
+
+
+# A figure the result files give: chapter 05's tuned kernel over SDPA FLASH at d128, 4k.
+RATIO = 'x(fwd("ch05_tuned_bf16", 128, 4096), sdpa("flash", 128, 4096))'
+
+
+class Figures(Tree):
+    def run_tables(self, *argv):
+        return run_in(tables, self.root, argv)
+
+    def test_planted_wrong_ratio_fails_and_regeneration_fixes_it(self):
+        page = self.write("chapters/x/README.md", f"# T\n\nIt runs at <!-- f: {RATIO} -->9.99×<!-- /f --> FLASH.\n")
+        status, out = self.run_tables("--check")
+        self.assertEqual(status, 1)
+        self.assertIn("1 prose figures differ", out)
+        self.assertEqual(self.run_tables()[0], 0)
+        self.assertNotIn("9.99×", open(page).read())
+        self.assertRegex(open(page).read(), r"-->\d\.\d\d×<!-- /f -->")
+        self.assertEqual(self.run_tables("--check")[0], 0)
+
+    def test_unmarked_figure_in_a_lesson_fails(self):
+        for text in ("It reaches 1.27× variant 4.", "It runs at 834.5 TFLOP/s.", "It takes 0.21 ms.",
+                     "It moves 2.3 TB/s."):
+            self.write("chapters/x/README.md", f"# T\n\n{text}\n")
+            status, out = self.run_tables("--check")
+            self.assertEqual(status, 1, text)
+            self.assertIn("reads as a measured figure", out)
+
+    def test_what_is_not_a_figure_passes(self):
+        self.write("chapters/x/README.md", "# T\n\nTwice the work: 2× the loads, `1.5× in code`, and\n\n"
+                   "```\n834.5 TFLOP/s in a block\n```\n")
+        self.assertEqual(self.run_tables("--check")[0], 0)
+
+    def test_records_in_notes_name_their_run(self):
+        body = "It reached 1.27× variant 4 and 0.21 ms."
+        self.write("chapters/x/performance_notes.md",
+                   f"# N\n\n<!-- record: NVIDIA H200, 2026-11-28, tools/ab_bench.sh -->\n{body}\n<!-- /record -->\n")
+        self.assertEqual(self.run_tables("--check")[0], 0)
+        self.write("chapters/x/performance_notes.md", f"# N\n\n<!-- record: an A/B -->\n{body}\n<!-- /record -->\n")
+        status, out = self.run_tables("--check")
+        self.assertEqual(status, 1)
+        self.assertIn("a record names no GPU and date", out)
+        self.write("chapters/x/performance_notes.md", f"# N\n\n{body}\n")
+        self.assertEqual(self.run_tables("--check")[0], 1)
+
+    def test_an_expression_the_files_cannot_answer_fails(self):
+        for expr, says in (('num(fwd("ch99_none", 128, 4096))', "0 rows match"), ("fwd(", "SyntaxError"),
+                           ('fwd("ch05_tuned_bf16", 128, 4096)', "wrap it in a formatter")):
+            self.write("chapters/x/README.md", f"# T\n\n<!-- f: {expr} -->1<!-- /f -->\n")
+            status, out = self.run_tables()
+            self.assertEqual(status, 1, expr)
+            self.assertIn(says, out)
+
+    def test_a_marker_markdown_would_read_as_html_fails(self):
+        self.write("chapters/x/README.md", f"# T\n\nIt runs at\n<!-- f: {RATIO} -->1.00×<!-- /f --> FLASH.\n")
+        status, out = self.run_tables()
+        self.assertEqual(status, 1)
+        self.assertIn("a figure marker starts the line", out)
+
+    def test_lets_are_bound_in_page_order(self):
+        page = self.write("chapters/x/README.md", '# T\n\n<!-- let: t = fwd("ch05_tuned_bf16", 128, 4096) -->'
+                          '\n\nAt <!-- f: num(t) -->0<!-- /f --> and <!-- f: x(t, t) -->0<!-- /f -->\n')
+        self.assertEqual(self.run_tables()[0], 0)
+        self.assertIn("-->1.00×<!-- /f -->", open(page).read())
 
 
 if __name__ == "__main__":
