@@ -26,7 +26,7 @@ and its stub is the TODO comment alone: an empty body, which compiles and writes
 exercise with a device region must also have a host region (its launcher, say), which throws
 before the launch, so the tests still say "not implemented" rather than "never written".
 Regions of exercises not in the config keep their code; their marker lines go. Everything else
-is copied as is but classroom/instructor/ (the written questions' answers; classroom/questions.md
+is copied as is but the pages' prose that explains a solution (student_page), classroom/instructor/ (the written questions' answers; classroom/questions.md
 gets the questions alone) and tests/kernel_budget.csv (the instructor's kernels' resources), and the docs' snippets are made again from the stubbed sources, so
 they show the stubs. DEST/.handout lists the exercises. A copy in which a distinctive solution
 line survives is refused and removed. Bad markers or config are one-line errors and exit 1, and
@@ -187,6 +187,11 @@ def make_handout(root, dest, config_path):
             for ex_id, n in found.items():
                 totals[ex_id] = totals.get(ex_id, 0) + n
             outputs[rel] = new_text.encode("utf-8") if new_text != text else None
+        elif rel.endswith(".md") and not rel.startswith(INSTRUCTOR + "/"):
+            with open(src, encoding="utf-8") as f:
+                text = f.read()
+            new_text = student_page(text, rel, selected)
+            outputs[rel] = new_text.encode("utf-8") if new_text != text else None
         else:
             outputs[rel] = None
     missing = sorted(selected - set(totals))
@@ -228,6 +233,30 @@ def make_handout(root, dest, config_path):
         shutil.rmtree(dest)
         raise HandoutError(f"{len(leaks)} solution line(s) survive in the copy (it was removed), first: " + "; ".join(leaks[:5]))
     return totals
+
+
+PAGE_SOLUTION = re.compile(r"<!-- BEGIN SOLUTION ([A-Za-z0-9_]+) -->\n(.*?)<!-- END SOLUTION -->\n?", re.S)
+
+
+def student_page(text, rel, selected):
+    """A lesson page without the prose that explains an exercise's solution: each block
+
+        <!-- BEGIN SOLUTION <id> -->
+        ...how the solution works, line by line...
+        <!-- END SOLUTION -->
+
+    of an exercise in the copy becomes one line that says so (the instructor's tree keeps the
+    prose). Blocks of exercises not in the copy keep their text; their marker lines go."""
+    def replace(m):
+        if m.group(1) not in selected:
+            return m.group(2)
+        return (f"*This step is the exercise `{m.group(1)}`: the page's Exercises section and the stub's TODO "
+                "say what to write, and its tests check it.*\n")
+    out = PAGE_SOLUTION.sub(replace, text)
+    if re.search(r"<!-- (BEGIN|END) SOLUTION", out):
+        raise HandoutError(f"{rel}: a solution block is not closed, or is malformed; write "
+                           "'<!-- BEGIN SOLUTION <id> -->' and '<!-- END SOLUTION -->' on lines of their own")
+    return out
 
 
 def student_questions(text):

@@ -66,6 +66,23 @@ class HandoutTest(unittest.TestCase):
         self.assertEqual(self.read("README.md"), "docs keep `// BEGIN SOLUTION` text as is\n")
         self.assertEqual(json.loads(self.read(".handout")), {"exercises": [{"id": "ex1", "regions": 1}]})
 
+    def test_a_pages_solution_prose_goes_and_others_keep_their_text(self):
+        self.write("chapters/lesson.md", "# L\n\nThe stub:\n\n<!-- BEGIN SOLUTION ex1 -->\nFirst take m = row[0], "
+                   "then rescale.\n<!-- END SOLUTION -->\n<!-- BEGIN SOLUTION other -->\nKeep adds one.\n"
+                   "<!-- END SOLUTION -->\nThe end.\n")
+        handout.make_handout(self.root, self.dest, self.config)
+        page = self.read("chapters/lesson.md")
+        self.assertNotIn("rescale", page)
+        self.assertIn("*This step is the exercise `ex1`", page)
+        self.assertIn("\nKeep adds one.\nThe end.\n", page)
+        self.assertNotIn("SOLUTION --", page)
+        with open(os.path.join(self.root, "chapters/lesson.md")) as f:
+            self.assertIn("rescale", f.read())  # the instructor's tree keeps it
+
+    def test_an_unclosed_page_solution_block(self):
+        self.write("chapters/lesson.md", "# L\n<!-- BEGIN SOLUTION ex1 -->\nThe answer.\n")
+        self.assert_error("chapters/lesson.md: a solution block is not closed")
+
     def assert_error(self, message_part):
         with self.assertRaises(handout.HandoutError) as caught:
             handout.make_handout(self.root, self.dest, self.config)
