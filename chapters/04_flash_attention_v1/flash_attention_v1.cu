@@ -23,6 +23,7 @@
 #include "cuda_check.h"
 #include "not_implemented.h"
 #include "registry.h"
+#include "row_update.cuh"
 #include "tiles.h"
 
 namespace fa::flash1 {
@@ -78,7 +79,6 @@ __device__ void tile_scores(const AttentionShape& shape, const SharedTiles& sm, 
 /// alpha = l e^(m - m_new) / l_new for the old O, beta = e^(m~ - m_new) / l_new for P~ V_j.
 /// m and l point at the tile's first row (device memory for kv_outer, shared for q_outer).
 __device__ void tile_row_update(const SharedTiles& sm, Tiles t, int valid_rows, float* m, float* l) {
-  // BEGIN SOLUTION ch04_row_update (device): for each row r of the tile (one thread per row): the tile max m~ of sm.s's row, P~ = exp(S - m~) in place (0 if m~ = -inf), l~ = its sum; then, for rows r < valid_rows, m_new = max(m[r], m~), sm.alpha[r] = l e^(m - m_new) / l_new, sm.beta[r] = e^(m~ - m_new) / l_new, and m[r], l[r] updated (alpha = beta = 0 for other rows and while nothing is visible)
   for (int r = threadIdx.x; r < t.rows; r += blockDim.x) {
     float* row = sm.s + r * (t.cols + 1);
     float tile_max = -INFINITY;
@@ -89,19 +89,12 @@ __device__ void tile_row_update(const SharedTiles& sm, Tiles t, int valid_rows, 
       row[c] = p;
       tile_sum += p;
     }
-    sm.alpha[r] = sm.beta[r] = 0.0f;
+    sm.alpha[r] = sm.beta[r] = 0.0f;  // a row past the end of Q adds nothing
     if (r >= valid_rows) continue;
-    const float m_old = m[r], l_old = l[r], m_new = fmaxf(m_old, tile_max);
-    if (m_new == -INFINITY) continue;             // nothing visible yet: O stays 0, (m, l) stay (-inf, 0)
-    const float a = l_old * expf(m_old - m_new);  // 0 while m_old = -inf (l_old = 0)
-    const float b = expf(tile_max - m_new);       // 0 when this tile is fully masked
-    const float l_new = a + b * tile_sum;         // >= 1: the largest score so far counts e^0
-    sm.alpha[r] = a / l_new;
-    sm.beta[r] = b / l_new;
-    m[r] = m_new;
-    l[r] = l_new;
+    const RowFactors f = flash1_row_update(m[r], l[r], tile_max, tile_sum, [](float x) { return expf(x); });
+    sm.alpha[r] = f.alpha;
+    sm.beta[r] = f.beta;
   }
-  // END SOLUTION
 }
 
 /// Step 3: O_i = alpha * O_i + beta * P~ V_j, one thread per output element (row stride d).
@@ -214,8 +207,7 @@ void allow_shared_memory(Kernel kernel, std::size_t bytes) {
 //! [flash1_shared_optin]
 
 void launch_kv_outer(const ForwardParams& p) {
-  // BEGIN SOLUTION ch04_row_update: write tile_row_update (step 2, the online-softmax update of one tile) in flash_attention_v1.cu, then delete this line
-  // END SOLUTION
+  require_row_update();
   const AttentionShape& s = p.shape;
   const Tiles t = choose_tiles(s.head_dim);
   const std::size_t bytes = shared_bytes(s);
@@ -229,8 +221,7 @@ void launch_kv_outer(const ForwardParams& p) {
 }
 
 void launch_q_outer(const ForwardParams& p) {
-  // BEGIN SOLUTION ch04_row_update: write tile_row_update (step 2, the online-softmax update of one tile) in flash_attention_v1.cu, then delete this line
-  // END SOLUTION
+  require_row_update();
   const AttentionShape& s = p.shape;
   const Tiles t = choose_tiles(s.head_dim);
   const std::size_t bytes = shared_bytes(s);

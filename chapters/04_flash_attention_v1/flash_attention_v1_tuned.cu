@@ -25,6 +25,7 @@
 #include "cuda_check.h"
 #include "device_utils.cuh"
 #include "registry.h"
+#include "row_update.cuh"
 #include "tiles.h"
 
 namespace fa::flash1 {
@@ -183,18 +184,9 @@ __global__ void __launch_bounds__(kThreads)
       }
 #pragma unroll
       for (int bit = 1; bit < kLanes; bit *= 2) tile_sum += __shfl_xor_sync(0xFFFFFFFFu, tile_sum, bit);
-      float alpha = 0.0f, beta = 0.0f;  // a row that has seen no key yet keeps O = 0
-      // BEGIN SOLUTION ch04_row_update (device): the row's step in log2 units (m[a], tile_max, exponents by fast_exp2): m_new = max(m[a], tile_max); if m_new is finite, alpha = l[a] 2^(m[a] - m_new) / l_new and beta = 2^(tile_max - m_new) / l_new with l_new = l[a] 2^(m[a] - m_new) + 2^(tile_max - m_new) tile_sum, then m[a] and l[a] updated (else alpha = beta = 0 and the state stays)
-      const float m_new = fmaxf(m[a], tile_max);
-      if (m_new != -INFINITY) {
-        const float kept = l[a] * fast_exp2(m[a] - m_new), fresh = fast_exp2(tile_max - m_new);
-        const float l_new = kept + fresh * tile_sum, inv = 1.0f / l_new;
-        alpha = kept * inv;
-        beta = fresh * inv;
-        m[a] = m_new;
-        l[a] = l_new;
-      }
-      // END SOLUTION
+      // In log2 units: the same update with 2^x for e^x.
+      const auto [alpha, beta] =
+          flash1_row_update(m[a], l[a], tile_max, tile_sum, [](float x) { return fast_exp2(x); });
 #pragma unroll
       for (int c = 0; c < kOut; ++c)
 #pragma unroll
@@ -268,8 +260,7 @@ void launch_tuned_dim(const ForwardParams& p) {
 }
 
 void launch_tuned(const ForwardParams& p) {
-  // BEGIN SOLUTION ch04_row_update: write the per-step row update in flash_attention_v1_tuned.cu too, then delete this line
-  // END SOLUTION
+  require_row_update();
   if (p.shape.head_dim == 64) return launch_tuned_dim<64, lanes_per_row(64)>(p);
   launch_tuned_dim<128, lanes_per_row(128)>(p);
 }

@@ -15,6 +15,7 @@
 #include "cuda_check.h"
 #include "not_implemented.h"
 #include "registry.h"
+#include "row_update.cuh"
 
 namespace fa::flash1 {
 
@@ -110,22 +111,16 @@ __global__ void __launch_bounds__(kRegThreads)
       const float m_new = fmaxf(m[r], tile_max);
       if constexpr (kNormalize == Normalize::PerStep) {
         // Variants 1 and 2's update (tile_row_update): P~ against the tile's max, O kept normalized.
-        // BEGIN SOLUTION ch04_row_update (device): tile_row_update's step for row r, on column r of p_t (p_t[c * kLd + r], c < kTile): P~ = exp(s - tile_max) in place (0 when tile_max is -inf) and its sum; alpha[r] = beta[r] = 0, then for r < rows with m_new finite: alpha[r] = l e^(m - m_new) / l_new, beta[r] = e^(tile_max - m_new) / l_new, m[r] and l[r] updated
         float tile_sum = 0.0f;
         for (int c = 0; c < kTile; ++c) {
           const float p = tile_max == -INFINITY ? 0.0f : expf(p_t[c * kLd + r] - tile_max);
           p_t[c * kLd + r] = p;
           tile_sum += p;
         }
-        alpha[r] = beta[r] = 0.0f;
-        if (r < rows && m_new != -INFINITY) {
-          const float a = l[r] * expf(m[r] - m_new), b = expf(tile_max - m_new), l_new = a + b * tile_sum;
-          alpha[r] = a / l_new;
-          beta[r] = b / l_new;
-          m[r] = m_new;
-          l[r] = l_new;
-        }
-        // END SOLUTION
+        RowFactors f;
+        if (r < rows) f = flash1_row_update(m[r], l[r], tile_max, tile_sum, [](float x) { return expf(x); });
+        alpha[r] = f.alpha;
+        beta[r] = f.beta;
       } else {
         //! [deferred_row_update]
         // P against the running max itself; the old O and l are only rescaled, never divided.
@@ -211,10 +206,7 @@ void launch_register_tiles_chunks(const ForwardParams& p) {
 /// Launches the kernel instance for p.shape.head_dim (up to 256).
 template <class T, Normalize kNormalize>
 void launch_register_tiles(const ForwardParams& p) {
-  if constexpr (kNormalize == Normalize::PerStep) {
-    // BEGIN SOLUTION ch04_row_update: write the per-step row update in register_tiles.cuh too, then delete this line
-    // END SOLUTION
-  }
+  if constexpr (kNormalize == Normalize::PerStep) require_row_update();
   switch ((p.shape.head_dim + kTile - 1) / kTile) {
     case 1: return launch_register_tiles_chunks<T, 1, kNormalize>(p);
     case 2: return launch_register_tiles_chunks<T, 2, kNormalize>(p);

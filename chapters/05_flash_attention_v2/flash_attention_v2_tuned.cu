@@ -109,8 +109,7 @@ __global__ void __launch_bounds__(kTunedThreads, 2)
 
 template <class T, int kD>
 void launch_tuned_dim(const ForwardParams& p) {
-  // BEGIN SOLUTION ch05_pv: write the P V step (tuned_pv in tuned_tile.cuh, the mma_pv block of flash_attention_v2_mma.cu, the warp's P V in flash_attention_v2_kv_split.cu), then delete this line
-  // END SOLUTION
+  require_tuned_pv();
   constexpr int kKeys = kTunedKeys<kD>, kBlockRows = kTunedBlockRows<kD>;
   const AttentionShape& s = p.shape;
   const int bytes = int((kBlockRows + 2 * kKeys) * (kD + 8) * sizeof(T));

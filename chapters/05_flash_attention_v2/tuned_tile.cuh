@@ -136,6 +136,14 @@ __device__ inline void tuned_softmax(float (&s)[kMt][kKeys / 8][4], float (&out)
   }
 }
 
+/// A kernel cannot throw, so every launcher of a kernel that runs tuned_pv (this chapter's tuned
+/// kernel, chapter 06's TMA variant, chapter 09's Ampere kernel) calls this first: in a student
+/// copy it says "not implemented" until tuned_pv below is written.
+inline void require_tuned_pv() {
+  // BEGIN SOLUTION ch05_pv: write tuned_pv just below, then delete this line
+  // END SOLUTION
+}
+
 /// O += P V_j: P from registers (as in variant 3), each ldmatrix.trans of V feeds 2 kMt mma.
 template <class T, int kD, int kKeys, class VLayout, int kMt>
 __device__ inline void tuned_pv(float (&out)[kMt][kD / 8][4], const float (&s)[kMt][kKeys / 8][4], const T* v_s,

@@ -152,6 +152,7 @@ __global__ void __launch_bounds__(kTunedThreads, 2)
 
 template <class T, int kD, bool kModify>
 void launch_dim(const ForwardParams& p) {
+  flash2::require_tuned_pv();                 // the P V step is chapter 05's
   constexpr int kKeys = kD == 64 ? 128 : 64;  // chapter 05's kTunedKeys
   const AttentionShape& s = p.shape;
   const int bytes = int((kBlockRows + 2 * kKeys) * (kD + 8) * sizeof(T));
