@@ -37,9 +37,9 @@ __device__ inline RowFactors flash1_row_update(float& m, float& l, float tile_ma
   RowFactors f;
   // BEGIN SOLUTION ch04_row_update (device): m_new = max(m, tile_max); if it is finite: kept = l exp(m - m_new), fresh = exp(tile_max - m_new), l_new = kept + fresh tile_sum, alpha = kept / l_new, beta = fresh / l_new, then m = m_new and l = l_new (else the state stays and both factors stay 0)
   const float m_new = fmaxf(m, tile_max);
-  if (m_new == -INFINITY) return f;          // nothing visible yet
-  const float kept = l * exp(m - m_new);     // 0 while m = -inf (l = 0)
-  const float fresh = exp(tile_max - m_new);  // 0 when this tile is fully masked
+  if (m_new == -INFINITY) return f;                                 // nothing visible yet
+  const float kept = l * exp(m - m_new);                            // 0 while m = -inf (l = 0)
+  const float fresh = exp(tile_max - m_new);                        // 0 when this tile is fully masked
   const float l_new = kept + fresh * tile_sum, inv = 1.0f / l_new;  // l_new >= 1: the largest score counts e^0
   f.alpha = kept * inv;
   f.beta = fresh * inv;
