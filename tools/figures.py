@@ -212,21 +212,9 @@ def prose(text):
     return re.sub(r"`[^`\n]*`", "", text)
 
 
-# Pages whose prose still quotes figures from runs of their own: the unmarked check skips them, and
-# tables.py names them on every run, until their figures are markers too.
-NOT_YET_MARKED = {
-    "chapters/04_flash_attention_v1/README.md",
-    "chapters/04_flash_attention_v1/performance_notes.md",
-    "chapters/05_flash_attention_v2/README.md",
-    "chapters/05_flash_attention_v2/performance_notes.md",
-}
-
-
 def unmarked(page, text):
     """The measured-looking figures of a page that no marker gives: [(line, text)]. A notes page
     (performance_notes.md, results pages) may state them inside a record naming its run."""
-    if page.replace(os.sep, "/") in NOT_YET_MARKED:
-        return []
     notes = os.path.basename(page) == "performance_notes.md"
     body = prose(text)
     if notes:
