@@ -20,83 +20,22 @@ Usage: python3 tools/diagrams.py
   ch07_backward_dataflow.svg
                          chapter 07: D, the K/V-outer dK/dV kernel, dQ by atomics or its own kernel
   ch08_split_kv.svg      chapter 08 (split_kv): partitions, block-table gather, partial O and LSE, merge
-Chapter 06's drawings are in diagrams_hopper.py (draw_all(), called from main()).
+  ch05_causal_tiles.svg  chapter 05 (tuned): the K/V tiles each block of Q rows visits, masks or skips
+                         under the causal mask, seq_q = seq_kv and seq_q < seq_kv (bottom-right)
+  ch08_gqa_rows.svg      chapter 08: a decode block's 16 mma rows as (token, query head) pairs of one
+                         K/V head, at --seq-q 1 and 3; the padding rows
+  ch09_window_band.svg   chapter 09: the sliding window's visible band (causal, bottom-right) and the
+                         tiles tile_keys / tile_fully_visible leave a block
+Chapter 06's drawings are in diagrams_hopper.py (draw_all(), called from main()). The canvas, fonts,
+colours and drawing helpers both use are in svg.py. The last three pictures read their constants
+from the sources (_ints) and port the code's rule to Python, so they follow the code.
 """
 import math
 import os
+import re
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "docs", "diagrams")
-FONT = "font-family='DejaVu Sans, Helvetica, Arial, sans-serif'"
-BLUE, ORANGE, GREEN, GREY, RED = "#cfe3f7", "#fbd9b0", "#cfeccf", "#eeeeee", "#f4c2c2"
-MONO = "font-family='DejaVu Sans Mono, Menlo, Consolas, monospace'"
-
-
-def _esc(s):
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-class Svg:
-    def __init__(self, width, height, title):
-        self.w, self.h = width, height
-        self.parts = [f"<title>{title}</title>",
-                      "<defs><marker id='arrow' viewBox='0 0 10 10' refX='9' refY='5' markerWidth='7' markerHeight='7' "
-                      "orient='auto-start-reverse'><path d='M0,0 L10,5 L0,10 z' fill='#333'/></marker></defs>",
-                      f"<rect width='{width}' height='{height}' fill='white'/>"]
-
-    def rect(self, x, y, w, h, fill=GREY, stroke="#333", width=1.2, dash=None):
-        d = f" stroke-dasharray='{dash}'" if dash else ""
-        self.parts.append(f"<rect x='{x}' y='{y}' width='{w}' height='{h}' fill='{fill}' stroke='{stroke}' "
-                          f"stroke-width='{width}'{d}/>")
-
-    def text(self, x, y, s, size=13, anchor="middle", weight="normal", color="#222"):
-        s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-        self.parts.append(f"<text x='{x}' y='{y}' {FONT} font-size='{size}' text-anchor='{anchor}' "
-                          f"font-weight='{weight}' fill='{color}'>{s}</text>")
-
-    def math(self, x, y, s, size=13, anchor="middle", weight="normal", color="#222", mono=False):
-        """Text with simple exponents and subscripts: "e^{m_old − m_new}", "ℓ_{1}" (one level, no nesting)."""
-        family = MONO if mono else FONT
-        s = s.replace(" ", "\u00a0")  # keep runs of spaces (and code indentation)
-        out, i, shift = [], 0, 0
-        while i < len(s):
-            if s[i] in "^_" and i + 1 < len(s) and s[i + 1] == "{":
-                end = s.index("}", i)
-                dy = -0.35 * size if s[i] == "^" else 0.25 * size
-                out.append(f"<tspan dy='{dy:.1f}' font-size='{0.72 * size:.1f}'>{_esc(s[i + 2:end])}</tspan>")
-                shift += dy
-                i = end + 1
-                continue
-            j = i
-            while j < len(s) and not (s[j] in "^_" and j + 1 < len(s) and s[j + 1] == "{"):
-                j += 1
-            out.append(f"<tspan dy='{-shift:.1f}'>{_esc(s[i:j])}</tspan>" if shift else _esc(s[i:j]))
-            shift = 0
-            i = j
-        self.parts.append(f"<text x='{x}' y='{y}' {family} font-size='{size}' text-anchor='{anchor}' "
-                          f"font-weight='{weight}' fill='{color}'>{''.join(out)}</text>")
-
-    def line(self, x1, y1, x2, y2, color="#333", width=1.2, dash=None):
-        d = f" stroke-dasharray='{dash}'" if dash else ""
-        self.parts.append(f"<line x1='{x1}' y1='{y1}' x2='{x2}' y2='{y2}' stroke='{color}' stroke-width='{width}'{d}/>")
-
-    def arrow(self, x1, y1, x2, y2, color="#333", dash=None):
-        d = f" stroke-dasharray='{dash}'" if dash else ""
-        self.parts.append(f"<line x1='{x1}' y1='{y1}' x2='{x2}' y2='{y2}' stroke='{color}' stroke-width='1.5' "
-                          f"marker-end='url(#arrow)'{d}/>")
-
-    def grid(self, x, y, w, h, rows, cols, fill=GREY, highlight=None, hl_fill=ORANGE):
-        """A matrix cut into rows x cols tiles; highlight = set of (r, c) drawn in hl_fill."""
-        for r in range(rows):
-            for c in range(cols):
-                f = hl_fill if highlight and (r, c) in highlight else fill
-                self.rect(x + c * w / cols, y + r * h / rows, w / cols, h / rows, fill=f, width=0.8)
-
-    def save(self, name):
-        os.makedirs(OUT, exist_ok=True)
-        with open(os.path.join(OUT, name), "w") as f:
-            f.write(f"<svg xmlns='http://www.w3.org/2000/svg' width='{self.w}' height='{self.h}' "
-                    f"viewBox='0 0 {self.w} {self.h}'>\n" + "\n".join(self.parts) + "\n</svg>\n")
+import diagrams_hopper  # chapter 06's Hopper pictures (the TMA box, the mbarrier ring, ...)
+from svg import BLUE, GREEN, GREY, ORANGE, OUT, RED, ROOT, SOFT, Svg, code
 
 
 def flash_tiling():
@@ -802,8 +741,417 @@ def ch08_split_kv():
     s.save("ch08_split_kv.svg")
 
 
+# ---- constants read from the code ------------------------------------------------------------
+
+
+def _source(path):
+    with open(os.path.join(ROOT, path)) as f:
+        return f.read()
+
+
+def _ints(path, pattern):
+    """The integers `pattern` captures in a source file (a match with no groups: []). Stops the run
+    with the file and the pattern when the code no longer says it, so a picture never outlives its code."""
+    m = re.search(pattern, _source(path))
+    if not m:
+        raise SystemExit(f"diagrams.py: {path} no longer matches {pattern!r}: update the picture that reads it")
+    return [int(g) for g in m.groups()]
+
+
+def _by_head_dim(path, name):
+    """A constant written `constexpr int name = kD == A ? B : C;`, as a function of the head dim."""
+    a, b, c = _ints(path, rf"constexpr int {name} = kD == (\d+) \? (\d+) : (\d+);")
+    return lambda d: b if d == a else c
+
+
+CH05 = "chapters/05_flash_attention_v2/"
+CH08 = "chapters/08_paged_attention/"
+CH09 = "chapters/09_real_model_features/"
+FULL_EDGE, MASK_EDGE = "#2a7a2a", "#c0661a"  # outlines of a visited tile: no mask / masked
+TILE_KINDS = [("full", GREEN, FULL_EDGE, None), ("mask", ORANGE, MASK_EDGE, "4,2"), ("skip", GREY, "#aaa", None)]
+
+
+def tuned_tile_sizes(d):
+    """(kTunedBlockRows<d>, kTunedKeys<d>): Q rows per block (tuned_tile.cuh: kTunedWarps x
+    kTunedWarpRows = 16 x kTunedMTiles) and keys per K/V tile (flash_attention_v2_tuned.cu)."""
+    warps, = _ints(CH05 + "tuned_tile.cuh", r"constexpr int kTunedWarps = (\d+),")
+    m16, = _ints(CH05 + "tuned_tile.cuh", r"constexpr int kTunedWarpRows = (\d+) \* kTunedMTiles<kD>;")
+    _ints(CH05 + "tuned_tile.cuh", r"constexpr int kTunedBlockRows = kTunedWarpRows<kD>\s*\*\s*kTunedWarps;")
+    m_tiles = _by_head_dim(CH05 + "tuned_tile.cuh", "kTunedMTiles")
+    keys = _by_head_dim(CH05 + "flash_attention_v2_tuned.cu", "kTunedKeys")
+    return m16 * m_tiles(d) * warps, keys(d)
+
+
+def _code_lines(s, x, y, lines, size=10.5, step=16):
+    """Code, one line per step; leading spaces become an x offset (renderers differ on white space)."""
+    for n, c in enumerate(lines):
+        indent = len(c) - len(c.lstrip(" "))
+        code(s, round(x + indent * 0.602 * size, 1), y + n * step, c.lstrip(" "), size)
+
+
+def _tile_legend(s, x, y, names, dx=0, dy=22):
+    """Swatches of the three kinds of tile, with names[kind]."""
+    for n, (kind, fill, edge, dash) in enumerate(TILE_KINDS):
+        s.rect(x + n * dx, y + n * dy - 11, 22, 14, fill, edge, 2 if kind != "skip" else 0.8, dash)
+        s.text(x + n * dx + 30, y + n * dy, names[kind], 11, anchor="start")
+
+
+# ---- chapter 05: which K/V tiles a causal block visits ----------------------------------------
+
+
+def causal_tile_plan(seq_q, seq_kv, rows, keys):
+    """flash2_tuned_kernel's K/V loop under the causal mask (flash_attention_v2_tuned.cu), ported
+    line for line: a block of Q rows i0 .. i0 + rows - 1 visits j0 = 0, keys, ... below key_end =
+    visible_keys(last_row), and masks a tile when needs_mask; visible_keys is AttentionShape's
+    (problem.h, causal_offset = seq_kv - seq_q). Returns [row block][K/V tile] of "full", "mask",
+    "skip". needs_mask is checked against CausalMask<true>::tile_visible (common/mask.h)."""
+    offset = seq_kv - seq_q
+
+    def visible_keys(i):
+        n = i + offset + 1
+        return 0 if n < 0 else (seq_kv if n > seq_kv else n)
+
+    plan = []
+    for i0 in range(0, seq_q, rows):
+        last_row = min(i0 + rows, seq_q) - 1
+        key_end = visible_keys(last_row)
+        kinds = []
+        for j0 in range(0, seq_kv, keys):
+            needs_mask = j0 + keys > visible_keys(i0) or j0 + keys > seq_kv or i0 + rows > seq_q
+            tile_visible = i0 + rows <= seq_q and j0 + keys <= visible_keys(i0)  # keys(i0).end = visible_keys(i0)
+            assert needs_mask == (not tile_visible)
+            kinds.append("skip" if j0 >= key_end else ("mask" if needs_mask else "full"))
+        plan.append(kinds)
+    return plan
+
+
+def _tile_panel(s, x, y, plan, tw, th, row_label, key_step, keys):
+    """plan (row blocks x K/V tiles) as tiles of tw x th pixels from (x, y), rows labelled on the left
+    and every key_step-th tile's first key on top."""
+    kind_of = {kind: (fill, edge, dash) for kind, fill, edge, dash in TILE_KINDS}
+    for b, kinds in enumerate(plan):
+        for t, kind in enumerate(kinds):  # skipped tiles first, so the outlines of visited ones lie on top
+            if kind == "skip":
+                s.rect(x + t * tw, y + b * th, tw, th, GREY, "#bbb", 0.6)
+        for t, kind in enumerate(kinds):
+            fill, edge, dash = kind_of[kind]
+            if kind != "skip":
+                s.rect(x + t * tw + 0.75, y + b * th + 0.75, tw - 1.5, th - 1.5, fill, edge, 1.5, dash)
+        s.text(x - 6, y + b * th + th / 2 + 4, row_label(b), 10, anchor="end", color=SOFT)
+    for t in range(0, len(plan[0]) + 1, key_step):
+        s.text(x + t * tw, y - 6, str(t * keys), 9.5, color=SOFT)
+
+
+def ch05_causal_tiles():
+    """The causal mask in chapter 05's tuned kernel (flash2_tuned_kernel, flash_attention_v2_tuned.cu)
+    at head_dim 128: blocks of kTunedBlockRows<128> Q rows (tuned_tile.cuh) against K/V tiles of
+    kTunedKeys<128> keys (flash_attention_v2_tuned.cu), both read from the sources; each tile's kind
+    from causal_tile_plan, the kernel's key_end / needs_mask ported (common/mask.h's CausalMask
+    rule, problem.h's causal_offset = seq_kv - seq_q)."""
+    d = 128
+    rows, keys = tuned_tile_sizes(d)
+    s = Svg(940, 540, "Chapter 05's tuned kernel under the causal mask: K/V tiles visited, masked, skipped")
+    s.text(470, 24, "Causal attention in chapter 05's tuned kernel: which K/V tiles each block of Q rows visits", 15,
+           weight="bold")
+    s.text(470, 44, f"head_dim {d}: a block takes kTunedBlockRows = {rows} query rows, the loop takes "
+           f"kTunedKeys = {keys} keys per K/V tile; one square = one tile ({rows} rows × {keys} keys)", 11, color=SOFT)
+    tw, th = 20, 20 * rows // keys  # to scale: a key is as wide as a row is tall
+    panels = [(90, 1024, 1024), (560, 384, 1024)]
+    totals = []
+    for x, seq_q, seq_kv in panels:
+        plan = causal_tile_plan(seq_q, seq_kv, rows, keys)
+        off = seq_kv - seq_q
+        title = "seq_q = seq_kv = 1024" if seq_q == seq_kv else f"seq_q = {seq_q} < seq_kv = {seq_kv}"
+        s.text(x + len(plan[0]) * tw / 2, 70, title, 12.5, weight="bold")
+        s.text(x + len(plan[0]) * tw / 2, 86, f"causal_offset = seq_kv − seq_q = {off}", 10.5, color=SOFT)
+        y = 108
+        s.text(x - 6, y - 6, "key", 9.5, anchor="end", color=SOFT)
+        _tile_panel(s, x, y, plan, tw, th, lambda b: f"rows {b * rows}–{min((b + 1) * rows, seq_q) - 1}", 4, keys)
+        s.line(x + off * tw / keys, y, x + seq_kv * tw / keys, y + seq_q * th / rows, "#c33", 1.8)
+        flat = [k for kinds in plan for k in kinds]
+        totals.append((x, y + len(plan) * th, flat.count("full"), flat.count("mask"), flat.count("skip"), plan))
+    for x, bottom, full, mask, skip, plan in totals:
+        s.text(x + len(plan[0]) * tw / 2, bottom + 18, f"{full + mask} tiles visited ({mask} masked), {skip} skipped",
+               11)
+    # The second panel's text, under it.
+    x2, b2 = totals[1][0], totals[1][1]
+    s.text(x2, b2 + 44, "Aligned bottom-right: the last query row sees every key,", 11, anchor="start")
+    s.text(x2, b2 + 60, f"row i sees keys 0 … i + {panels[1][2] - panels[1][1]}; no block skips the first tiles.",
+           11, anchor="start")
+    s.line(x2, b2 + 84, x2 + 24, b2 + 84, "#c33", 1.8)
+    s.text(x2 + 32, b2 + 88, "the diagonal: key j = i + causal_offset", 11, anchor="start")
+    _tile_legend(s, x2, b2 + 114, {"full": "visited, no mask: inside every row's keys",
+                                   "mask": "visited, masked: the diagonal cuts it (tuned_mask)",
+                                   "skip": "skipped: j0 ≥ key_end, never loaded"})
+    _code_lines(s, x2, b2 + 192, ["key_end = visible_keys(last_row); // per block",
+                                  "for (j0 = 0; j0 < key_end; j0 += kKeys)",
+                                  "  needs_mask = j0 + kKeys > visible_keys(i0)",
+                                  "    || j0 + kKeys > n_k || i0 + kBlockRows > n_q;"])
+    s.text(470, 510, "flash2_tuned_kernel (flash_attention_v2_tuned.cu): key_end and needs_mask, the same test as "
+           "CausalMask<true>::tile_visible (common/mask.h);", 11, color=SOFT)
+    last = (panels[0][1] - 1) // rows * rows
+    s.text(470, 527, f"blocks run last rows first (blockIdx.x = 0 takes rows {last}–{panels[0][1] - 1}), so the "
+           "longest rows start first", 11, color=SOFT)
+    s.save("ch05_causal_tiles.svg")
+
+
+# ---- chapter 08: a decode block's 16 rows under GQA ---------------------------------------------
+
+
+def decode_rows(group, query_len, kv_head, tile, ctx, k_rows):
+    """paged_attention_kernel's rows (decode_kernel.cuh), ported: row r of row tile `tile` is gr =
+    tile * kRows + r, query token gr / group, query head kv_head * group + gr % group (row_index);
+    it sees keys [0, max(0, min(ctx, ctx - query_len + token + 1))) (visible); rows past last_row =
+    min(kRows, group * query_len - first_row) - 1 are padding (zeros in Q, never written). Returns
+    [(token, head, visible keys) or None] for the kRows rows."""
+    first_row = tile * k_rows
+    last_row = min(k_rows, group * query_len - first_row) - 1
+    out = []
+    for r in range(k_rows):
+        if r > last_row:
+            out.append(None)
+            continue
+        gr = first_row + r
+        token, head = gr // group, kv_head * group + gr % group
+        out.append((token, head, max(0, min(ctx, ctx - query_len + token + 1))))
+    return out
+
+
+def ch08_gqa_rows():
+    """Chapter 08's decode block (paged_attention_kernel, decode_kernel.cuh): its kRows = 16 query
+    rows (one mma.m16n8k16 M tile) are the (token, query head) pairs of one K/V head; rows from
+    decode_rows (row_index, visible, last_row ported), kRows read from decode_kernel.cuh and the
+    chapter's default heads_q, heads_kv and seq_kv (context) from main.cu's run_chapter. Which lanes
+    and A registers hold row r: the m16n8k16 A layout (frag_a above), as ldmatrix_x4 loads qf."""
+    k_rows, = _ints(CH08 + "decode_kernel.cuh", r"constexpr int kRows = (\d+);")
+    heads_q, = _ints(CH08 + "main.cu", r'"--heads"\)\) shape\.heads_q = (\d+);')
+    heads_kv, = _ints(CH08 + "main.cu",
+                      r'shape\.heads_kv = flag_given\(argc, argv, "--heads"\) \? shape\.heads_q : (\d+);')
+    ctx, = _ints(CH08 + "main.cu", r'"--seq-kv"\)\) shape\.seq_kv = (\d+);')
+    group, kv_head = heads_q // heads_kv, 1
+    s = Svg(980, 660, "Chapter 08 decode: one K/V head's query heads fill the 16 rows of the mma tile")
+    s.text(490, 24, f"Chapter 08's decode block: its {k_rows} query rows are (token, query head) pairs of one K/V head",
+           15, weight="bold")
+    s.text(490, 44, f"heads_q = {heads_q}, heads_kv = {heads_kv} (the chapter's defaults): group = {group} query heads "
+           f"per K/V head; drawn: the block of K/V head {kv_head}, query heads {kv_head * group}–"
+           f"{kv_head * group + group - 1}", 11, color=SOFT)
+    head_fill = [BLUE, ORANGE, GREEN, "#e3d3f2"]
+    y0, rh = 128, 24
+    cols = [(34, "row r"), (98, "lanes"), (180, "A registers")]
+    panels = [(260, 1, "decode: --seq-q 1", "query_len = 1"),
+              (530, 3, "a prefill chunk: --seq-q 3", f"query_len = 3, ctx = {ctx}")]
+    pw = 220
+    for x, name in cols:
+        s.text(x, y0 - 12, name, 11, weight="bold")
+    s.text(110, y0 - 40, "who holds row r of the A fragment", 10.5, color=SOFT)
+    s.text(110, y0 - 26, "(mma.m16n8k16; ldmatrix_x4 into qf)", 10, color=SOFT)
+    for r in range(k_rows):
+        y = y0 + r * rh
+        g = r % 8
+        s.text(34, y + 16, str(r), 11)
+        s.text(98, y + 16, f"{4 * g}–{4 * g + 3}", 11)
+        s.math(180, y + 16, "qf[·][0], qf[·][2]" if r < 8 else "qf[·][1], qf[·][3]", 10.5, mono=True)
+    for x, query_len, title, sub in panels:
+        rows = decode_rows(group, query_len, kv_head, 0, ctx, k_rows)
+        real = sum(1 for row in rows if row)
+        s.text(x + pw / 2, y0 - 40, title, 12.5, weight="bold")
+        s.text(x + pw / 2, y0 - 26, f"{sub}: {real} of {k_rows} rows real", 10.5, color=SOFT)
+        s.text(x + pw / 2, y0 - 12, "(token, query head)", 11, weight="bold")
+        for r, row in enumerate(rows):
+            y = y0 + r * rh
+            if row:
+                token, head, visible = row
+                s.rect(x, y, pw, rh, head_fill[head % group], width=0.8)
+                s.text(x + pw / 2, y + 16, f"token {token}, head {head}", 11)
+                if query_len > 1:
+                    s.text(x + pw + 8, y + 16, f"keys 0 … {visible - 1}", 10.5, anchor="start")
+            else:
+                s.rect(x, y, pw, rh, GREY, "#aaa", 0.6)
+                s.text(x + pw / 2, y + 16, "padding: zeros", 10.5, color="#888")
+        if query_len > 1:
+            s.text(x + pw + 8, y0 - 12, "visible(r)", 11, anchor="start", weight="bold")
+        s.rect(x, y0, pw, k_rows * rh, "none", "#333", 1.4)
+    # The two halves of the tile: rows g and g + 8.
+    s.line(14, y0 + 8 * rh, 966, y0 + 8 * rh, "#333", 1.6, "6,3")
+    s.text(966, y0 + 8 * rh - 6, "rows g = lane / 4", 10, anchor="end", color=SOFT)
+    s.text(966, y0 + 8 * rh + 14, "rows g + 8", 10, anchor="end", color=SOFT)
+    ny = y0 + k_rows * rh + 30
+    notes = [f"Row r of row tile t: gr = {k_rows}t + r, token gr / group, query head kv_head · group + gr % group "
+             "(row_index); the grid has",
+             f"ceil(group · query_len / {k_rows}) row tiles per sequence (row_tiles). Rows past the last real one "
+             "are zeros in the Q tile and are never written.",
+             f"At decode {group} of {k_rows} rows are real; rows {group}–{k_rows - 1} are padding, all of 8–15 among "
+             "them, so qf[·][1] and qf[·][3] are zero in every lane.",
+             f"The mma costs the same, and each K/V row the block gathers through the block table serves all {group} "
+             "heads of the group: read once, not once per head.",
+             "A prefill chunk puts its tokens at the end of the context: token i sees keys [0, ctx − query_len + i + 1) "
+             "(visible), causal among themselves."]
+    for n, line in enumerate(notes):
+        s.text(30, ny + n * 18, line, 11, anchor="start")
+    s.text(490, 648, "decode_kernel.cuh: kRows, paged_attention_kernel (row_index, visible, last_row, the qf "
+           "ldmatrix); paged_attention.cu: row_tiles; main.cu: the defaults", 11, color=SOFT)
+    s.save("ch08_gqa_rows.svg")
+
+
+# ---- chapter 09: the sliding window's band and the tiles it leaves -------------------------------
+
+
+class WindowMask:
+    """WindowMask (common/attention_features.h), ported: offset = causal_offset = seq_kv - seq_q,
+    first_visible_key, visible_keys and visible(i, j) as the code writes them."""
+
+    def __init__(self, seq_q, seq_kv, left, right, causal):
+        self.seq_q, self.seq_kv, self.offset = seq_q, seq_kv, seq_kv - seq_q
+        self.left, self.right, self.causal = left, right, causal
+
+    def visible_keys(self, i):
+        n = self.seq_kv
+        if self.causal or self.right == 0:
+            n = i + self.offset + 1
+        if self.right > 0 and not self.causal:
+            n = i + self.offset + self.right + 1
+        return 0 if n < 0 else (self.seq_kv if n > self.seq_kv else n)
+
+    def first_visible_key(self, i):
+        if self.left < 0:
+            return 0
+        j = i + self.offset - self.left
+        return 0 if j < 0 else (self.seq_kv if j > self.seq_kv else j)
+
+    def visible(self, i, j):
+        diagonal = i + self.offset
+        if (self.causal or self.right == 0) and j > diagonal:
+            return False
+        if self.right > 0 and j > diagonal + self.right:
+            return False
+        return self.left < 0 or j >= diagonal - self.left
+
+
+def window_tile_plan(mask, rows, keys):
+    """features.h's tile_keys and tile_fully_visible, ported, as a kernel calls them
+    (features_ampere_kernel): a block of rows i0 .. i0 + rows - 1 visits j0 = span.begin, + keys, ...
+    below span.end, and masks a tile unless tile_fully_visible. Returns [row block][K/V tile] of
+    "full", "mask", "skip"; checks that no skipped tile holds a visible (row, key)."""
+    plan = []
+    for i0 in range(0, mask.seq_q, rows):
+        last_row = min(i0 + rows, mask.seq_q) - 1
+        begin = mask.first_visible_key(i0) // keys * keys  # tile_keys
+        end = mask.visible_keys(last_row)
+        kinds = []
+        for j0 in range(0, mask.seq_kv, keys):
+            if not begin <= j0 < end:
+                assert not any(mask.visible(i, j) for i in range(i0, last_row + 1)
+                               for j in range(j0, min(j0 + keys, mask.seq_kv)))
+                kinds.append("skip")
+                continue
+            fully = (i0 + rows - 1 < mask.seq_q and j0 + keys <= mask.seq_kv and  # tile_fully_visible
+                     j0 >= mask.first_visible_key(i0 + rows - 1) and j0 + keys <= mask.visible_keys(i0))
+            kinds.append("full" if fully else "mask")
+        plan.append(kinds)
+    return plan
+
+
+def ch09_window_band():
+    """Chapter 09's sliding window: the (row, key) pairs WindowMask (common/attention_features.h)
+    leaves visible, causal and bottom-right aligned (offset = causal_offset), and the K/V tiles a
+    block visits, masks or skips by tile_keys / tile_fully_visible (features.h), all ported to
+    Python (WindowMask, window_tile_plan). Left: every (row, key) of a small problem, cut into
+    4 x 4 tiles to be seen; right: the tiles of features_ampere_kernel at head_dim 128, kBlockRows
+    (tuned_tile.cuh) by kKeys (features_ampere.cu), both read from the sources."""
+    s = Svg(1000, 570, "Chapter 09's sliding window: the visible band, and the K/V tiles a block visits")
+    s.text(500, 24, "Sliding window, causal, aligned bottom-right: the keys each row sees, and the tiles a block "
+           "visits",
+           15, weight="bold")
+    s.math(500, 46, "query i sees key j iff i + off − window_left ≤ j ≤ i + off + window_right   "
+           "(off = seq_kv − seq_q; causal caps window_right at 0)", 12)
+    # Left: every (row, key), 4 x 4 tiles.
+    seq_q, seq_kv, left, tile = 12, 16, 7, 4
+    mask = WindowMask(seq_q, seq_kv, left, 0, True)
+    plan = window_tile_plan(mask, tile, tile)
+    x0, y0, c = 70, 118, 24
+    s.text(x0 + seq_kv * c / 2, 78, f"seq_q = {seq_q}, seq_kv = {seq_kv} (off = {mask.offset}), window ({left}, 0): "
+           f"w = {left + 1} keys", 12, weight="bold")
+    s.text(x0 + seq_kv * c / 2, 94, f"a cell is one (row, key); tiles of {tile} rows × {tile} keys here, to be legible",
+           10.5,
+           color=SOFT)
+    for j in range(seq_kv):
+        s.text(x0 + j * c + c / 2, y0 - 6, str(j), 9.5, color=SOFT)
+    s.text(x0 - 6, y0 - 6, "key", 9.5, anchor="end", color=SOFT)
+    for i in range(seq_q):
+        s.text(x0 - 6, y0 + i * c + c / 2 + 4, f"row {i}", 10, anchor="end", color=SOFT)
+        for j in range(seq_kv):
+            kind = plan[i // tile][j // tile]
+            fill = BLUE if mask.visible(i, j) else (GREY if kind == "skip" else "white")
+            if j == i + mask.offset:
+                fill = "#8fbbe6"
+            s.rect(x0 + j * c, y0 + i * c, c, c, fill, "#bbb", 0.5)
+    for b, kinds in enumerate(plan):
+        for t, kind in enumerate(kinds):
+            if kind != "skip":
+                edge, dash = (FULL_EDGE, None) if kind == "full" else (MASK_EDGE, "5,3")
+                s.rect(x0 + t * tile * c + 1.5, y0 + b * tile * c + 1.5, tile * c - 3, tile * c - 3, "none", edge,
+                       2.6, dash)
+        i0 = b * tile
+        begin = mask.first_visible_key(i0) // tile * tile
+        end = mask.visible_keys(min(i0 + tile, seq_q) - 1)
+        s.text(x0 + seq_kv * c + 10, y0 + b * tile * c + tile * c / 2 - 2, f"rows {i0}–{i0 + tile - 1}:", 10.5,
+               anchor="start")
+        s.text(x0 + seq_kv * c + 10, y0 + b * tile * c + tile * c / 2 + 13, f"keys [{begin}, {end})", 10.5,
+               anchor="start", color=SOFT)
+    ly = y0 + seq_q * c + 26
+    s.text(x0 + seq_kv * c + 10, y0 - 6, "tile_keys", 10.5, anchor="start", weight="bold")
+    cells = [(0, BLUE, "visible"), (90, "#8fbbe6", "the diagonal, j = i + off"), (290, "white", "hidden: masked")]
+    for dx, fill, name in cells:
+        s.rect(x0 + dx, ly - 11, 14, 14, fill, "#888", 0.8)
+        s.text(x0 + dx + 20, ly, name, 11, anchor="start")
+    s.text(x0 - 40, ly + 30, "tile_keys: from the first row's first key, rounded down to a whole tile, to one past the "
+           "last row's", 11, anchor="start")
+    s.text(x0 - 40, ly + 46, "last key. A visited tile skips the mask only if every row of the block sees every key "
+           "of it.", 11, anchor="start")
+    s.text(x0 - 40, ly + 62, "Grey: never loaded. The outlines are the kinds of tile in the legend on the right.", 11,
+           anchor="start")
+    # Right: the kernel's tiles at a real size.
+    d = 128
+    warp_rows, = _ints(CH05 + "tuned_tile.cuh",
+                       r"constexpr int kWarpRows = (\d+), kBlockRows = kWarpRows \* kTunedWarps;")
+    warps, = _ints(CH05 + "tuned_tile.cuh", r"constexpr int kTunedWarps = (\d+),")
+    rows = warp_rows * warps
+    keys = _by_head_dim(CH09 + "features_ampere.cu", "kKeys")(d)
+    big = WindowMask(1024, 2048, 511, 0, True)
+    bplan = window_tile_plan(big, rows, keys)
+    tw, th = 10, 10 * rows // keys
+    x1, y1 = 630, 118
+    s.text(x1 + len(bplan[0]) * tw / 2, 78,
+           f"seq_q = {big.seq_q}, seq_kv = {big.seq_kv}, window ({big.left}, 0): w = {big.left + 1}", 12,
+           weight="bold")
+    s.text(x1 + len(bplan[0]) * tw / 2, 94, f"head_dim {d}: kBlockRows = {rows} rows × kKeys = {keys} keys per tile",
+           10.5, color=SOFT)
+    s.text(x1 - 6, y1 - 6, "key", 9.5, anchor="end", color=SOFT)
+    _tile_panel(s, x1, y1, bplan, tw, th, lambda b: f"rows {b * rows}–{(b + 1) * rows - 1}", 8, keys)
+    bottom = y1 + len(bplan) * th
+    for edge in (big.offset + 1, big.offset - big.left):  # the band's right and left edges (keys, at row 0)
+        s.line(x1 + edge * tw / keys, y1, x1 + (edge + big.seq_q) * tw / keys, bottom, "#c33", 1.6)
+    flat = [k for kinds in bplan for k in kinds]
+    per_block = [sum(k != "skip" for k in kinds) for kinds in bplan]
+    s.text(x1, bottom + 22, f"{flat.count('full') + flat.count('mask')} of {len(flat)} tiles visited, "
+           f"{flat.count('mask')} of them masked;", 11, anchor="start")
+    s.text(x1, bottom + 38, f"at most {max(per_block)} per block (w + {rows - 1} keys), whatever seq_kv is", 11,
+           anchor="start")
+    s.line(x1, bottom + 60, x1 + 24, bottom + 60, "#c33", 1.6)
+    s.text(x1 + 32, bottom + 64, "the window's edges", 11, anchor="start")
+    _tile_legend(s, x1, bottom + 92, {"full": "visited, no mask (tile_fully_visible)",
+                                      "mask": "visited, masked: an edge cuts it",
+                                      "skip": "skipped: outside tile_keys, never loaded"})
+    _code_lines(s, x1 - 40, bottom + 176, ["span = tile_keys(mask, i0, last_row, kKeys);",
+                                           "for (j0 = span.begin; j0 < span.end; j0 += kKeys)",
+                                           "  if (!tile_fully_visible(mask, i0, kBlockRows, j0, kKeys))",
+                                           "    tuned_mask(...);"])
+    s.text(500, 558, "WindowMask (common/attention_features.h); tile_keys, tile_fully_visible (features.h); "
+           "features_ampere_kernel (features_ampere.cu)", 11, color=SOFT)
+    s.save("ch09_window_band.svg")
+
+
 def main():
-    import diagrams_hopper  # chapter 06's Hopper pictures (the TMA box, the mbarrier ring, ...)
     flash_tiling()
     loop_orders()
     warp_split()
@@ -816,6 +1164,9 @@ def main():
     ch05_cp_async_double_buffer()
     ch07_backward_dataflow()
     ch08_split_kv()
+    ch05_causal_tiles()
+    ch08_gqa_rows()
+    ch09_window_band()
     diagrams_hopper.draw_all()
     print("diagrams: written to " + os.path.relpath(OUT, ROOT))
 

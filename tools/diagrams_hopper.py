@@ -12,79 +12,11 @@
 Each picture states facts of chapters/06_flash_attention_v3/ (and the last, of chapter 07's
 backward_wgmma_sm90a.cu) and common/hopper.cuh; the names on it are the code's.
 """
-import re
+from svg import (BLUE, GREEN, GREY, LIGHT_BLUE, LIGHT_GREEN, LIGHT_ORANGE, ORANGE, RED, SOFT,  # noqa: F401
+                 Svg, box, caption, code, line, polyline, rich, rich_bg)
 
-from diagrams import FONT, Svg, BLUE, ORANGE, GREEN, GREY, RED  # noqa: F401
-
-MONO = "font-family='DejaVu Sans Mono, Menlo, Consolas, monospace'"
-LIGHT_ORANGE, LIGHT_BLUE, LIGHT_GREEN = "#fdeedd", "#e8f1fb", "#e6f5e6"
-INK, SOFT = "#222", "#555"
 # One color per thread t of a quad (the FP8 picture): t = 0, 1, 2, 3.
 QUAD = [BLUE, ORANGE, GREEN, "#e3d3f2"]
-
-
-def _esc(s):
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def rich(svg, x, y, s, size=13, anchor="middle", weight="normal", color=INK, mono=False):
-    """Text with subscripts written as _{...} (and superscripts as ^{...}), as tspans."""
-    parts, shift = [], 0
-    for token in re.split(r"([_^]\{[^}]*\})", s):
-        if not token:
-            continue
-        if token[0] in "_^" and token[1:2] == "{":
-            dy = round(size * 0.3) if token[0] == "_" else -round(size * 0.4)
-            parts.append(f"<tspan dy='{dy}' font-size='{round(size * 0.72, 1)}'>{_esc(token[2:-1])}</tspan>")
-            shift += dy
-        else:
-            parts.append(f"<tspan dy='{-shift}'>{_esc(token)}</tspan>" if shift else _esc(token))
-            shift = 0
-    family = MONO + " style='white-space:pre'" if mono else FONT
-    svg.parts.append(f"<text x='{x}' y='{y}' {family} font-size='{size}' text-anchor='{anchor}' "
-                     f"font-weight='{weight}' fill='{color}'>{''.join(parts)}</text>")
-
-
-def text_width(s, size, mono=False):
-    """A rough width of rich() text in pixels (DejaVu Sans averages about 0.6 em a character)."""
-    plain = re.sub(r"[_^]\{([^}]*)\}", lambda m: "\0" * len(m.group(1)), s)
-    per = 0.602 if mono else 0.6
-    return sum(size * per * (0.72 if ch == "\0" else 1.0) for ch in plain)
-
-
-def rich_bg(svg, x, y, s, size=13, anchor="middle", weight="normal", color=INK, mono=False, pad=3):
-    """rich() on a white background, for a label that lies across lines."""
-    w = text_width(s, size, mono)
-    left = x - w / 2 if anchor == "middle" else (x - w if anchor == "end" else x)
-    svg.parts.append(f"<rect x='{left - pad:.1f}' y='{y - size * 0.85:.1f}' width='{w + 2 * pad:.1f}' "
-                     f"height='{size * 1.15:.1f}' fill='white'/>")
-    rich(svg, x, y, s, size, anchor, weight, color, mono)
-
-
-def code(svg, x, y, s, size=11, color=INK, anchor="start", weight="normal"):
-    rich(svg, x, y, s, size, anchor=anchor, color=color, mono=True, weight=weight)
-
-
-def line(svg, x1, y1, x2, y2, color="#333", width=1.2, dash=None):
-    d = f" stroke-dasharray='{dash}'" if dash else ""
-    svg.parts.append(f"<line x1='{x1}' y1='{y1}' x2='{x2}' y2='{y2}' stroke='{color}' stroke-width='{width}'{d}/>")
-
-
-def polyline(svg, points, color="#333", width=1.5, dash=None, arrow=True):
-    d = f" stroke-dasharray='{dash}'" if dash else ""
-    m = " marker-end='url(#arrow)'" if arrow else ""
-    pts = " ".join(f"{x},{y}" for x, y in points)
-    svg.parts.append(f"<polyline points='{pts}' fill='none' stroke='{color}' stroke-width='{width}'{d}{m}/>")
-
-
-def box(svg, x, y, w, h, fill=GREY, stroke="#333", width=1.2, dash=None, radius=4):
-    d = f" stroke-dasharray='{dash}'" if dash else ""
-    svg.parts.append(f"<rect x='{x}' y='{y}' width='{w}' height='{h}' rx='{radius}' fill='{fill}' stroke='{stroke}' "
-                     f"stroke-width='{width}'{d}/>")
-
-
-def caption(svg, s):
-    svg.text(svg.w / 2, svg.h - 12, s, 11, color=SOFT)
 
 
 # ---- 1. the TMA box and the 128-byte swizzle ---------------------------------------------------
