@@ -35,7 +35,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MATHJAX = "/usr/share/javascript/mathjax"
 SNIPPET = re.compile(r"<!-- snippet: (\S+) (\S+) -->\n```\w*\n.*?```", re.S)
-LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([^)\s]+)\)")
+LINK = re.compile(r"(?<!!)\[([^\[\]]+)\]\(([^)\s]+)\)")  # a label holds no bracket: "[a, b)" is no link
 IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^(```|~~~)")
 
@@ -227,6 +227,10 @@ def convert(source, page_id, ids, order):
     with open(os.path.join(ROOT, source), encoding="utf-8") as f:
         text = f.read()
     text = SNIPPET.sub(lambda m: f"\\snippet {m.group(1)} {m.group(2)}", text)
+    # Figure markers (tools/figures.py) keep their text; lets go. Doxygen drops the space after an
+    # HTML comment, which would glue a figure to the word after it.
+    text = re.sub(r"<!-- f: .*?-->(.*?)<!-- /f -->", r"\1", text, flags=re.S)
+    text = re.sub(r"<!-- let: .*?-->\n?", "", text, flags=re.S)
     text = convert_math(text)
     # Doxygen 1.9 prints a heading's `code` as a literal <tt>: headings lose their backticks.
     text = re.sub(r"^(#+ .*)$", lambda m: m.group(1).replace("`", ""), text, flags=re.M)
