@@ -394,8 +394,8 @@ def main():
     parser.add_argument("--page", action="append", help="only this page (repeatable; default: every page)")
     args = parser.parse_args()
     generated = tables()
-    problems, count = [], 0
-    figure_problems, figure_count = [], 0
+    stale, wrong = [], []  # what rewriting fixes (a table or figure not current), what it does not
+    count = figure_count = 0
     pages = [os.path.abspath(p) for p in args.page] if args.page else doc_pages(ROOT)
     for page in pages:
         with open(page, encoding="utf-8") as f:
@@ -407,34 +407,34 @@ def main():
             count += 1
             name = m.group(2)
             if name not in generated:
-                problems.append(f"{rel}: no table named '{name}'; known: {', '.join(sorted(generated))}")
+                wrong.append(f"{rel}: no table named '{name}'; known: {', '.join(sorted(generated))}")
                 return m.group(0)
             body = "\n" + generated[name] + "\n"
             if m.group(3) != body:
-                problems.append(f"{rel}: table '{name}' differs from docs/results/h100/")
+                stale.append(f"{rel}: table '{name}' differs from docs/results/h100/")
             return m.group(1) + body + m.group(4)
 
         new = MARKER.sub(fill, text)
         if "/results/" not in rel.replace(os.sep, "/"):  # the result pages are bench.sh's own output
-            with_figures, wrong = figures.fill(new)
-            problems += [f"{rel}: {w}" for w in wrong]
+            with_figures, errors = figures.fill(new)
+            wrong += [f"{rel}: {e}" for e in errors]
             if with_figures != new:
                 changed = sum(a != b for a, b in zip(figures.FIGURE.findall(new), figures.FIGURE.findall(with_figures)))
-                figure_problems.append(f"{rel}: {changed} prose figures differ from docs/results/h100/")
+                stale.append(f"{rel}: {changed} prose figures differ from docs/results/h100/")
             new = with_figures
             figure_count += len(figures.FIGURE.findall(new))
-            problems += [f"{rel}:{line}: '{t}' reads as a measured figure; give it by a figure marker "
-                         "(tools/figures.py)" for line, t in figures.unmarked(rel, new)]
-            problems += [f"{rel}: a record names no GPU and date: '{r}'" for r in figures.bad_records(new)]
-            problems += [f"{rel}:{line}: {why}" for line, why in figures.bad_layout(new)]
+            wrong += [f"{rel}:{line}: '{t}' reads as a measured figure; give it by a figure marker "
+                      "(tools/figures.py)" for line, t in figures.unmarked(rel, new)]
+            wrong += [f"{rel}: a record names no GPU and date: '{r}'" for r in figures.bad_records(new)]
+            wrong += [f"{rel}:{line}: {why}" for line, why in figures.bad_layout(new)]
         if not args.check and new != text:
             with open(page, "w", encoding="utf-8") as f:
                 f.write(new)
-    stale = [p for p in problems if "differs from docs/results" in p] + (figure_problems if args.check else [])
-    wrong = [p for p in problems if "differs from docs/results" not in p]  # not fixed by rewriting
-    if (args.check and stale) or wrong:
-        print("\n".join(stale + wrong if args.check else wrong))
-        if args.check and stale:
+    if not args.check:
+        stale = []  # rewritten above
+    if stale or wrong:
+        print("\n".join(stale + wrong))
+        if stale:
             print(f"tables: {len(stale)} pages or tables are not what docs/results/h100/ gives; run python3 tools/tables.py")
         if wrong:
             print(f"tables: {len(wrong)} problems that rewriting does not fix")
