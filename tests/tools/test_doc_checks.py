@@ -177,6 +177,19 @@ class Figures(Tree):
         self.assertEqual(status, 1)
         self.assertIn("a figure marker starts the line", out)
 
+    def test_a_student_copy_without_the_budget_keeps_those_figures(self):
+        import figures
+        page = self.write("chapters/x/README.md", '# T\n\nIt spills <!-- f: count(budget("no kernel", "spill_stores")) '
+                          '-->44<!-- /f --> bytes.\n')
+        old, figures.BUDGET = figures.BUDGET, os.path.join(self.root, "tests", "kernel_budget.csv")
+        try:
+            self.assertEqual(self.run_tables("--check")[0], 0)
+            with open(page) as f:
+                self.assertIn("-->44<!-- /f -->", f.read())
+        finally:
+            figures.BUDGET = old
+        self.assertEqual(self.run_tables("--check")[0], 1)  # with the budget, the kernel must exist
+
     def test_lets_are_bound_in_page_order(self):
         page = self.write("chapters/x/README.md", '# T\n\n<!-- let: t = fwd("ch05_tuned_bf16", 128, 4096) -->'
                           '\n\nAt <!-- f: num(t) -->0<!-- /f --> and <!-- f: x(t, t) -->0<!-- /f -->\n')
