@@ -188,7 +188,8 @@ class Figures(Tree):
                 self.assertIn("-->44<!-- /f -->", f.read())
         finally:
             figures.BUDGET = old
-        self.assertEqual(self.run_tables("--check")[0], 1)  # with the budget, the kernel must exist
+        if os.path.isfile(old):  # with the budget (not in a student copy), the kernel must exist
+            self.assertEqual(self.run_tables("--check")[0], 1)
 
     def test_lets_are_bound_in_page_order(self):
         page = self.write("chapters/x/README.md", '# T\n\n<!-- let: t = fwd("ch05_tuned_bf16", 128, 4096) -->'
