@@ -122,7 +122,14 @@ struct WindowMask {
     if ((causal || right == 0) && j > diagonal) return false;
     if (right > 0 && j > diagonal + right) return false;
     return left < 0 || j >= diagonal - left;
+  }  /// Whether every (row, key) of rows i0 .. i0 + rows - 1 and keys j0 .. j0 + n - 1 is visible
+  /// and inside the sequence: such a tile skips the mask.
+  //! [window_tile_visible]
+  FA_HD bool tile_visible(int i0, int rows, int j0, int n) const {
+    const int last_row = i0 + rows - 1;
+    return last_row < seq_q && j0 + n <= seq_kv && j0 >= first_visible_key(last_row) && j0 + n <= visible_keys(i0);
   }
+  //! [window_tile_visible]
 };
 
 FA_HD inline bool AttentionFeatures::visible(const AttentionShape& s, int i, int j) const {

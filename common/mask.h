@@ -47,6 +47,9 @@ struct CausalMask {
     const int begin = key - offset;
     return {begin < 0 ? 0 : begin, seq_q};
   }
+  /// Whether row i sees key j, both inside the sequence: the rule per score, for tile code that
+  /// masks score by score (chapter 05's tuned_mask).
+  FA_HD bool visible(int i, int j) const { return !kCausal || j <= i + offset; }
   /// Whether keys [j0, j0 + n) are visible to every row of [i0, i0 + rows): the tile needs no mask.
   FA_HD bool tile_visible(int i0, int rows, int j0, int n) const {
     return i0 + rows <= seq_q && j0 + n <= (kCausal ? keys(i0).end : seq_kv);

@@ -25,7 +25,7 @@ Usage: python3 tools/diagrams.py
   ch08_gqa_rows.svg      chapter 08: a decode block's 16 mma rows as (token, query head) pairs of one
                          K/V head, at --seq-q 1 and 3; the padding rows
   ch09_window_band.svg   chapter 09: the sliding window's visible band (causal, bottom-right) and the
-                         tiles tile_keys / tile_fully_visible leave a block
+                         tiles tile_keys / tile_visible leave a block
 Chapter 06's drawings are in diagrams_hopper.py (draw_all(), called from main()). The canvas, fonts,
 colours and drawing helpers both use are in svg.py. The last three pictures read their constants
 from the sources (_ints) and port the code's rule to Python, so they follow the code.
@@ -1028,9 +1028,9 @@ class WindowMask:
 
 
 def window_tile_plan(mask, rows, keys):
-    """features.h's tile_keys and tile_fully_visible, ported, as a kernel calls them
+    """features.h's tile_keys and WindowMask::tile_visible, ported, as a kernel calls them
     (features_ampere_kernel): a block of rows i0 .. i0 + rows - 1 visits j0 = span.begin, + keys, ...
-    below span.end, and masks a tile unless tile_fully_visible. Returns [row block][K/V tile] of
+    below span.end, and masks a tile unless tile_visible. Returns [row block][K/V tile] of
     "full", "mask", "skip"; checks that no skipped tile holds a visible (row, key)."""
     plan = []
     for i0 in range(0, mask.seq_q, rows):
@@ -1044,7 +1044,7 @@ def window_tile_plan(mask, rows, keys):
                                for j in range(j0, min(j0 + keys, mask.seq_kv)))
                 kinds.append("skip")
                 continue
-            fully = (i0 + rows - 1 < mask.seq_q and j0 + keys <= mask.seq_kv and  # tile_fully_visible
+            fully = (i0 + rows - 1 < mask.seq_q and j0 + keys <= mask.seq_kv and  # tile_visible
                      j0 >= mask.first_visible_key(i0 + rows - 1) and j0 + keys <= mask.visible_keys(i0))
             kinds.append("full" if fully else "mask")
         plan.append(kinds)
@@ -1054,7 +1054,7 @@ def window_tile_plan(mask, rows, keys):
 def ch09_window_band():
     """Chapter 09's sliding window: the (row, key) pairs WindowMask (common/attention_features.h)
     leaves visible, causal and bottom-right aligned (offset = causal_offset), and the K/V tiles a
-    block visits, masks or skips by tile_keys / tile_fully_visible (features.h), all ported to
+    block visits, masks or skips by tile_keys (features.h) / WindowMask::tile_visible, all ported to
     Python (WindowMask, window_tile_plan). Left: every (row, key) of a small problem, cut into
     4 x 4 tiles to be seen; right: the tiles of features_ampere_kernel at head_dim 128, kBlockRows
     (tuned_tile.cuh) by kKeys (features_ampere.cu), both read from the sources."""
@@ -1139,14 +1139,14 @@ def ch09_window_band():
            anchor="start")
     s.line(x1, bottom + 60, x1 + 24, bottom + 60, "#c33", 1.6)
     s.text(x1 + 32, bottom + 64, "the window's edges", 11, anchor="start")
-    _tile_legend(s, x1, bottom + 92, {"full": "visited, no mask (tile_fully_visible)",
+    _tile_legend(s, x1, bottom + 92, {"full": "visited, no mask (tile_visible)",
                                       "mask": "visited, masked: an edge cuts it",
                                       "skip": "skipped: outside tile_keys, never loaded"})
     _code_lines(s, x1 - 40, bottom + 176, ["span = tile_keys(mask, i0, last_row, kKeys);",
                                            "for (j0 = span.begin; j0 < span.end; j0 += kKeys)",
-                                           "  if (!tile_fully_visible(mask, i0, kBlockRows, j0, kKeys))",
+                                           "  if (!mask.tile_visible(i0, kBlockRows, j0, kKeys))",
                                            "    tuned_mask(...);"])
-    s.text(500, 558, "WindowMask (common/attention_features.h); tile_keys, tile_fully_visible (features.h); "
+    s.text(500, 558, "WindowMask, its tile_visible (common/attention_features.h); tile_keys (features.h); "
            "features_ampere_kernel (features_ampere.cu)", 11, color=SOFT)
     s.save("ch09_window_band.svg")
 

@@ -4,8 +4,8 @@
 //     its dense shape -- a packed batch is a list of batches of one;
 //   * WindowMask (attention_features.h): the causal rule and the window as a mask policy, each
 //     row's run of visible keys;
-//   * tile_keys / tile_fully_visible: which K/V tiles a window leaves a Q tile, and which of
-//     those need no mask;
+//   * tile_keys: which K/V tiles a window leaves a Q tile (the mask policy's tile_visible says
+//     which of those need no mask);
 //   * rows_for_keys: the backward's view of the same, which Q rows see a K/V tile;
 //   * the score changes (softcap, ALiBi, the bias), applied to a scaled score before the mask:
 //     modified_score is the rule per score, which the CPU algorithm applies; the kernels apply
@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "attention_features.h"
 #include "problem.h"
@@ -33,6 +34,14 @@ struct SequenceRows {
   int q_plane = 0, kv_plane = 0, q_start = 0, kv_start = 0;
   FA_HD WindowMask mask() const { return WindowMask(shape, features); }
 };
+
+/// The mask policy `Mask` for this sequence: chapter 09's WindowMask, or mask.h's CausalMask for
+/// a kernel compiled for a problem without a window.
+template <class Mask>
+FA_HD Mask sequence_mask(const SequenceRows& seq) {
+  if constexpr (std::is_same_v<Mask, WindowMask>) return seq.mask();
+  else return Mask(seq.shape);
+}
 
 //! [sequence_rows]
 FA_HD inline SequenceRows sequence_rows(const AttentionShape& s, const AttentionFeatures& f, const AttentionExtras& e,
@@ -68,19 +77,12 @@ struct KeySpan {
   int begin = 0, end = 0;
 };
 //! [tile_keys]
-FA_HD inline KeySpan tile_keys(const WindowMask& mask, int first_row, int last_row, int tile) {
+template <class Mask>
+FA_HD inline KeySpan tile_keys(const Mask& mask, int first_row, int last_row, int tile) {
   KeySpan span;
-  span.begin = mask.first_visible_key(first_row) / tile * tile;
-  span.end = mask.visible_keys(last_row);
+  span.begin = mask.keys(first_row).begin / tile * tile;
+  span.end = mask.keys(last_row).end;
   return span;
-}
-
-/// Whether every (row, key) of rows first_row .. first_row + rows - 1 and keys j0 .. j0 + tile - 1
-/// is visible and inside the sequence: such a tile skips the mask.
-FA_HD inline bool tile_fully_visible(const WindowMask& mask, int first_row, int rows, int j0, int tile) {
-  const int last_row = first_row + rows - 1;
-  return last_row < mask.seq_q && j0 + tile <= mask.seq_kv && j0 >= mask.first_visible_key(last_row) &&
-         j0 + tile <= mask.visible_keys(first_row);
 }
 //! [tile_keys]
 

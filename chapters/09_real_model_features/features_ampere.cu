@@ -4,7 +4,9 @@
 //   * packed variable-length batches: block (tile, b * heads + h) works on sequence b, found
 //     through cu_seqlens, as a batch of one; tiles past a short sequence's end return at once;
 //   * sliding windows: the K/V loop runs over the tiles tile_keys() leaves, so a window of w
-//     keys costs O(w) per Q tile, not O(seq_kv); tiles the window crosses are masked;
+//     keys costs O(w) per Q tile, not O(seq_kv); tiles the window crosses are masked. The mask
+//     is a template policy: WindowMask with a window, else chapter 05's CausalMask (mask.h), so
+//     a problem without a window pays no window arithmetic;
 //   * softcap, ALiBi, the bias: after S = Q K^T, each score is scaled and changed in registers
 //     (modified_score), and the softmax takes the scale as 1 (it is already in);
 //   * the tiling, the copies, the softmax, P V and the output store are chapter 05's, unchanged.
@@ -83,8 +85,9 @@ __device__ inline void modify_scores(float (&s)[2][kKeys / 8][4], const Attentio
   //! [modify_scores]
 }
 
-/// kKeys keys per K/V tile (chapter 05's choice); kModify: softcap, ALiBi or a bias is on.
-template <class T, int kD, int kKeys, bool kModify>
+/// kKeys keys per K/V tile (chapter 05's choice); kModify: softcap, ALiBi or a bias is on; Mask:
+/// WindowMask when a window is on, else CausalMask<causal>.
+template <class T, int kD, int kKeys, bool kModify, class Mask>
 __global__ void __launch_bounds__(kTunedThreads, 2)
     features_ampere_kernel(AttentionShape shape, AttentionFeatures features, AttentionExtras extras, const T* q,
                            const T* k, const T* v, T* o, float* lse) {
@@ -98,8 +101,8 @@ __global__ void __launch_bounds__(kTunedThreads, 2)
   //! [ampere_sequence]
   const SequenceRows seq =
       sequence_rows(shape, features, extras, int(blockIdx.y) / shape.heads_q, int(blockIdx.y) % shape.heads_q);
-  const AttentionShape& one = seq.shape;  // this sequence as a batch of one
-  const WindowMask mask = seq.mask();     // its causal rule and window
+  const AttentionShape& one = seq.shape;       // this sequence as a batch of one
+  const Mask mask = sequence_mask<Mask>(seq);  // its causal rule, and its window if any
   const int i0 = (gridDim.x - 1 - blockIdx.x) * kBlockRows;
   if (i0 >= one.seq_q) return;  // the grid covers the longest sequence; this one is shorter
   const T* q_head = q + seq.q_row0 * kD;
@@ -132,7 +135,7 @@ __global__ void __launch_bounds__(kTunedThreads, 2)
     float s[2][kKeyBlocks][4] = {};
     flash2::tuned_scores<T, kD, kKeys, flash2::PaddedRows<kD>, flash2::PaddedRows<kD>>(s, q_s, k_s, warp, lane);
     if constexpr (kModify) modify_scores<kKeys>(s, one, changes, i0 + kWarpRows * warp, j0, g, t);
-    if (!tile_fully_visible(mask, i0, kBlockRows, j0, kKeys))
+    if (!mask.tile_visible(i0, kBlockRows, j0, kKeys))
       flash2::tuned_mask<kKeys>(s, mask, i0 + kWarpRows * warp, j0, g, t);
 
     cp_async_wait<0>();
@@ -150,13 +153,13 @@ __global__ void __launch_bounds__(kTunedThreads, 2)
   flash2::tuned_store_output<T, kD>(out, m, l, q_s, o + seq.q_row0 * kD, lse + seq.q_row0, i0, n_q, warp, lane);
 }
 
-template <class T, int kD, bool kModify>
+template <class T, int kD, bool kModify, class Mask>
 void launch_dim(const ForwardParams& p) {
   flash2::require_tuned_pv();                 // the P V step is chapter 05's
   constexpr int kKeys = kD == 64 ? 128 : 64;  // chapter 05's kTunedKeys
   const AttentionShape& s = p.shape;
   const int bytes = int((kBlockRows + 2 * kKeys) * (kD + 8) * sizeof(T));
-  auto kernel = features_ampere_kernel<T, kD, kKeys, kModify>;
+  auto kernel = features_ampere_kernel<T, kD, kKeys, kModify, Mask>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   const AttentionFeatures& f = p.features;
   const int rows = f.varlen() ? p.extras.max_seqlen_q : s.seq_q;
@@ -168,11 +171,19 @@ void launch_dim(const ForwardParams& p) {
   CUDA_CHECK_LAUNCH();
 }
 
+/// The mask policy: the window's when there is one; without it chapter 05's causal rule, which
+/// leaves the loop no window arithmetic to carry.
+template <class T, int kD, bool kModify>
+void launch_mask(const ForwardParams& p) {
+  if (p.features.windowed()) return launch_dim<T, kD, kModify, WindowMask>(p);
+  with_bool(p.shape.causal, [&](auto c) { launch_dim<T, kD, kModify, CausalMask<c.value>>(p); });
+}
+
 template <class T>
 void launch_ampere(const ForwardParams& p) {
   const bool modify = p.features.softcap > 0.0 || p.features.alibi || p.features.bias;
   with_head_dim<64, 128>(p.shape.head_dim,
-                         [&](auto d) { with_bool(modify, [&](auto m) { launch_dim<T, d.value, m.value>(p); }); });
+                         [&](auto d) { with_bool(modify, [&](auto m) { launch_mask<T, d.value, m.value>(p); }); });
 }
 
 ForwardKernel ampere_kernel(const char* name, DType dtype, void (*launch)(const ForwardParams&)) {

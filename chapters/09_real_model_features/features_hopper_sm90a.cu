@@ -167,7 +167,7 @@ struct FeatureOps {
       if (changes.bias) prefetch_bias(j0 + kBlockN);
       modify_tile(s, one, changes, row0, j0, t);
     }
-    if (!tile_fully_visible(mask, i0 + 64 * consumer, 64, j0, kBlockN)) mask_tile(s, mask, row0, j0, t);
+    if (!mask.tile_visible(i0 + 64 * consumer, 64, j0, kBlockN)) mask_tile(s, mask, row0, j0, t);
     flash3::online_softmax(s, m, l, rescale, scale_log2);
   }
   //! [hopper_softmax]
