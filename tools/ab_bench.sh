@@ -8,8 +8,14 @@
 #
 # Writes OUTDIR/{fwd,bwd}_NAME_ROUND.csv (fa_bench's CSV); tools/ab_compare.py OUTDIR A B gives
 # the ratios. Flags after -- go to every fa_bench call (default: the quick sweep, no oracle
-# check, 120 ms a point).
+# check, 120 ms a point). AB_PASSES (default "fwd bwd") times one pass only, e.g. AB_PASSES=fwd:
+# the forward quick sweep of every kernel takes about 100 s a binary on an H200, so two rounds
+# of two binaries fill most of one device call.
 set -u
+passes=${AB_PASSES:-fwd bwd}
+for p in $passes; do
+  case $p in fwd|bwd) ;; *) echo "ab_bench: unknown pass '$p' in AB_PASSES; allowed: fwd, bwd" >&2; exit 2;; esac
+done
 out=$1
 rounds=$2
 shift 2
@@ -31,7 +37,7 @@ for ((round = 1; round <= rounds; round++)); do
   for pair in "${order[@]}"; do
     name=${pair%%=*}
     bin=${pair#*=}
-    for pass in fwd bwd; do
+    for pass in $passes; do
       extra=()
       [ "$pass" = bwd ] && extra=(--backward)
       "$bin" "${extra[@]}" "${flags[@]}" --csv "$out/${pass}_${name}_${round}.csv" >"$out/${pass}_${name}_${round}.log" 2>&1
