@@ -16,6 +16,33 @@ namespace fa::flash2 {
 
 constexpr int kTileRows = 64, kTileCols = 64;
 
+/// FlashAttention-2's step for one query row and one K/V tile, the output kept unnormalized.
+/// p: the row's scaled, masked scores against the tile (-inf where hidden), tile_max their max;
+/// m, l: the row's running max and sum; acc: its d unnormalized outputs; v_tile: the tile's first
+/// V row; keys: how many of the tile's keys exist. Chapter 09's CPU loop calls it too.
+//! [flash2_row_step]
+inline void flash2_row_step(float* p, float tile_max, float& m, float& l, float* acc, const float* v_tile, int keys,
+                            int d) {
+  // BEGIN SOLUTION ch05_tile_cpu: the row's step for this K/V tile, output kept unnormalized: m_new = max(m, tile_max) (return while it is -inf); the rescale e^(m - m_new); p[c] = e^(p[c] - m_new) for the tile's `keys` keys and their sum; l = l * rescale + sum; m = m_new; acc[x] = acc[x] * rescale + (P V_j)[x] over those keys. O is divided by l once, after the loop
+  const float m_new = std::fmax(m, tile_max);
+  if (m_new == -INFINITY) return;  // nothing visible yet
+  const float rescale = std::exp(m - m_new);
+  float tile_sum = 0.0f;
+  for (int c = 0; c < keys; ++c) {
+    p[c] = std::exp(p[c] - m_new);
+    tile_sum += p[c];
+  }
+  l = l * rescale + tile_sum;
+  m = m_new;
+  for (int x = 0; x < d; ++x) {
+    float pv = 0.0f;
+    for (int c = 0; c < keys; ++c) pv += p[c] * v_tile[int64_t(c) * d + x];
+    acc[x] = acc[x] * rescale + pv;
+  }
+  // END SOLUTION
+}
+//! [flash2_row_step]
+
 inline void flash_attention_v2_cpu(const AttentionShape& s, const float* q, const float* k, const float* v, float* o,
                                    float* lse) {
   const int d = s.head_dim;
@@ -36,23 +63,8 @@ inline void flash_attention_v2_cpu(const AttentionShape& s, const float* q, cons
         for (int r = 0; r < rows; ++r) {
           const int i = i0 + r;
           const float tile_max = flash1::row_tile_scores(s, q_head, k_head, i, j0, kTileCols, scale, p.data());
-          // BEGIN SOLUTION ch05_tile_cpu: row r's step for this K/V tile, output kept unnormalized: m_new = max(m[r], tile_max) (skip the row while it is -inf); the rescale e^(m[r] - m_new); p[c] = e^(p[c] - m_new) and their sum; l[r] = l[r] * rescale + sum; m[r] = m_new; acc row r = acc * rescale + P V_j over the tile's keys that exist (j0 + c < seq_kv). O is divided by l once, after the loop
-          const float m_new = std::fmax(m[r], tile_max);
-          if (m_new == -INFINITY) continue;  // nothing visible yet
-          const float rescale = std::exp(m[r] - m_new);
-          float tile_sum = 0.0f;
-          for (int c = 0; c < kTileCols; ++c) {
-            p[c] = std::exp(p[c] - m_new);
-            tile_sum += p[c];
-          }
-          l[r] = l[r] * rescale + tile_sum;
-          m[r] = m_new;
-          for (int x = 0; x < d; ++x) {
-            float pv = 0.0f;
-            for (int c = 0; c < kTileCols && j0 + c < s.seq_kv; ++c) pv += p[c] * v_head[int64_t(j0 + c) * d + x];
-            acc[std::size_t(r) * d + x] = acc[std::size_t(r) * d + x] * rescale + pv;
-          }
-          // END SOLUTION
+          flash2_row_step(p.data(), tile_max, m[r], l[r], acc.data() + std::size_t(r) * d, v_head + int64_t(j0) * d,
+                          std::min(kTileCols, s.seq_kv - j0), d);
         }
       }
       //! [flash2_cpu_tile]

@@ -3,13 +3,14 @@
 //   1. a packed batch is a list of sequences, each run as a batch of one (sequence_rows);
 //   2. a window leaves each Q tile a run of K/V tiles; the others are never visited (tile_keys);
 //   3. each scaled score goes through softcap, ALiBi and the bias (modified_score);
-//   4. then the mask (causal and window) and the online softmax, as in chapter 05.
+//   4. then the mask (causal and window), and chapter 05's step (flash2_row_step) on the row.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "../05_flash_attention_v2/algorithm.h"
 #include "features.h"
 #include "problem.h"
 
@@ -51,22 +52,9 @@ inline void features_cpu(const AttentionShape& s, const AttentionFeatures& f, co
               p[c] = modified_score(one, f, x * scale, slope, i, j, bias_rows);
               tile_max = std::max(tile_max, p[c]);
             }
-            // Chapter 05's step from here on.
-            const float m_new = std::fmax(m[r], tile_max);
-            if (m_new == -INFINITY) continue;
-            const float rescale = std::exp(m[r] - m_new);
-            float tile_sum = 0.0f;
-            for (int c = 0; c < kTileCols; ++c) {
-              p[c] = std::exp(p[c] - m_new);
-              tile_sum += p[c];
-            }
-            l[r] = l[r] * rescale + tile_sum;
-            m[r] = m_new;
-            for (int x = 0; x < d; ++x) {
-              float pv = 0.0f;
-              for (int c = 0; c < kTileCols && j0 + c < one.seq_kv; ++c) pv += p[c] * v_rows[int64_t(j0 + c) * d + x];
-              acc[std::size_t(r) * d + x] = acc[std::size_t(r) * d + x] * rescale + pv;
-            }
+            // Chapter 05's step from here on, through chapter 05's own function.
+            flash2::flash2_row_step(p.data(), tile_max, m[r], l[r], acc.data() + std::size_t(r) * d,
+                                    v_rows + int64_t(j0) * d, std::min(kTileCols, one.seq_kv - j0), d);
           }
         }
         for (int r = 0; r < rows; ++r) {
