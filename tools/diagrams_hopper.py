@@ -5,6 +5,7 @@
   ch06_mbarrier_ring.svg            the K/V ring: full/empty mbarriers and the phase parity
   ch06_warp_specialization.svg      producer and consumer warpgroups, registers, shared memory
   ch06_pingpong.svg                 two consumer warpgroups taking turns on the tensor cores
+  ch06_pingpong_timeline.svg        the same to scale: head_dim 128 from the measured clocks, 64 as a model
   ch06_intra_warpgroup_overlap.svg  softmax of S_{j+1} while P_j V_j runs, in one warpgroup
   ch06_fp8_v_layout.svg             V stored transposed and slot-permuted for e4m3 wgmma
   ch07_wide_handover.svg            chapter 07 at head_dim 256: P^T from consumer 0 to consumer 1
@@ -12,8 +13,8 @@
 Each picture states facts of chapters/06_flash_attention_v3/ (and the last, of chapter 07's
 backward_wgmma_sm90a.cu) and common/hopper.cuh; the names on it are the code's.
 """
-from svg import (BLUE, GREEN, GREY, LIGHT_BLUE, LIGHT_GREEN, LIGHT_ORANGE, ORANGE, RED, SOFT,  # noqa: F401
-                 Svg, box, caption, code, line, polyline, rich, rich_bg)
+from svg import (BLUE, GREEN, GREY, INK, LIGHT_BLUE, LIGHT_GREEN, LIGHT_ORANGE, ORANGE, RED, SOFT,  # noqa: F401
+                 Svg, box, caption, code, line, polyline, rich, rich_bg, text_width)
 
 # One color per thread t of a quad (the FP8 picture): t = 0, 1, 2, 3.
 QUAD = [BLUE, ORANGE, GREEN, "#e3d3f2"]
@@ -322,6 +323,145 @@ def pingpong():
     s.save("ch06_pingpong.svg")
 
 
+# ---- 4b. ping-pong to scale: head_dim 128 as measured, head_dim 64 as a model ----------------------
+# The clocks, in SM cycles, from chapters/06_flash_attention_v3/performance_notes.md ("Why three
+# consumers: the measurements", H100): a clock64 trace of one block of variant 4 in bf16 at head_dim
+# 128 (medians over the middle tiles), and a micro-benchmark of the wgmma rates.
+PP_SOFTMAX = 1104        # the softmax of one 64 x 128 tile
+PP_ISSUE_STEP = 2105     # turn_wait, then issuing S_{j+1} and P_j V_j (blocked while the pipe is full)
+PP_PERIOD = 3838         # one consumer, from the start of one issue step to the start of its next
+PP_WGMMA_ALONE = 73.5    # one bf16 m64n128k16 wgmma, one warpgroup issuing
+PP_WGMMA_BESIDE = (127, 129)  # each, while the other warpgroup's run too
+# m64n128k16 products per 64 x 128 tile: S = Q Kᵀ takes d / 16 of them; P V takes 8 at d = 128 and
+# 8 m64n64k16 at d = 64, the work of 4.
+PP_WGMMA_PER_TILE = {128: 8 + 8, 64: 4 + 4}
+
+
+def pingpong_model(products, softmax, rest):
+    """The steady state of two consumers taking turns, in cycles. A consumer's turn holds the pipe
+    for `products` (its issue step after the turn: it waits while the pipe is full), then it runs
+    its softmax and the rest (rescale O, pack P) before it can take its next turn. The pipe runs one
+    consumer's tile per turn, so a period is the longer of two turns and one consumer's round."""
+    period = max(2 * products, products + softmax + rest)
+    return {"products": products, "softmax": softmax, "rest": rest, "period": period,
+            "turn_wait": period - (products + softmax + rest), "idle": period - 2 * products}
+
+
+def pingpong_timeline():
+    # Derived from the trace: the rest of a round; a tile's products hold the pipe for half a
+    # period, since the turns alternate and at d = 128 each consumer waits for its turn.
+    rest = PP_PERIOD - PP_ISSUE_STEP - PP_SOFTMAX
+    d128 = pingpong_model(PP_PERIOD / 2, PP_SOFTMAX, rest)
+    assert d128["period"] == PP_PERIOD and d128["turn_wait"] + d128["products"] == PP_ISSUE_STEP
+    # The model at d = 64: half the tensor-core work per tile, the same softmax and rest.
+    d64 = pingpong_model(round(d128["products"] * PP_WGMMA_PER_TILE[64] / PP_WGMMA_PER_TILE[128]), PP_SOFTMAX, rest)
+
+    s = Svg(960, 650, "Ping-pong to scale: head_dim 128 measured, head_dim 64 modelled from the same clocks")
+    s.text(480, 24, "Ping-pong to scale: does one warpgroup's softmax fit under the other's products?", 15,
+           weight="bold")
+    x0, t_end, lh = 170, 7700, 22
+    px = 760 / t_end  # pixels per cycle, the same in both panels
+    X = lambda t: round(x0 + px * min(max(t, 0), t_end), 1)  # noqa: E731
+    fmt = lambda c: f"{round(c):,}"  # noqa: E731
+
+    def block(t0, t1, y, fill, labels, dash=None, size=10):
+        """A bar from cycle t0 to t1, with the first of `labels` (longest first) that fits in it."""
+        a, b = X(t0), X(t1)
+        if b - a <= 0:
+            return
+        s.rect(a, y, round(b - a, 1), lh, fill=fill, width=0.8, dash=dash)
+        fits = [t for t in ([labels] if isinstance(labels, str) else labels) if text_width(t, size) + 6 <= b - a]
+        if fits:
+            rich(s, round((a + b) / 2, 1), y + lh / 2 + 4, fits[0], size)
+
+    def bracket(t0, t1, y, label, color=INK):
+        a, b = X(t0), X(t1)
+        line(s, a, y, b, y, color=color)
+        line(s, a, y - 4, a, y + 4, color=color)
+        line(s, b, y - 4, b, y + 4, color=color)
+        rich_bg(s, round((a + b) / 2, 1), y + 4, label, 10, color=color)
+
+    def panel(m, y, title, note, dash):
+        s.text(20, y, title, 12.5, anchor="start", weight="bold")
+        rich(s, 20, y + 16, note, 10.5, anchor="start", color=SOFT)
+        lanes = {0: y + 46, 1: y + 76, "pipe": y + 112}
+        for c in (0, 1):
+            s.text(20, lanes[c] + 15, f"consumer {c}", 11.5, anchor="start", weight="bold")
+            s.text(x0 - 8, lanes[c] + 15, "threads", 10, anchor="end", color=SOFT)
+        s.text(20, lanes["pipe"] + 15, "tensor pipe", 11.5, anchor="start", weight="bold")
+        own = {0: BLUE, 1: GREEN}
+        w, p, sm = m["turn_wait"], m["products"], m["softmax"]
+        for c in (0, 1):
+            start = c * m["period"] / 2 - m["period"]
+            while start < t_end:
+                t = start
+                block(t, t + w, lanes[c], "white", "", dash="3,2")
+                block(t + w, t + w + p, lanes[c], own[c], ["issue: S, P V in the pipe", "issue S, P V"], dash)
+                block(t + w, t + w + p, lanes["pipe"], own[c], f"c{c}: S, P V", dash)
+                block(t + w + p, t + w + p + m["idle"] / 2, lanes["pipe"], RED, "idle", dash)
+                block(t + w + p, t + w + p + sm, lanes[c], ORANGE, "softmax", dash)
+                block(t + w + p + sm, t + m["period"], lanes[c], LIGHT_ORANGE, "rest", dash)
+                start += m["period"]
+        # c1's round after its turn, against c0's products on the pipe below it.
+        t1 = m["period"] / 2 + w + p  # c1's softmax starts: it has just handed c0 the turn
+        guide = dict(color="#a33", dash="2,2")
+        line(s, X(t1), lanes[1] - 2, X(t1), lanes["pipe"] + lh + 2, **guide)
+        line(s, X(t1 + sm), lanes[1] + lh, X(t1 + sm), lanes["pipe"] + lh + 2, **guide)
+        bracket(m["period"], 2 * m["period"], y + 34, f"period {fmt(m['period'])}")
+        bracket(t1, t1 + sm, lanes["pipe"] + lh + 12, f"c1's softmax {fmt(sm)}", color="#a33")
+        # The cycle axis.
+        ay = lanes["pipe"] + lh + 30
+        line(s, x0, ay, X(t_end), ay)
+        for k in range(0, t_end + 1, 1000):
+            line(s, X(k), ay, X(k), ay + 4)
+            s.text(X(k), ay + 15, fmt(k), 9.5, color=SOFT)
+        s.text(X(t_end), ay + 28, "SM cycles", 10, anchor="end", color=SOFT)
+        return ay + 28
+
+    ya = panel(d128, 58, "(a) head_dim 128: the measured clock trace",
+               f"softmax {fmt(PP_SOFTMAX)}, issue step {fmt(PP_ISSUE_STEP)} (turn wait {fmt(d128['turn_wait'])} + "
+               f"products {fmt(d128['products'])}), period {fmt(PP_PERIOD)}; rest {fmt(rest)} = period − "
+               "issue step − softmax", None)
+    rich(s, 20, ya + 4, f"c1's softmax ({fmt(PP_SOFTMAX)}), and with the rest ({fmt(PP_SOFTMAX + rest)}), fits "
+                        f"under c0's products ({fmt(d128['products'])}): the pipe always has a tile to run, and the "
+                        "consumers wait for their turns.", 11, anchor="start")
+    yb = panel(d64, ya + 42, "(b) head_dim 64: a MODEL from the same clocks, not measured",
+               f"dashed: modelled. Products half of (a)'s, {fmt(d64['products'])}; softmax and rest as in (a); "
+               f"period {fmt(d64['period'])} for half the FLOPs of a period in (a)", "5,3")
+    rich(s, 20, yb + 4, f"c1's softmax alone ({fmt(PP_SOFTMAX)}) outlasts c0's products ({fmt(d64['products'])}): "
+                        f"the pipe waits for the softmax, idle {fmt(d64['idle'])} cycles a period "
+                        f"({round(100 * d64['idle'] / d64['period'])}%).", 11, anchor="start")
+
+    # Legend and where the numbers come from.
+    ly = yb + 30
+    for k, (fill, name, dash) in enumerate([(BLUE, "consumer 0's S = Q Kᵀ and P V", None),
+                                            (GREEN, "consumer 1's", None), (ORANGE, "softmax", None),
+                                            (LIGHT_ORANGE, "rest: rescale O, pack P", None),
+                                            ("white", "waits for its turn", "3,2"), (RED, "pipe idle", None)]):
+        x = 20 + [0, 210, 330, 420, 600, 760][k]
+        s.rect(x, ly, 22, 13, fill=fill, width=0.8, dash=dash)
+        rich(s, x + 28, ly + 11, name, 10.5, anchor="start")
+    n128, n64 = PP_WGMMA_PER_TILE[128], PP_WGMMA_PER_TILE[64]
+    notes = [
+        "Measured (performance_notes.md, H100, bf16): clock64 at each step of pingpong_schedule, medians over "
+        "the middle tiles.",
+        f"A tile's products hold the pipe for half a period: {fmt(d128['products'])} cycles for {n128} m64n128k16, "
+        f"{d128['products'] / n128:.0f} each,",
+        f"between the micro-benchmark's {PP_WGMMA_ALONE} (one warpgroup alone) and {PP_WGMMA_BESIDE[0]}–"
+        f"{PP_WGMMA_BESIDE[1]} (two at once).",
+        f"Model at 64: S has k = 64 and P V has n = 64, the work of {n64} m64n128k16; the softmax is over the same "
+        "64 × 128 scores.",
+        f"At either rate, {n64} × {PP_WGMMA_ALONE} = {fmt(n64 * PP_WGMMA_ALONE)} or {n64} × {PP_WGMMA_BESIDE[1]} = "
+        f"{fmt(n64 * PP_WGMMA_BESIDE[1])}, a d = 64 tile's products are shorter than the softmax; at d = 128, "
+        f"{fmt(n128 * PP_WGMMA_ALONE)} or longer.",
+    ]
+    for k, t in enumerate(notes):
+        rich(s, 20, ly + 36 + 16 * k, t, 10.5, anchor="start", color=SOFT)
+    caption(s, "pingpong_schedule in flash3_tile.cuh; a turn starts when the other consumer hands it over "
+               "(turn_give) and has just begun its softmax.")
+    s.save("ch06_pingpong_timeline.svg")
+
+
 # ---- 5. inside one consumer warpgroup: softmax of S_{j+1} while P_j V_j runs ----------------------
 def intra_warpgroup_overlap():
     s = Svg(900, 510, "Intra-warpgroup overlap: the softmax of S(j+1) runs while P(j) V(j) is on the tensor cores")
@@ -570,6 +710,7 @@ def draw_all():
     mbarrier_ring()
     warp_specialization()
     pingpong()
+    pingpong_timeline()
     intra_warpgroup_overlap()
     fp8_v_layout()
     wide_handover()
