@@ -29,7 +29,8 @@ Regions of exercises not in the config keep their code; their marker lines go. E
 is copied as is but the pages' prose that explains a solution (student_page), classroom/instructor/ (the written questions' answers; classroom/questions.md
 gets the questions alone) and tests/kernel_budget.csv (the instructor's kernels' resources), and the docs' snippets are made again from the stubbed sources, so
 they show the stubs. DEST/.handout lists the exercises. A copy in which a distinctive solution
-line survives is refused and removed. Bad markers or config are one-line errors and exit 1, and
+line survives (one the copy's code does not also hold outside the regions), or three distinctive
+solution lines in a row anywhere (a copy of the solution in another file), is refused and removed. Bad markers or config are one-line errors and exit 1, and
 nothing is written.
 """
 import argparse
@@ -229,6 +230,7 @@ def make_handout(root, dest, config_path):
             with open(os.path.join(dest, rel), encoding="utf-8") as f:
                 shared.update(normalize(line) for line in f)
     leaks = solution_leaks(root, dest, solution_lines(regions_text) - shared)
+    leaks += copied_runs(dest, solution_runs(regions_text))
     if leaks:
         shutil.rmtree(dest)
         raise HandoutError(f"{len(leaks)} solution line(s) survive in the copy (it was removed), first: " + "; ".join(leaks[:5]))
@@ -282,6 +284,49 @@ def solution_lines(regions_text):
             if len(n) >= 24:
                 lines.add(n)
     return lines
+
+
+RUN = 3  # consecutive distinctive lines of a solution that make a copy of it
+
+
+def distinctive(text):
+    """(line number, squeezed text) of the lines of `text` that are at least 24 characters long."""
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        n = normalize(line)
+        if len(n) >= 24:
+            out.append((i, n))
+    return out
+
+
+def solution_runs(regions_text):
+    """Every RUN consecutive distinctive lines of a solution region, in order. A line the copy
+    shares with code outside the regions (a loop header) gives nothing away alone; the same lines
+    in the same order are a copy of the solution, wherever they stand."""
+    runs = set()
+    for body in regions_text:
+        lines = [n for _, n in distinctive(body)]
+        runs.update(tuple(lines[i:i + RUN]) for i in range(len(lines) - RUN + 1))
+    return runs
+
+
+def copied_runs(dest, runs):
+    """'path:line' where a file of the copy holds one of `runs` (its distinctive lines in a row)."""
+    leaks = []
+    for base, dirs, names in os.walk(dest):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
+        for name in names:
+            path = os.path.join(base, name)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    lines = distinctive(f.read())
+            except (UnicodeDecodeError, OSError):
+                continue
+            for k in range(len(lines) - RUN + 1):
+                if tuple(n for _, n in lines[k:k + RUN]) in runs:
+                    leaks.append(f"{os.path.relpath(path, dest)}:{lines[k][0]}: a copy of a solution's lines, from "
+                                 f"'{lines[k][1][:60]}'")
+    return leaks
 
 
 def solution_leaks(root, dest, lines):

@@ -89,6 +89,19 @@ class HandoutTest(unittest.TestCase):
         self.assertIn(message_part, str(caught.exception))
         self.assertFalse(os.path.exists(self.dest), "a failed handout must write nothing")
 
+    def test_a_copy_of_a_solution_elsewhere_fails(self):
+        step = ("  const float m_new = std::fmax(m, tile_max);\n  const float rescale = std::exp(m - m_new);\n"
+                "  for (int c = 0; c < keys; ++c) p[c] = std::exp(p[c] - m_new);\n")
+        self.write("chapters/step.h", "void step() {\n  // BEGIN SOLUTION ex1: the step\n" + step + "  // END SOLUTION\n}\n")
+        # One of its lines outside a region (a shared helper's line) gives nothing away...
+        self.write("chapters/later.h", "void later() {\n  const float rescale = std::exp(m - m_new);\n}\n")
+        handout.make_handout(self.root, self.dest, self.config)
+        # ...the same lines in a row, in a later chapter's file, are a copy of the solution.
+        self.write("chapters/later.h", "void later() {\n  // the step again\n" + step.replace("  ", "    ") + "}\n")
+        import shutil
+        shutil.rmtree(self.dest)
+        self.assert_error("chapters/later.h:3: a copy of a solution's lines")
+
     def test_end_without_begin(self):
         self.write("chapters/bad.cu", "x\n  // END SOLUTION\n")
         self.assert_error("chapters/bad.cu:2: END SOLUTION without a BEGIN SOLUTION")
