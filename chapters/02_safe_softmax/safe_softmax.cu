@@ -6,7 +6,8 @@
 // third pass over S: one for the max, one for the sum, one to write P.
 //
 // Variants:
-//   1 safe   one thread per row (as chapter 01): fixes overflow, about the same speed.
+//   1 safe   one thread per row (as chapter 01), running algorithm.h's safe_softmax_row:
+//            fixes overflow, about the same speed.
 //   2 block  one thread block per row: the 256 threads split the row, so a warp reads 32
 //            consecutive scores (coalesced), and the max and the sum are block reductions
 //            (warp shuffles, then shared memory).
@@ -26,25 +27,13 @@ using naive::tiled_support;
 
 constexpr const char* kThreePasses = "S written; read 3 times (max, sum, normalize) and P written; P read by P*V";
 
-/// Variant 1: one thread per row, three passes over the row.
+/// Variant 1: one thread per row, three passes over the row: the CPU algorithm's row function,
+/// safe_softmax_row (algorithm.h), which compiles for the GPU as well.
 //! [safe_softmax_thread_per_row]
 __global__ void safe_softmax_kernel(AttentionShape shape, float* scores, float* lse) {
   const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row >= shape.lse_elems()) return;
-  float* s = scores + row * shape.seq_kv;
-  float row_max = -INFINITY;
-  for (int j = 0; j < shape.seq_kv; ++j) row_max = fmaxf(row_max, s[j]);
-  // A row that sees no key has max -inf, and s - max would be -inf - (-inf) = NaN.
-  if (row_max == -INFINITY) {
-    for (int j = 0; j < shape.seq_kv; ++j) s[j] = 0.0f;
-    lse[row] = -INFINITY;
-    return;
-  }
-  float sum = 0.0f;
-  for (int j = 0; j < shape.seq_kv; ++j) sum += expf(s[j] - row_max);
-  const float inv_sum = 1.0f / sum;  // sum >= 1: the max itself contributes exp(0)
-  for (int j = 0; j < shape.seq_kv; ++j) s[j] = expf(s[j] - row_max) * inv_sum;
-  lse[row] = row_max + logf(sum);
+  lse[row] = safe_softmax_row(scores + row * shape.seq_kv, shape.seq_kv);
 }
 //! [safe_softmax_thread_per_row]
 
@@ -77,6 +66,10 @@ __global__ void __launch_bounds__(kBlockThreads)
 //! [safe_softmax_block]
 
 void launch_safe_softmax(const ForwardParams& p) {
+  // A kernel cannot throw: one row on the host first, so that an unwritten safe_softmax_row says
+  // "not implemented" here instead of trapping on the GPU.
+  float one_score = 0.0f;
+  safe_softmax_row(&one_score, 1);
   launch_materialized_attention<float>(p, naive::Products::Tiled, [&](float* scores) {
     const int64_t rows = p.shape.lse_elems();
     const int threads = 128;
