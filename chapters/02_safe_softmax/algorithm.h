@@ -23,8 +23,9 @@ FA_HD inline float safe_softmax_row(float* row, int n) {
     return -INFINITY;
   }
   float sum = 0.0f;
-  for (int j = 0; j < n; ++j) sum += expf(row[j] - row_max);          // pass 2: the sum
-  for (int j = 0; j < n; ++j) row[j] = expf(row[j] - row_max) / sum;  // pass 3: normalize
+  for (int j = 0; j < n; ++j) sum += expf(row[j] - row_max);              // pass 2: the sum
+  const float inv_sum = 1.0f / sum;                                       // sum >= 1: the max contributes e^0
+  for (int j = 0; j < n; ++j) row[j] = expf(row[j] - row_max) * inv_sum;  // pass 3: normalize
   return row_max + logf(sum);
   // END SOLUTION
 }
