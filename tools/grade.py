@@ -195,14 +195,29 @@ BANNED_NAME_PATTERN = re.compile(
     r"stringstream)")
 
 
-def number_start(text, i):
-    """The token that ends just before text[i], from its first character: a digit separator
-    follows a number token (one that starts with a digit, or a '.' and a digit), while after a
-    name or keyword (sizeof'x') a quote opens a character literal."""
-    j = i
-    while j > 0 and re.match(r"[0-9A-Za-z_.']", text[j - 1]):
-        j -= 1
-    return text[j:i]
+def identifier_char(c):
+    """A character that continues a name: g++ also takes '$' and any non-ASCII character."""
+    return c.isascii() and (c.isalnum() or c in "_$") or not c.isascii()
+
+
+def pp_number_end(text, i):
+    """Where the preprocessing number that starts at text[i] ends, by the standard's grammar:
+    a digit (or '.' and a digit), then digits, letters, '_', '.', an exponent sign after e, E,
+    p or P, and a quote followed by a digit or letter (a digit separator). The compiler reads
+    1'a as one number, so the quote after it opens a character literal; a lint that took each
+    quote after a digit for a separator would read the rest of the line differently."""
+    j, n = i + 1, len(text)
+    while j < n:
+        c = text[j]
+        if c in "eEpP" and j + 1 < n and text[j + 1] in "+-":
+            j += 2
+        elif c == "'" and j + 1 < n and text[j + 1].isascii() and (text[j + 1].isalnum() or text[j + 1] == "_"):
+            j += 2
+        elif c.isascii() and (c.isalnum() or c in "_."):
+            j += 1
+        else:
+            break
+    return j
 
 
 def strip_comments_and_strings(text):
@@ -225,9 +240,13 @@ def strip_comments_and_strings(text):
             strings.append(text[open_paren + 1:close] if close >= 0 else text[i:])
             out.append('""')
             i = end
-        elif c == "'" and re.match(r"(\.?[0-9])", number_start(text, i)):
-            out.append(" ")  # a digit separator (1'000, 0xffff'ffff), not a character literal
-            i += 1
+        elif (c.isdigit() or (c == "." and i + 1 < n and text[i + 1].isdigit())) and not (
+                i > 0 and identifier_char(text[i - 1])):
+            # A number, with its digit separators (1'000, 0xffff'ffff): a quote inside it opens no
+            # character literal.
+            j = pp_number_end(text, i)
+            out.append(text[i:j].replace("'", " "))
+            i = j
         elif c in "\"'":
             j = i + 1
             while j < n and text[j] != c:
@@ -245,6 +264,10 @@ def lint_region(body, chapter):
     """The first reason this region body may not be graded, or "" when it is fine."""
     if len(body) > MAX_REGION:
         return f"the region holds {len(body)} characters; at most {MAX_REGION} are graded"
+    control = re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]", body)
+    if control:
+        return (f"the character U+{ord(control.group()):04X} is not allowed in an exercise region: "
+                "of the control characters only newlines and tabs are")
     if re.search(r"\\[ \t]*\r?\n", body):
         return "a backslash at the end of a line (line splicing) is not allowed in an exercise region"
     if "??" in body:
@@ -575,8 +598,53 @@ def read_junit(path):
 STUDENT_COPY = not os.path.isdir(os.path.join(ROOT, "classroom", "instructor"))
 
 
+LOCK = os.path.join(tempfile.gettempdir(), "fa_grade.lock")
+
+
+class GradingBusy(Exception):
+    pass
+
+
+def one_grading_at_a_time(path=None):
+    """Takes this machine's grading lock (an exclusive flock on `path`, default LOCK) and returns its
+    open descriptor: the lock holds until it is closed. Two gradings at once would kill each
+    other's runners, since both run them as the same sandbox user and kill every process of that
+    user after each case. The file is this user's own, 0600, never a link: a runner cannot open it
+    to hold the lock."""
+    import fcntl
+    path = path or LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as e:
+        raise GradingBusy(f"the grading lock {path} cannot be opened ({e.strerror}); remove it if it is not this "
+                          "user's file") from None
+    if os.fstat(fd).st_uid != os.getuid():
+        os.close(fd)
+        raise GradingBusy(f"the grading lock {path} belongs to another user; remove it")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 100, 0).decode(errors="replace").strip() or "a process"
+        os.close(fd)
+        raise GradingBusy(f"another grading is running on this machine ({holder}, lock {path}); gradings run one "
+                          "at a time, because each kills the sandbox user's processes after every case: wait for "
+                          "it, or grade many submissions one after another with tools/grade_batch.py") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+    return fd
+
+
 def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args="", seed=None, log=print):
     exercises = handout.load_config(config)
+    lock = one_grading_at_a_time()
+    try:
+        return grade_locked(exercises, submission, build_dir, cpu_only, timeout, cmake_args, seed, log)
+    finally:
+        os.close(lock)
+
+
+def grade_locked(exercises, submission, build_dir, cpu_only, timeout, cmake_args, seed, log):
+    """grade() while it holds the machine's grading lock."""
     work = tempfile.mkdtemp(prefix="fa_grade_")
     os.chmod(work, 0o755)
     has_gpu = not cpu_only and gpu_available()
@@ -707,7 +775,7 @@ def main():
     try:
         results, refused = grade(args.submission, args.build_dir, args.config, args.cpu_only, args.timeout,
                                  args.cmake_args, args.seed)
-    except handout.HandoutError as e:
+    except (handout.HandoutError, GradingBusy) as e:
         print(f"grade: error: {e}", file=sys.stderr)
         return 1
     results["execution_time"] = round(time.time() - start, 1)

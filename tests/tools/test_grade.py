@@ -57,6 +57,12 @@ class LintTest(unittest.TestCase):
             ("fla\\\nsh1::flash_attention_v1_cpu(s);\n", "line splicing"),
             ("/\\\n* x */ #include \"a.h\"\n", "line splicing"),
             ("int x = 1; ??=define y\n", "trigraphs"),
+            # g++ splices a backslash followed by other whitespace (a form feed) and a newline.
+            ("int x = 1; // \\\x0c\n#include <cstdlib>\n", "U+000C"),
+            ("int x = 1;\x0b std::exit(0);\n", "U+000B"),
+            # 0x1'a is one number to the compiler, so the next quote opens a character literal
+            # ('"', in an ignored attribute's arguments): g++ compiles the exit after it as code.
+            ("[[maybe::note(0x1'a'\"')]] int v = 0; std::exit(0); //\")]]\n", "'exit'"),
             # A region may not close the function it sits in (to add code at file scope).
             ("return 1; }\nstruct Forge { Forge() {} } forge;\ninline int tail() {\n", "unmatched"),
             ("__builtin_execv(\"/bin/sh\", nullptr);\n", "'__builtin_execv'"),
@@ -73,6 +79,21 @@ class LintTest(unittest.TestCase):
 
     def test_a_comment_or_string_may_say_anything(self):
         self.assertEqual(grade.lint_region("  // exit early? no: static analysis says abort() is bad\n  int x = 1;\n", 3), "")
+
+
+class LockTest(unittest.TestCase):
+    def test_one_grading_at_a_time(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "lock")
+            first = grade.one_grading_at_a_time(path)
+            with self.assertRaises(grade.GradingBusy) as caught:
+                grade.one_grading_at_a_time(path)
+            self.assertIn(f"another grading is running on this machine (pid {os.getpid()}", str(caught.exception))
+            os.close(first)
+            os.close(grade.one_grading_at_a_time(path))  # free again once the first is done
+            os.symlink(path, path + ".link")
+            with self.assertRaises(grade.GradingBusy):
+                grade.one_grading_at_a_time(path + ".link")  # never through a link
 
 
 class SubmissionTest(unittest.TestCase):
