@@ -438,16 +438,21 @@ def blame(log, tree, files_of):
     return blamed
 
 
-def build_until_clean(build, tree, files_of, broken, what):
+def build_until_clean(build, tree, files_of, broken, what, log=print):
     """Runs build() until it succeeds, stubbing the regions its compile errors fall in. Returns
-    the build's final error text, or "" once it builds."""
+    "" once it builds, else a short reason for the student. The compiler's output reaches the
+    student only as the error lines inside their own regions (blame): any other line could quote
+    a file the student may not see, so the rest goes to the grader's own log."""
     while True:
-        ok, log = build()
+        ok, out = build()
         if ok:
             return ""
-        blamed = {k: v for k, v in blame(log, tree, files_of).items() if k not in broken}
+        blamed = {k: v for k, v in blame(out, tree, files_of).items() if k not in broken}
         if not blamed:
-            return f"{what} does not build:\n" + log[-3000:]
+            log(f"grade: {what} does not build; the end of its log:\n" + out[-3000:])
+            return (f"{what} does not build, and none of the compiler's errors falls inside an exercise region, "
+                    "so there is nothing of yours to show here; the grader's own log has the compiler's output "
+                    "(ask the instructor)")
         for ex_id, errors in blamed.items():
             broken[ex_id] = ["this exercise's code does not compile, so it was graded as the handout's stub:"] + errors[:20]
             for rel, held in files_of.items():
@@ -681,7 +686,7 @@ def grade_files(exercises, student_files, work, tree, has_gpu, build_dir, timeou
     for chapter in cpu_chapters:
         exe, build = cpu_runner_builder(tree, chapter, work)
         log(f"grade: building chapter {chapter:02d}'s CPU runner")
-        error = build_until_clean(build, tree, files_of, broken, f"chapter {chapter:02d}'s CPU runner")
+        error = build_until_clean(build, tree, files_of, broken, f"chapter {chapter:02d}'s CPU runner", log)
         if error:
             build_errors[("cpu", chapter)] = error
         else:
@@ -696,7 +701,7 @@ def grade_files(exercises, student_files, work, tree, has_gpu, build_dir, timeou
         gpu_build = os.path.abspath(build_dir)
         log(f"grade: building the GPU runners of chapters {', '.join(f'{c:02d}' for c in gpu_chapters)} in {gpu_build}")
         error = build_until_clean(gpu_runner_builder(tree, gpu_build, gpu_chapters, cmake_args), tree, files_of, broken,
-                                  "the GPU runners")
+                                  "the GPU runners", log)
         for chapter in gpu_chapters:
             if error:
                 build_errors[("gpu", chapter)] = error

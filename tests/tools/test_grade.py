@@ -96,6 +96,17 @@ class LockTest(unittest.TestCase):
                 grade.one_grading_at_a_time(path + ".link")  # never through a link
 
 
+class BuildLogTest(unittest.TestCase):
+    def test_only_the_students_own_error_lines_reach_the_student(self):
+        secret = "classroom/instructor/questions.md:3:1: error: the rubric's answer is 42"
+        kept = []
+        reason = grade.build_until_clean(lambda: (False, "In file included from x.h:1:\n" + secret + "\n"), "/tmp/t",
+                                         {}, {}, "chapter 03's CPU runner", kept.append)
+        self.assertIn("none of the compiler's errors falls inside an exercise region", reason)
+        self.assertNotIn("42", reason)
+        self.assertIn("42", kept[0])  # the grader's own log keeps it
+
+
 class SubmissionTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
