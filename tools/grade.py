@@ -201,22 +201,21 @@ def identifier_char(c):
 
 
 def pp_number_end(text, i):
-    """Where the preprocessing number that starts at text[i] ends, by the standard's grammar:
-    a digit (or '.' and a digit), then digits, letters, '_', '.', an exponent sign after e, E,
-    p or P, and a quote followed by a digit or letter (a digit separator). The compiler reads
-    1'a as one number, so the quote after it opens a character literal; a lint that took each
-    quote after a digit for a separator would read the rest of the line differently."""
+    """Where the preprocessing number that starts at text[i] (a digit, or '.' and a digit) ends, as
+    g++'s lexer reads it: then any letter, digit, '_', '$', non-ASCII character or quote, a '.' not
+    right after a quote, and a sign after e, E, p or P; the quotes it ends with are not its own.
+    So 1'000 is one number, and in 0x1'a'"' the number is 0x1'a and the next quote opens a
+    character literal: a lint that read that quote as a separator would read the rest of the line
+    differently from the compiler."""
     j, n = i + 1, len(text)
     while j < n:
-        c = text[j]
-        if c in "eEpP" and j + 1 < n and text[j + 1] in "+-":
-            j += 2
-        elif c == "'" and j + 1 < n and text[j + 1].isascii() and (text[j + 1].isalnum() or text[j + 1] == "_"):
-            j += 2
-        elif c.isascii() and (c.isalnum() or c in "_."):
+        c, prev = text[j], text[j - 1]
+        if c == "'" or identifier_char(c) or (c == "." and prev != "'") or (c in "+-" and prev in "eEpP"):
             j += 1
         else:
             break
+    while j > i + 1 and text[j - 1] == "'":
+        j -= 1
     return j
 
 

@@ -63,6 +63,8 @@ class LintTest(unittest.TestCase):
             # 0x1'a is one number to the compiler, so the next quote opens a character literal
             # ('"', in an ignored attribute's arguments): g++ compiles the exit after it as code.
             ("[[maybe::note(0x1'a'\"')]] int v = 0; std::exit(0); //\")]]\n", "'exit'"),
+            # g++ reads '$' and non-ASCII letters as part of a number as well.
+            ("[[maybe::note(0x1\u00e9'a'\"')]] int v = 0; std::exit(0); //\")]]\n", "'exit'"),
             # A region may not close the function it sits in (to add code at file scope).
             ("return 1; }\nstruct Forge { Forge() {} } forge;\ninline int tail() {\n", "unmatched"),
             ("__builtin_execv(\"/bin/sh\", nullptr);\n", "'__builtin_execv'"),
