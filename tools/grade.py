@@ -195,6 +195,9 @@ BANNED_NAME_PATTERN = re.compile(
     r"stringstream)")
 
 
+DIGITS = "0123456789"  # what starts a number for the compiler (str.isdigit also takes other scripts' digits)
+
+
 def identifier_char(c):
     """A character that continues a name: g++ also takes '$' and any non-ASCII character."""
     return c.isascii() and (c.isalnum() or c in "_$") or not c.isascii()
@@ -239,7 +242,7 @@ def strip_comments_and_strings(text):
             strings.append(text[open_paren + 1:close] if close >= 0 else text[i:])
             out.append('""')
             i = end
-        elif (c.isdigit() or (c == "." and i + 1 < n and text[i + 1].isdigit())) and not (
+        elif (c in DIGITS or (c == "." and i + 1 < n and text[i + 1] in DIGITS)) and not (
                 i > 0 and identifier_char(text[i - 1])):
             # A number, with its digit separators (1'000, 0xffff'ffff): a quote inside it opens no
             # character literal.
