@@ -310,40 +310,37 @@ def solution_runs(regions_text):
     return runs
 
 
-def copied_runs(dest, runs):
-    """'path:line' where a file of the copy holds one of `runs` (its distinctive lines in a row)."""
-    leaks = []
+def text_files(dest):
+    """(path relative to dest, text) of every text file of the copy."""
     for base, dirs, names in os.walk(dest):
         dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
         for name in names:
             path = os.path.join(base, name)
             try:
                 with open(path, encoding="utf-8") as f:
-                    lines = distinctive(f.read())
+                    yield os.path.relpath(path, dest), f.read()
             except (UnicodeDecodeError, OSError):
                 continue
-            for k in range(len(lines) - RUN + 1):
-                if tuple(n for _, n in lines[k:k + RUN]) in runs:
-                    leaks.append(f"{os.path.relpath(path, dest)}:{lines[k][0]}: a copy of a solution's lines, from "
-                                 f"'{lines[k][1][:60]}'")
+
+
+def copied_runs(dest, runs):
+    """'path:line' where a file of the copy holds one of `runs` (its distinctive lines in a row)."""
+    leaks = []
+    for rel, text in text_files(dest):
+        lines = distinctive(text)
+        for k in range(len(lines) - RUN + 1):
+            if tuple(n for _, n in lines[k:k + RUN]) in runs:
+                leaks.append(f"{rel}:{lines[k][0]}: a copy of a solution's lines, from '{lines[k][1][:60]}'")
     return leaks
 
 
 def solution_leaks(root, dest, lines):
     """'path:line' for each line of the copy that is a solution line, in any text file."""
     leaks = []
-    for base, dirs, names in os.walk(dest):
-        dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
-        for name in names:
-            path = os.path.join(base, name)
-            try:
-                with open(path, encoding="utf-8") as f:
-                    text = f.read()
-            except (UnicodeDecodeError, OSError):
-                continue
-            for i, line in enumerate(text.splitlines(), 1):
-                if normalize(line) in lines:
-                    leaks.append(f"{os.path.relpath(path, dest)}:{i}: {normalize(line)[:80]}")
+    for rel, text in text_files(dest):
+        for i, line in enumerate(text.splitlines(), 1):
+            if normalize(line) in lines:
+                leaks.append(f"{rel}:{i}: {normalize(line)[:80]}")
     return leaks
 
 
