@@ -423,7 +423,7 @@ def pingpong_timeline():
                f"products {fmt(d128['products'])}), period {fmt(PP_PERIOD)}; rest {fmt(rest)} = period − "
                "issue step − softmax", None)
     rich(s, 20, ya + 4, f"c1's softmax ({fmt(PP_SOFTMAX)}), and with the rest ({fmt(PP_SOFTMAX + rest)}), fits "
-                        f"under c0's products ({fmt(d128['products'])}): the pipe always has a tile to run, and the "
+                        f"under c0's products ({fmt(d128['products'])}): a tile always holds the pipe, and the "
                         "consumers wait for their turns.", 11, anchor="start")
     yb = panel(d64, ya + 42, "(b) head_dim 64: a MODEL from the same clocks, not measured",
                f"dashed: modelled. Products half of (a)'s, {fmt(d64['products'])}; softmax and rest as in (a); "
@@ -445,15 +445,15 @@ def pingpong_timeline():
     notes = [
         "Measured (performance_notes.md, H100, bf16): clock64 at each step of pingpong_schedule, medians over "
         "the middle tiles.",
-        f"A tile's products hold the pipe for half a period: {fmt(d128['products'])} cycles for {n128} m64n128k16, "
+        f"A tile's products hold the pipe (held, not at its peak rate) for half a period: {fmt(d128['products'])} cycles for {n128} m64n128k16, "
         f"{d128['products'] / n128:.0f} each,",
         f"between the micro-benchmark's {PP_WGMMA_ALONE} (one warpgroup alone) and {PP_WGMMA_BESIDE[0]}–"
         f"{PP_WGMMA_BESIDE[1]} (two at once).",
         f"Model at 64: S has k = 64 and P V has n = 64, the work of {n64} m64n128k16; the softmax is over the same "
         "64 × 128 scores.",
         f"At either rate, {n64} × {PP_WGMMA_ALONE} = {fmt(n64 * PP_WGMMA_ALONE)} or {n64} × {PP_WGMMA_BESIDE[1]} = "
-        f"{fmt(n64 * PP_WGMMA_BESIDE[1])}, a d = 64 tile's products are shorter than the softmax; at d = 128, "
-        f"{fmt(n128 * PP_WGMMA_ALONE)} or longer.",
+        f"{fmt(n64 * PP_WGMMA_BESIDE[1])}, a d = 64 tile's products are shorter than the softmax and rest "
+        f"({fmt(PP_SOFTMAX + rest)}).",
     ]
     for k, t in enumerate(notes):
         rich(s, 20, ly + 36 + 16 * k, t, 10.5, anchor="start", color=SOFT)

@@ -7,7 +7,7 @@
 //
 // Variants:
 //   1 safe   one thread per row (as chapter 01), running algorithm.h's safe_softmax_row:
-//            fixes overflow, about the same speed.
+//            fixes overflow, a little slower (one pass more).
 //   2 block  one thread block per row: the 256 threads split the row, so a warp reads 32
 //            consecutive scores (coalesced), and the max and the sum are block reductions
 //            (warp shuffles, then shared memory).

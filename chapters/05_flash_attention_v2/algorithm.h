@@ -1,7 +1,8 @@
 // Chapter 05 on the CPU: FlashAttention-2's loop (Dao, 2023, Algorithm 1) in plain C++.
 // Q tiles outer, K/V tiles inner, and the output kept *unnormalized*: each tile rescales the
 // running O and l by e^(m_old - m_new) and adds P V_j with P = e^(S - m_new); O is divided by l
-// once, at the end. Same 64 x 64 tiles and order of operations as the kernel.
+// once, at the end. The kernels' loop structure, on chapter 04's 64 x 64 tiles, in base e (the
+// kernels work in base 2 with log2(e) folded into the scale).
 #pragma once
 
 #include <algorithm>

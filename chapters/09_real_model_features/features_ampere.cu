@@ -5,7 +5,7 @@
 //     through cu_seqlens, as a batch of one; tiles past a short sequence's end return at once;
 //   * sliding windows: the K/V loop runs over the tiles tile_keys() leaves, so a window of w
 //     keys costs O(w) per Q tile, not O(seq_kv); tiles the window crosses are masked. The mask
-//     is a template policy: WindowMask with a window, else chapter 05's CausalMask (mask.h), so
+//     is a template policy: WindowMask with a window, else CausalMask (mask.h, chapters 01-08's), so
 //     a problem without a window pays no window arithmetic;
 //   * softcap, ALiBi, the bias: after S = Q K^T, each score is scaled and changed in registers
 //     (modified_score), and the softmax takes the scale as 1 (it is already in);
