@@ -50,6 +50,13 @@ Packing random_packing(const AttentionShape& shape, const AttentionFeatures& fea
       q[2] = 1;
     }
   }
+  // The sequence with the most queries keeps at least one key, so that every packed problem
+  // reaches the attention step somewhere (the empty cases above stay).
+  const auto most_q = std::max_element(q.begin(), q.end()) - q.begin();
+  if (n >= 1 && shape.seq_kv >= 1 && q[most_q] > 0 && k[most_q] == 0) {
+    --*std::max_element(k.begin(), k.end());
+    k[most_q] = 1;
+  }
   return {prefix_sums(q), prefix_sums(k)};
 }
 
