@@ -22,7 +22,7 @@ bool variant_matches(const Entry& entry, const std::string& wanted) {
   return wanted == "all" || wanted == entry.variant || wanted == entry.name || wanted == std::to_string(entry.number);
 }
 
-/// "1/reorder, 2/kv_split, all": the variants of `entries` (each once), for error messages.
+/// "1/deferred, 2/kv_split, all": the variants of `entries` (each once), for error messages.
 template <class Entry>
 std::string variant_list(const std::vector<const Entry*>& entries) {
   std::string out;

@@ -4,7 +4,7 @@
 // the whole loop); Q and K are stored transposed ([dim][row], stride 65) so both products read
 // them without bank conflicts.
 // Run: build/bin/ch04_flash_attention_v1 --variant registers
-//      build/bin/ch05_flash_attention_v2 --variant reorder
+//      build/bin/ch05_flash_attention_v2 --variant deferred
 #pragma once
 
 #include <cuda_runtime.h>

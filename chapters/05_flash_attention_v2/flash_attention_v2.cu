@@ -1,6 +1,6 @@
 // Chapter 05 -- FlashAttention-2 (Dao, 2023): fp16 and bf16 in and out, fp32 inside.
 //
-// Variant 1, `reorder`: chapter 04's variant 3 kernel (register_tiles.cuh: one block per 64-row
+// Variant 1, `deferred`: chapter 04's variant 3 kernel (register_tiles.cuh: one block per 64-row
 // Q tile, K/V tiles inside, 4 x 4 register patches, O in registers) with FlashAttention-2's two
 // algorithmic changes:
 //   * the loop order is Q outer, K/V inner, which chapter 04's variants 2 and 3 already use;
@@ -9,7 +9,7 @@
 //     for the backward pass (chapter 07).
 // Inputs and outputs are 16-bit (fp16 or bf16); loads convert to fp32, the math and the shared
 // memory are fp32, the output is rounded once.
-// Run: build/bin/ch05_flash_attention_v2 --variant reorder
+// Run: build/bin/ch05_flash_attention_v2 --variant deferred
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -20,18 +20,18 @@ namespace fa::flash2 {
 
 using flash1::Normalize;
 
-ForwardKernel reorder_kernel(const char* name, DType dtype, void (*launch)(const ForwardParams&)) {
+ForwardKernel deferred_kernel(const char* name, DType dtype, void (*launch)(const ForwardParams&)) {
   const char* summary = "Q tiles outer, deferred normalization (one division by l at the end), 16-bit in and out";
-  ForwardKernel k{name, 5, 1, "reorder", dtype, summary, launch};
+  ForwardKernel k{name, 5, 1, "deferred", dtype, summary, launch};
   k.supports = flash1::register_tiles_support;
   return k;
 }
-FA_REGISTER_FORWARD_KERNEL(reorder_kernel("ch05_reorder_fp16", DType::F16,
+FA_REGISTER_FORWARD_KERNEL(deferred_kernel("ch05_deferred_fp16", DType::F16,
                                           flash1::launch_register_tiles<__half, Normalize::Deferred>));
-FA_REGISTER_FORWARD_KERNEL(reorder_kernel("ch05_reorder_bf16", DType::BF16,
+FA_REGISTER_FORWARD_KERNEL(deferred_kernel("ch05_deferred_bf16", DType::BF16,
                                           flash1::launch_register_tiles<__nv_bfloat16, Normalize::Deferred>));
 
-FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{"ch05_reorder_cpu", 5, 1, "reorder",
+FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{"ch05_deferred_cpu", 5, 1, "deferred",
                                        "algorithm.h: Q tiles outer, unnormalized O, one division at the end (float)",
                                        flash_attention_v2_cpu});
 
