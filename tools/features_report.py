@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Chapter 09's comparison table: fa_bench --features and tools/bench_flex.py, one row per point.
 
-    python3 tools/features_report.py FA_CSV FLEX_CSV --out docs/results/h100/features.csv \\
+    python3 tools/features_report.py FA_CSV FLEX_CSV --out docs/results/h200/features.csv \\
         --line "NVIDIA H100 80GB HBM3, PyTorch 2.11.0+cu130, 2026-11-24: ..."
 
 Each row: the feature, the point, our best kernel there (TFLOP/s counting only the pairs the mask
@@ -48,7 +48,7 @@ def main():
             flex[key] = float(r["tflops"])
         elif key not in sdpa or float(r["tflops"]) > sdpa[key][1]:
             sdpa[key] = (r["backend"].replace("sdpa_", ""), float(r["tflops"]))
-    order = list(FEATURE_NAMES.values())
+    order = list(FEATURE_NAMES.values()) + ["packed"]
     with report_writer(args.out, args.line, lineterminator="\r\n") as out:  # csv's default ending
         out.writerow(["feature", "head_dim", "seq", "batch", "heads", "kernel", "time_ms", "tflops", "flex_tflops",
                       "over_flex", "sdpa_backend", "sdpa_tflops", "over_sdpa", "ampere_tflops"])

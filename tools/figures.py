@@ -8,7 +8,7 @@ A page states a measured figure through a marker that holds the expression givin
     variant 4
 
 The comment is invisible on the rendered page; `python3 tools/tables.py` (which calls fill() here)
-rewrites the text between the markers from docs/results/h100/, and `tables.py --check` (a CTest
+rewrites the text between the markers from docs/results/h200/, and `tables.py --check` (a CTest
 test) fails when a page's text differs from what the files give. A page may name a value once and
 use it again: `<!-- let: fp8 = fwd("ch06_fp8", 128, 16384, 1) -->`, in page order.
 
@@ -24,7 +24,7 @@ import os
 import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "docs", "results", "h100")
+RESULTS = os.path.join(ROOT, "docs", "results", "h200")
 BUDGET = os.path.join(ROOT, "tests", "kernel_budget.csv")
 SPECS = os.path.join(ROOT, "docs", "results", "specs.csv")
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Chapter 07's fused-backward table: variants 4, 5 and 6 against PyTorch SDPA's FLASH and cuDNN backwards.
 
-    python3 tools/fused_backward_report.py FA_CSV TORCH_CSV --out docs/results/h100/fused_backward.csv \\
+    python3 tools/fused_backward_report.py FA_CSV TORCH_CSV --out docs/results/h200/fused_backward.csv \\
         --line "NVIDIA H100 80GB HBM3, ..., 2026-11-27: the commands"
 
 FA_CSV: `fa_bench --backward --kernels ch07_wgmma_bf16,ch07_fused` (the standard sweep, head_dim

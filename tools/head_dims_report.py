@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The head_dim table: chapters 05 and 06 against PyTorch SDPA at head_dim 64, 96, 128 and 256.
 
-    python3 tools/head_dims_report.py FA_CSV TORCH_CSV --out docs/results/h100/head_dims.csv \\
+    python3 tools/head_dims_report.py FA_CSV TORCH_CSV --out docs/results/h200/head_dims.csv \\
         --line "NVIDIA H100 80GB HBM3, ..., 2026-11-24: the commands"
 
 FA_CSV: `fa_bench --dims 64,96,128,256 --kernels

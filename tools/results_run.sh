@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every file of a docs/results/<gpu>/ run, made on one GPU machine (docs/results/h100/README.md
+# Every file of a docs/results/<gpu>/ run, made on one GPU machine (docs/results/h200/README.md
 # says which page reads which file). A run is too long for one sitting of some lending services,
 # so it comes in parts; each part writes its files into OUT and adds its command to OUT/commands.txt,
 # and a part may run in a later call on the same machine:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One source for every measured number: the docs' tables, generated from docs/results/h100/.
+"""One source for every measured number: the docs' tables, generated from docs/results/h200/.
 
 A page asks for a table with two marker lines:
 
@@ -7,10 +7,10 @@ A page asks for a table with two marker lines:
     <!-- /table -->
 
 and `python3 tools/tables.py` writes the table between them, from the result files of one run on
-the H100 (`make run`'s tour and `make bench`, see docs/results/h100/README.md). `--check` (a CTest
+one H200 (`make run`'s tour and `make bench`, see docs/results/h200/README.md). `--check` (a CTest
 test, run in CI) rewrites nothing and fails, naming the page and the table, when a table differs
 from what the result files give, or when a page asks for a table that does not exist. After a new
-run: copy its files into docs/results/h100/, update run.txt, run this script, commit.
+run: copy its files into docs/results/h200/, update run.txt, run this script, commit.
 
 Tables: tour, progression, ceilings, ch01 ... ch06, ch06_fp8, ch07, ch08; python_errors and train_gpt
 (from the pytest suite's FA_RULE_CSV and examples/train_gpt.py), features (chapter 09 against
@@ -30,7 +30,7 @@ import figures
 from check_snippets import doc_pages
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "docs", "results", "h100")
+RESULTS = os.path.join(ROOT, "docs", "results", "h200")
 MARKER = re.compile(r"(<!-- table: (\w+) -->\n)(.*?)(<!-- /table -->)", re.S)
 # The sweep points the chapter tables show: (head_dim, seq, causal).
 POINTS = [(64, 4096, False), (128, 4096, False), (128, 16384, True)]
@@ -51,7 +51,7 @@ def run_line():
             key, value = line.split(":", 1)
             info[key.strip()] = value.strip()
     return (f"{info['gpu']}, driver {info['driver']}, CUDA {info['cuda']}, PyTorch {info['pytorch']}, "
-            f"{info['date']}; {info['commands']} (files in `docs/results/h100/`).")
+            f"{info['date']}; {info['commands']} (files in `docs/results/h200/`).")
 
 
 def fmt(x):
@@ -311,7 +311,7 @@ def head_dims_table():
                   for r in shown])
     return (body + "\n\nTFLOP/s, bf16 in and out (`ch06_fp8` computes in e4m3 inside, the time of its "
             "quantizing passes included), the standard sweep's 16k tokens (batch = 16384 / seq) and hidden 2048 "
-            "(heads = 2048 / d, 21 at d = 96); seq 4k and 16k shown, 512 to 16k in `docs/results/h100/head_dims.csv`. "
+            "(heads = 2048 / d, 21 at d = 96); seq 4k and 16k shown, 512 to 16k in `docs/results/h200/head_dims.csv`. "
             "FP8 runs at 64, 128 and 256. At d = 96 the FLOPs are counted at 96, though the Hopper kernel multiplies "
             "128 columns in P V."
             f"\n\nMeasured on {line}.\n")
@@ -411,7 +411,7 @@ def main():
                 return m.group(0)
             body = "\n" + generated[name] + "\n"
             if m.group(3) != body:
-                stale.append(f"{rel}: table '{name}' differs from docs/results/h100/")
+                stale.append(f"{rel}: table '{name}' differs from docs/results/h200/")
             return m.group(1) + body + m.group(4)
 
         new = MARKER.sub(fill, text)
@@ -420,7 +420,7 @@ def main():
             wrong += [f"{rel}: {e}" for e in errors]
             if with_figures != new:
                 changed = sum(a != b for a, b in zip(figures.FIGURE.findall(new), figures.FIGURE.findall(with_figures)))
-                stale.append(f"{rel}: {changed} prose figures differ from docs/results/h100/")
+                stale.append(f"{rel}: {changed} prose figures differ from docs/results/h200/")
             new = with_figures
             figure_count += len(figures.FIGURE.findall(new))
             wrong += [f"{rel}:{line}: '{t}' reads as a measured figure; give it by a figure marker "
@@ -435,12 +435,12 @@ def main():
     if stale or wrong:
         print("\n".join(stale + wrong))
         if stale:
-            print(f"tables: {len(stale)} pages or tables are not what docs/results/h100/ gives; run python3 tools/tables.py")
+            print(f"tables: {len(stale)} pages or tables are not what docs/results/h200/ gives; run python3 tools/tables.py")
         if wrong:
             print(f"tables: {len(wrong)} problems that rewriting does not fix")
         return 1
     print(f"tables: {count} tables and {figure_count} prose figures " +
-          ("match docs/results/h100/" if args.check else "written from docs/results/h100/"))
+          ("match docs/results/h200/" if args.check else "written from docs/results/h200/"))
     return 0
 
 
