@@ -337,8 +337,10 @@ def memory_table():
     return (body + "\n\nhead_dim 64, 32 heads, 16k tokens per point (batch = 16384 / seq), no mask. Memory is the "
             "peak device memory of one forward call: Q, K, V, O and the log-sum-exp (and the N × N scores, where they "
             "are kept), what `fa_bench` and `tools/bench_torch.py` report as `device_mib`. The ratios are the "
-            "unfused figure over the fused one (time: speed-up; memory: how many times less). SDPA's MATH backend in "
-            "bf16 ran out of the 80 GB at 16k. `unfused ÷ fused` compares chapter 01's kernel (fp32 only)."
+            "unfused figure over the fused one (time: speed-up; memory: how many times less)."
+            + "".join(f" SDPA's MATH backend in {r['dtype']} ran out of memory at {r['seq']} tokens." for r in rows
+                      if not r["torch_math_ms"])
+            + " `unfused ÷ fused` compares chapter 01's kernel (fp32 only)."
             f"\n\nMeasured on {line}.\n")
 
 
