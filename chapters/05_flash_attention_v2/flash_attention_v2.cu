@@ -27,9 +27,9 @@ ForwardKernel deferred_kernel(const char* name, DType dtype, void (*launch)(cons
   return k;
 }
 FA_REGISTER_FORWARD_KERNEL(deferred_kernel("ch05_deferred_fp16", DType::F16,
-                                          flash1::launch_register_tiles<__half, Normalize::Deferred>));
+                                           flash1::launch_register_tiles<__half, Normalize::Deferred>));
 FA_REGISTER_FORWARD_KERNEL(deferred_kernel("ch05_deferred_bf16", DType::BF16,
-                                          flash1::launch_register_tiles<__nv_bfloat16, Normalize::Deferred>));
+                                           flash1::launch_register_tiles<__nv_bfloat16, Normalize::Deferred>));
 
 FA_REGISTER_CPU_ALGORITHM(CpuAlgorithm{"ch05_deferred_cpu", 5, 1, "deferred",
                                        "algorithm.h: Q tiles outer, unnormalized O, one division at the end (float)",
