@@ -30,7 +30,9 @@ import figures
 from check_snippets import doc_pages
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "docs", "results", "h200")
+# The run the pages cite: one folder, named in figures.py.
+RESULTS = figures.RESULTS
+RESULTS_REL = os.path.relpath(RESULTS, ROOT) + "/"
 MARKER = re.compile(r"(<!-- table: (\w+) -->\n)(.*?)(<!-- /table -->)", re.S)
 # The sweep points the chapter tables show: (head_dim, seq, causal).
 POINTS = [(64, 4096, False), (128, 4096, False), (128, 16384, True)]
@@ -51,7 +53,7 @@ def run_line():
             key, value = line.split(":", 1)
             info[key.strip()] = value.strip()
     return (f"{info['gpu']}, driver {info['driver']}, CUDA {info['cuda']}, PyTorch {info['pytorch']}, "
-            f"{info['date']}; {info['commands']} (files in `docs/results/h200/`).")
+            f"{info['date']}; {info['commands']} (files in `{RESULTS_REL}`).")
 
 
 def fmt(x):
@@ -311,7 +313,7 @@ def head_dims_table():
                   for r in shown])
     return (body + "\n\nTFLOP/s, bf16 in and out (`ch06_fp8` computes in e4m3 inside, the time of its "
             "quantizing passes included), the standard sweep's 16k tokens (batch = 16384 / seq) and hidden 2048 "
-            "(heads = 2048 / d, 21 at d = 96); seq 4k and 16k shown, 512 to 16k in `docs/results/h200/head_dims.csv`. "
+            "(heads = 2048 / d, 21 at d = 96); seq 4k and 16k shown, 512 to 16k in `" + RESULTS_REL + "head_dims.csv`. "
             "FP8 runs at 64, 128 and 256. At d = 96 the FLOPs are counted at 96, though the Hopper kernel multiplies "
             "128 columns in P V."
             f"\n\nMeasured on {line}.\n")
@@ -413,7 +415,7 @@ def main():
                 return m.group(0)
             body = "\n" + generated[name] + "\n"
             if m.group(3) != body:
-                stale.append(f"{rel}: table '{name}' differs from docs/results/h200/")
+                stale.append(f"{rel}: table '{name}' differs from {RESULTS_REL}")
             return m.group(1) + body + m.group(4)
 
         new = MARKER.sub(fill, text)
@@ -422,7 +424,7 @@ def main():
             wrong += [f"{rel}: {e}" for e in errors]
             if with_figures != new:
                 changed = sum(a != b for a, b in zip(figures.FIGURE.findall(new), figures.FIGURE.findall(with_figures)))
-                stale.append(f"{rel}: {changed} prose figures differ from docs/results/h200/")
+                stale.append(f"{rel}: {changed} prose figures differ from {RESULTS_REL}")
             new = with_figures
             figure_count += len(figures.FIGURE.findall(new))
             wrong += [f"{rel}:{line}: '{t}' reads as a measured figure; give it by a figure marker "
@@ -437,12 +439,12 @@ def main():
     if stale or wrong:
         print("\n".join(stale + wrong))
         if stale:
-            print(f"tables: {len(stale)} pages or tables are not what docs/results/h200/ gives; run python3 tools/tables.py")
+            print(f"tables: {len(stale)} pages or tables are not what {RESULTS_REL} gives; run python3 tools/tables.py")
         if wrong:
             print(f"tables: {len(wrong)} problems that rewriting does not fix")
         return 1
     print(f"tables: {count} tables and {figure_count} prose figures " +
-          ("match docs/results/h200/" if args.check else "written from docs/results/h200/"))
+          (f"match {RESULTS_REL}" if args.check else f"written from {RESULTS_REL}"))
     return 0
 
 
