@@ -20,8 +20,7 @@ namespace fa::flash1 {
 
 ForwardKernel registers_kernel() {
   const char* summary = "q_outer with 64 x 64 tiles, 4 x 4 register patches per thread and O in registers";
-  ForwardKernel k{
-      "ch04_registers", 4, 3, "registers", DType::F32, summary, launch_register_tiles<float, Normalize::PerStep>};
+  ForwardKernel k{"ch04_registers", 4, 3, "registers", DType::F32, summary, launch_register_tiles<float, PerStepRows>};
   k.supports = register_tiles_support;
   k.memory_note = [](const AttentionShape& s) {
     return traffic_note(s, LoopOrder::QOuter, kRegisterTiles, register_shared_floats(s.head_dim) * sizeof(float));

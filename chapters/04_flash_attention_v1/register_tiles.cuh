@@ -1,5 +1,5 @@
-// The register-tile attention kernel: chapter 04's variant 3, and with 16-bit inputs and deferred
-// normalization chapter 05's variant 1. One block per 64-row Q tile walks the K/V tiles; each of
+// The register-tile attention kernel: chapter 04's variant 3, and with 16-bit inputs and chapter
+// 05's row update (deferred normalization, its own policy type) chapter 05's variant 1. One block per 64-row Q tile walks the K/V tiles; each of
 // the 256 threads owns a 4 x 4 patch of S and ceil(d / 64) 4 x 4 patches of O (O in registers for
 // the whole loop); Q and K are stored transposed ([dim][row], stride 65) so both products read
 // them without bank conflicts.
@@ -25,15 +25,32 @@ inline std::size_t register_shared_floats(int d) {
   return std::size_t(2 * d * kLd + kTile * d + kTile * kLd + 4 * kTile);
 }
 
-/// How the running output is kept between K/V tiles.
-///   PerStep:  normalized after every tile, O <- alpha O + beta P~ V_j (FlashAttention-1, chapter 04);
-///   Deferred: unnormalized, O <- e^(m - m_new) O + P V_j with P = e^(S - m_new), divided by l
-///             once at the end (FlashAttention-2, chapter 05).
-enum class Normalize { PerStep, Deferred };
+/// The row update, as a policy type: after each K/V tile, the thread that owns a row calls
+///   RowFactors update(float* p, int stride, int keys, float tile_max, float& m, float& l)
+/// on the row's scores (p[c * stride] for c < keys, -inf where masked; tile_max their max), which
+/// it replaces by what multiplies V_j, and on the row's running (m, l); the kernel then sets
+/// O <- alpha O + beta P V_j. kNormalized says whether O is kept divided by l throughout, or
+/// divided once at the end; require() is what the launcher checks before a launch. This chapter's
+/// policy is FlashAttention-1's; chapter 05 brings its own (deferred normalization).
+struct PerStepRows {
+  static constexpr bool kNormalized = true;
+  static void require() { require_row_update(); }
+  /// P~ against the tile's own max, and flash1_row_update's factors: O kept normalized.
+  __device__ static RowFactors update(float* p, int stride, int keys, float tile_max, float& m, float& l) {
+    float tile_sum = 0.0f;
+    for (int c = 0; c < keys; ++c) {
+      const float e = tile_max == -INFINITY ? 0.0f : expf(p[c * stride] - tile_max);
+      p[c * stride] = e;
+      tile_sum += e;
+    }
+    return flash1_row_update(m, l, tile_max, tile_sum, [](float x) { return expf(x); });
+  }
+};
 
 /// T: the element type of Q, K, V and O (math and shared memory are fp32).
 /// kChunks = ceil(head_dim / 64): the output patch of a thread is kChunks x 4 x 4 registers.
-template <class T, int kChunks, Normalize kNormalize>
+/// RowUpdate: the row update's policy (PerStepRows here).
+template <class T, int kChunks, class RowUpdate>
 __global__ void __launch_bounds__(kRegThreads)
     register_tiles_kernel(AttentionShape shape, const T* q, const T* k, const T* v, T* o, float* lse) {
   extern __shared__ float shared[];
@@ -103,41 +120,14 @@ __global__ void __launch_bounds__(kRegThreads)
     }
     __syncthreads();
 
-    // One thread per row, on column r of p_t.
+    // One thread per row, on column r of p_t: the policy's update.
     if (threadIdx.x < kTile) {
       const int r = threadIdx.x;
       float tile_max = -INFINITY;
       for (int c = 0; c < kTile; ++c) tile_max = fmaxf(tile_max, p_t[c * kLd + r]);
-      const float m_new = fmaxf(m[r], tile_max);
-      if constexpr (kNormalize == Normalize::PerStep) {
-        // Variants 1 and 2's update (tile_row_update): P~ against the tile's max, O kept normalized.
-        float tile_sum = 0.0f;
-        for (int c = 0; c < kTile; ++c) {
-          const float p = tile_max == -INFINITY ? 0.0f : expf(p_t[c * kLd + r] - tile_max);
-          p_t[c * kLd + r] = p;
-          tile_sum += p;
-        }
-        RowFactors f;
-        if (r < rows) f = flash1_row_update(m[r], l[r], tile_max, tile_sum, [](float x) { return expf(x); });
-        alpha[r] = f.alpha;
-        beta[r] = f.beta;
-      } else {
-        //! [deferred_row_update]
-        // P against the running max itself; the old O and l are only rescaled, never divided.
-        const bool seen = m_new != -INFINITY;
-        float tile_sum = 0.0f;
-        for (int c = 0; c < kTile; ++c) {
-          const float p = seen ? expf(p_t[c * kLd + r] - m_new) : 0.0f;
-          p_t[c * kLd + r] = p;
-          tile_sum += p;
-        }
-        const float rescale = seen ? expf(m[r] - m_new) : 1.0f;  // 0 on the first visible tile
-        alpha[r] = rescale;
-        beta[r] = 1.0f;
-        l[r] = l[r] * rescale + tile_sum;
-        m[r] = m_new;
-        //! [deferred_row_update]
-      }
+      const RowFactors f = RowUpdate::update(p_t + r, kLd, kTile, tile_max, m[r], l[r]);
+      alpha[r] = f.alpha;
+      beta[r] = f.beta;
     }
     __syncthreads();
 
@@ -176,8 +166,9 @@ __global__ void __launch_bounds__(kRegThreads)
 #pragma unroll
     for (int a = 0; a < kPatch; ++a) {
       const int r = ty + 16 * a;
-      // Deferred: the one division by l, at the end (a row that saw no key has l = 0 and O = 0).
-      const float inv_l = kNormalize == Normalize::PerStep ? 1.0f : (l[r] > 0.0f ? 1.0f / l[r] : 0.0f);
+      // Not normalized along the way: the one division by l, at the end (a row that saw no key has
+      // l = 0 and O = 0).
+      const float inv_l = RowUpdate::kNormalized ? 1.0f : (l[r] > 0.0f ? 1.0f / l[r] : 0.0f);
 #pragma unroll
       for (int b = 0; b < kPatch; ++b) {
         const int col = ch * kTile + tx + 16 * b;
@@ -191,11 +182,11 @@ __global__ void __launch_bounds__(kRegThreads)
   }
 }
 
-template <class T, int kChunks, Normalize kNormalize>
+template <class T, int kChunks, class RowUpdate>
 void launch_register_tiles_chunks(const ForwardParams& p) {
   const AttentionShape& s = p.shape;
   const std::size_t bytes = register_shared_floats(s.head_dim) * sizeof(float);
-  auto kernel = register_tiles_kernel<T, kChunks, kNormalize>;
+  auto kernel = register_tiles_kernel<T, kChunks, RowUpdate>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
   dim3 grid(unsigned((s.seq_q + kTile - 1) / kTile), unsigned(s.batch * s.heads_q));
   kernel<<<grid, kRegThreads, bytes, p.stream>>>(s, static_cast<const T*>(p.q), static_cast<const T*>(p.k),
@@ -204,14 +195,14 @@ void launch_register_tiles_chunks(const ForwardParams& p) {
 }
 
 /// Launches the kernel instance for p.shape.head_dim (up to 256).
-template <class T, Normalize kNormalize>
+template <class T, class RowUpdate>
 void launch_register_tiles(const ForwardParams& p) {
-  if constexpr (kNormalize == Normalize::PerStep) require_row_update();
+  RowUpdate::require();
   switch ((p.shape.head_dim + kTile - 1) / kTile) {
-    case 1: return launch_register_tiles_chunks<T, 1, kNormalize>(p);
-    case 2: return launch_register_tiles_chunks<T, 2, kNormalize>(p);
-    case 3: return launch_register_tiles_chunks<T, 3, kNormalize>(p);
-    default: return launch_register_tiles_chunks<T, 4, kNormalize>(p);
+    case 1: return launch_register_tiles_chunks<T, 1, RowUpdate>(p);
+    case 2: return launch_register_tiles_chunks<T, 2, RowUpdate>(p);
+    case 3: return launch_register_tiles_chunks<T, 3, RowUpdate>(p);
+    default: return launch_register_tiles_chunks<T, 4, RowUpdate>(p);
   }
 }
 

@@ -17,6 +17,32 @@ namespace fa::flash2 {
 
 constexpr int kTileRows = 64, kTileCols = 64;
 
+/// FlashAttention-2's softmax for one query row and one K/V tile, the output kept unnormalized.
+/// p[c * stride] for c < keys: the row's scaled, masked scores against the tile (-inf where
+/// hidden), tile_max their max; replaced by P = e^(s - m_new), or 0 while the row has seen no
+/// visible key. m, l: the row's running max and sum. Returns the rescale e^(m_old - m_new) of the
+/// row's running output (1 while nothing is visible). The CPU step below calls it, and so does
+/// this chapter's deferred kernel (flash_attention_v2.cu), one thread per row.
+//! [flash2_row_softmax]
+FA_HD inline float flash2_row_softmax(float* p, int stride, int keys, float tile_max, float& m, float& l) {
+  float rescale = 1.0f;
+  // BEGIN SOLUTION ch05_tile_cpu: the row's softmax for this K/V tile, output kept unnormalized: m_new = max(m, tile_max); while it is -inf, p[c * stride] = 0 and the state stays (rescale 1); else rescale = e^(m - m_new), p[c * stride] = e^(p[c * stride] - m_new) for the tile's `keys` keys and their sum; l = l * rescale + sum; m = m_new
+  const float m_new = fmaxf(m, tile_max);
+  const bool seen = m_new != -INFINITY;  // some key of the row is visible so far
+  float tile_sum = 0.0f;
+  for (int c = 0; c < keys; ++c) {
+    const float e = seen ? expf(p[c * stride] - m_new) : 0.0f;
+    p[c * stride] = e;
+    tile_sum += e;
+  }
+  if (seen) rescale = expf(m - m_new);  // 0 on the first visible tile (m = -inf)
+  l = l * rescale + tile_sum;
+  m = m_new;
+  // END SOLUTION
+  return rescale;
+}
+//! [flash2_row_softmax]
+
 /// FlashAttention-2's step for one query row and one K/V tile, the output kept unnormalized.
 /// p: the row's scaled, masked scores against the tile (-inf where hidden), tile_max their max;
 /// m, l: the row's running max and sum; acc: its d unnormalized outputs; v_tile: the tile's first
@@ -24,17 +50,8 @@ constexpr int kTileRows = 64, kTileCols = 64;
 //! [flash2_row_step]
 inline void flash2_row_step(float* p, float tile_max, float& m, float& l, float* acc, const float* v_tile, int keys,
                             int d) {
-  // BEGIN SOLUTION ch05_tile_cpu: the row's step for this K/V tile, output kept unnormalized: m_new = max(m, tile_max) (return while it is -inf); the rescale e^(m - m_new); p[c] = e^(p[c] - m_new) for the tile's `keys` keys and their sum; l = l * rescale + sum; m = m_new; acc[x] = acc[x] * rescale + (P V_j)[x] over those keys. O is divided by l once, after the loop
-  const float m_new = std::fmax(m, tile_max);
-  if (m_new == -INFINITY) return;  // nothing visible yet
-  const float rescale = std::exp(m - m_new);
-  float tile_sum = 0.0f;
-  for (int c = 0; c < keys; ++c) {
-    p[c] = std::exp(p[c] - m_new);
-    tile_sum += p[c];
-  }
-  l = l * rescale + tile_sum;
-  m = m_new;
+  // BEGIN SOLUTION ch05_tile_cpu: the softmax (flash2_row_softmax above, on p with stride 1), then the row's accumulator: acc[x] = acc[x] * rescale + (P V_j)[x] over the tile's `keys` keys. O is divided by l once, after the loop
+  const float rescale = flash2_row_softmax(p, 1, keys, tile_max, m, l);
   for (int x = 0; x < d; ++x) {
     float pv = 0.0f;
     for (int c = 0; c < keys; ++c) pv += p[c] * v_tile[int64_t(c) * d + x];
