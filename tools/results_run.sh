@@ -13,17 +13,18 @@
 #   decode    make bench's decode phase, then its report and plots        decode.csv, torch_decode.csv, decode.md,
 #                                                                         report.md, progression.png, roofline.png
 #   features  chapter 09 against FlexAttention and SDPA                   fa_features.csv, flex_features.csv, features.csv
-#   head_dims chapter 06 at head_dim 64-256 against SDPA                  head_dims.csv
+#   head_dims chapter 06 at head_dim 64-256 against SDPA (64, 128: forward's) head_dims.csv
 #   dims      chapter 07's wgmma backward at head_dim 96 and 256          backward_d96.csv, backward_d256.csv (+ torch_)
 #   fused     chapter 07's variants 4-6 at head_dim 64, 96, 128           backward_fused.csv, torch_backward_fused.csv
 #   bulk      variants 4-6 against SDPA                                   backward_bulk.csv, torch_backward_bulk.csv,
 #                                                                         fused_backward.csv
 #   memory    fused against materialized attention (chapter 04)          memory.csv
-#   fp32      chapter 04's fp32 table                                     fp32.csv
+#   fp32      chapter 04's fp32 table, from forward's files                fp32.csv
 #   python    the pytest suite's closeness to flash-attention's rule      python_errors.csv
 #   train     examples/train_gpt.py                                       train_runs.csv, train_losses.csv,
 #                                                                         train_loss_curves.png
-#   stamp     run.txt: the GPU, driver, CUDA, PyTorch, date and the commands
+#   stamp     run.txt: the GPU, driver, CUDA, PyTorch, date and the parts' commands (FA_RUN_NOTE: a
+#             line on how the parts were spread over the machine's GPUs, if they were)
 # FA_BUDGET_MS (default 150): the timing budget per point of make bench's phases. Each part says
 # how long it took. To replace the committed run: copy OUT's files into docs/results/<gpu>/, then
 # python3 tools/tables.py, and commit the files with the regenerated pages.
@@ -68,14 +69,19 @@ part() {
         --line "$(line "build/bin/fa_bench --features --dims 128 and python3 tools/bench_flex.py in the same call, merged by tools/features_report.py")"
       note features "fa_bench --features --dims 128; tools/bench_flex.py; tools/features_report.py" ;;
     head_dims)
+      # head_dim 64 and 128 are the forward part's points (fa_bench.csv, torch.csv): only 96 and 256
+      # are measured here, so a point has one figure in the whole run.
+      need_forward head_dims
       local k=ch05_tuned_bf16,ch06_pingpong_bf16,ch06_persistent_bf16,ch06_fp8
-      "$bench" --dims 64,96,128,256 --kernels $k --budget-ms "$budget" --warmup 1 --csv "$out/hd_fa.csv"
-      python3 tools/bench_torch.py --dims 64,96,128,256 --backends flash_bf16,cudnn_bf16 --budget-ms "$budget" \
+      "$bench" --dims 96,256 --kernels $k --budget-ms "$budget" --warmup 1 --csv "$out/hd_fa.csv"
+      python3 tools/bench_torch.py --dims 96,256 --backends flash_bf16,cudnn_bf16 --budget-ms "$budget" \
         --csv "$out/hd_torch.csv"
-      python3 tools/head_dims_report.py "$out/hd_fa.csv" "$out/hd_torch.csv" --out "$out/head_dims.csv" \
-        --line "$(line "build/bin/fa_bench --dims 64,96,128,256 --kernels $k --budget-ms $budget --warmup 1 and python3 tools/bench_torch.py --dims 64,96,128,256 --backends flash_bf16,cudnn_bf16 --budget-ms $budget in the same call, merged by tools/head_dims_report.py")"
-      rm -f "$out"/hd_{fa,torch}.csv
-      note head_dims "fa_bench --dims 64,96,128,256 --kernels $k; tools/bench_torch.py; tools/head_dims_report.py" ;;
+      { cat "$out/fa_bench.csv"; tail -n +2 "$out/hd_fa.csv"; } > "$out/hd_fa_all.csv"
+      { cat "$out/torch.csv"; tail -n +2 "$out/hd_torch.csv"; } > "$out/hd_torch_all.csv"
+      python3 tools/head_dims_report.py "$out/hd_fa_all.csv" "$out/hd_torch_all.csv" --out "$out/head_dims.csv" \
+        --line "$(line "make bench's forward phase at head_dim 64 and 128 (fa_bench.csv, torch.csv); build/bin/fa_bench --dims 96,256 --kernels $k --budget-ms $budget --warmup 1 and python3 tools/bench_torch.py --dims 96,256 --backends flash_bf16,cudnn_bf16 --budget-ms $budget in the same call; merged by tools/head_dims_report.py")"
+      rm -f "$out"/hd_{fa,torch}{,_all}.csv
+      note head_dims "forward's files at d 64, 128; fa_bench --dims 96,256 --kernels $k; tools/bench_torch.py --dims 96,256; tools/head_dims_report.py" ;;
     dims)
       for d in 96 256; do
         "$bench" --backward --dims $d --kernels ch07_wgmma_bf16 --budget-ms "$budget" --csv "$out/backward_d$d.csv"
@@ -108,13 +114,12 @@ part() {
       rm -f "$out"/mem_{fa,torch}.csv
       note memory "fa_bench --sweep memory; tools/bench_torch.py --sweep memory; tools/memory_report.py" ;;
     fp32)
-      local k=ch01_tiled,ch02_block,ch03_online,ch04_registers,ch04_tuned
-      "$bench" --kernels $k --budget-ms "$budget" --csv "$out/fp32_fa.csv"
-      python3 tools/bench_torch.py --backends efficient_fp32 --budget-ms "$budget" --csv "$out/fp32_torch.csv"
-      python3 tools/fp32_report.py "$out/fp32_fa.csv" "$out/fp32_torch.csv" --out "$out/fp32.csv" \
-        --line "$(line "build/bin/fa_bench --kernels $k --budget-ms $budget and python3 tools/bench_torch.py --backends efficient_fp32 --budget-ms $budget in the same call, merged by tools/fp32_report.py")"
-      rm -f "$out"/fp32_{fa,torch}.csv
-      note fp32 "fa_bench --kernels $k; tools/bench_torch.py --backends efficient_fp32; tools/fp32_report.py" ;;
+      # Chapter 04's fp32 comparison is the forward part's figures (fa_bench.csv, torch.csv, which
+      # holds SDPA EFFICIENT in fp32), not a second measurement of the same points.
+      need_forward fp32
+      python3 tools/fp32_report.py "$out/fa_bench.csv" "$out/torch.csv" --out "$out/fp32.csv" \
+        --line "$(line "make bench's forward phase (fa_bench.csv, torch.csv), merged by tools/fp32_report.py")"
+      note fp32 "the forward part's fa_bench.csv and torch.csv; tools/fp32_report.py" ;;
     python)
       PYTHONPATH="$(abs "$build")/python" FA_BENCH="$(abs "$build")/bin/fa_bench" FA_RULE_CSV="$(abs "$out")/python_errors.csv" \
         python3 -m pytest -q tests/python/test_forward.py tests/python/test_backward.py tests/python/test_decode.py
@@ -129,7 +134,8 @@ part() {
         echo "cuda: $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
         echo "pytorch: $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)"
         echo "date: $(date -u +%F)"
-        echo "commands: \`make run\` (tour.csv, tour.txt) and \`make bench\` with FA_BUDGET_MS=$budget (the other files)"
+        echo "commands: \`bash tools/results_run.sh\` with FA_BUDGET_MS=$budget, every part from one build of one tree${FA_RUN_NOTE:+; $FA_RUN_NOTE}"
+        [ -f "$log" ] && sed 's/^/  /' "$log"
       } > "$out/run.txt"
       cat "$out/run.txt" ;;
   esac
@@ -137,6 +143,11 @@ part() {
 }
 
 abs() { (cd "$1" && pwd); }
+# Parts that read the forward part's files (in OUT) instead of measuring the same points again.
+need_forward() {
+  [ -f "$out/fa_bench.csv" ] && [ -f "$out/torch.csv" ] ||
+    { echo "results_run: $1 reads the forward part's fa_bench.csv and torch.csv in $out; run forward first" >&2; exit 2; }
+}
 # A report's first line: the GPU, driver, CUDA, PyTorch and date of this machine, then the commands.
 line() {
   local gpu driver cuda torch
