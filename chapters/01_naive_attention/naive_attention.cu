@@ -11,8 +11,8 @@
 //   2 tiled  the same three steps; the two matrix products tiled through shared memory
 //            (64 x 64 outputs per block, 4 x 4 per thread), so each value of Q, K, P and V is
 //            read from device memory once per tile instead of once per thread.
-// Run:    build/bin/ch01_naive_attention --variant naive   (or tiled; add --logit-scale 20 to watch
-//         it overflow)
+// Run:    build/bin/ch01_naive_attention --variant naive   (or tiled; raise --logit-scale to watch
+//         it overflow: exercise 1)
 #include "algorithm.h"
 #include "naive_kernels.cuh"
 
