@@ -10,20 +10,28 @@ holds). Without --submission this tree itself is graded (a student checking thei
 
 How a submission is graded (docs/grading.md says what this protects and what it does not):
   1. Only the bodies of the exercises' regions (between // BEGIN SOLUTION id and // END
-     SOLUTION) are taken from the student's files. They go into a copy of the instructor's
-     tree in which every region is the handout's stub, so nothing else the student wrote, and
-     no instructor solution, is in the code that runs.
-  2. Each region body is linted (tools/grade.py lint_region): no preprocessor lines, no
-     asm, no process, file, memory-allocation or exit calls, no other chapter's namespace, no
-     oracle or registry lookups. A region that fails scores 0 for its exercise and is stubbed.
+     SOLUTION) are taken from the student's files. They go into a student copy made as
+     `make handout` makes it (tools/handout.py: every region a stub, no instructor-only file), so
+     nothing else the student wrote, and nothing of the instructor's that the handout does not
+     hold, is in the folder the build sees.
+  2. Each region body is linted (lint_region: no preprocessor lines, no asm, no process, file,
+     memory-allocation or exit calls, no other chapter's namespace, no oracle or registry
+     lookups) and then read by g++ itself (compiler_view: no directive, macro or line splice as
+     the compiler reads it, its brackets paired as the compiler splits its tokens). A region
+     that fails scores 0 for its exercise and is stubbed.
   3. Runners are built from that copy: for a CPU exercise g++ builds its chapter's CPU runner
      (classroom/grader/runner_cpu.cpp: that chapter's algorithm.h and nothing else); for a GPU
      exercise CMake builds its chapter's GPU runner (fa_runner_chNN). A region that does not
-     compile scores 0 and is stubbed, and the rest is built again.
+     compile scores 0 and is stubbed, and the rest is built again. Only the compiler's errors
+     inside the student's own regions reach results.json.
   4. The checker (classroom/grader/checker.cpp) is built from the instructor's tree, with the
      fp64 oracle and no student code. It draws each case's inputs from a fresh random seed,
-     runs the runner on them in a separate process (as user nobody when run as root), and
-     compares what comes back with the oracle. Its verdict is all that is scored.
+     runs the runner on them in a separate process, and compares what comes back with the
+     oracle. Its verdict is all that is scored.
+As root, steps 2 and 3 (the compiler) and every runner run as a user of this grading's own (a
+uid no account holds, one per grading at a time), which cannot read the instructor's tree (it
+is made so), the checker, or another grading's files. Without root there is no sandbox, and
+the grader says so (a student's self-check).
 An exercise scores its points times the weighted fraction of its cases that passed; trivial
 shapes (one row, one key) have weight 0. GPU exercises on a machine without a GPU (or with
 --cpu-only) are listed as "not graded here" with their points, out of the total.
@@ -222,8 +230,10 @@ def pp_number_end(text, i):
     return j
 
 
-def strip_comments_and_strings(text):
-    """The code with comments, string and character literals blanked (their text kept aside)."""
+def strip_comments_and_strings(text, glued=None):
+    """The code with comments, string and character literals blanked (their text kept aside).
+    `glued`, a list when given, gets the offset of each quote that follows a number directly (a
+    character literal glued to a number, as in 0x1'a'"', which compilers may split differently)."""
     out, strings, i, n = [], [], 0, len(text)
     while i < n:
         c = text[i]
@@ -248,6 +258,8 @@ def strip_comments_and_strings(text):
             # character literal.
             j = pp_number_end(text, i)
             out.append(text[i:j].replace("'", " "))
+            if glued is not None and j < n and text[j] == "'":
+                glued.append(j)
             i = j
         elif c in "\"'":
             j = i + 1
@@ -262,19 +274,34 @@ def strip_comments_and_strings(text):
     return "".join(out), strings
 
 
+def raw_text_problem(body):
+    """The first reason the raw text of a region body is refused before anything reads it, or "":
+    a control character other than newline and tab, or a backslash before the end of a line with
+    only whitespace between (g++ splices such lines, a form feed or vertical tab between
+    included)."""
+    control = re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u0085]", body)
+    if control:
+        return (f"the character U+{ord(control.group()):04X} is not allowed in an exercise region: "
+                "of the control characters only newlines and tabs are")
+    if re.search(r"\\\s*$", body, re.M) or body.rstrip(" \t").endswith("\\"):
+        return "a backslash at the end of a line (line splicing) is not allowed in an exercise region"
+    return ""
+
+
 def lint_region(body, chapter):
     """The first reason this region body may not be graded, or "" when it is fine."""
     if len(body) > MAX_REGION:
         return f"the region holds {len(body)} characters; at most {MAX_REGION} are graded"
-    control = re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]", body)
-    if control:
-        return (f"the character U+{ord(control.group()):04X} is not allowed in an exercise region: "
-                "of the control characters only newlines and tabs are")
-    if re.search(r"\\[ \t]*\r?\n", body):
-        return "a backslash at the end of a line (line splicing) is not allowed in an exercise region"
+    problem = raw_text_problem(body)
+    if problem:
+        return problem
     if "??" in body:
         return "'??' is not allowed in an exercise region (trigraphs)"
-    code, strings = strip_comments_and_strings(body)
+    glued = []
+    code, strings = strip_comments_and_strings(body, glued)
+    if glued:
+        return ("a character literal right after a number (as in 0x1'a'x') is not allowed in an exercise region: "
+                "put a space between them")
     for line in code.splitlines():
         stripped = line.strip()
         if stripped.startswith(("#", "%:")) and not re.fullmatch(r"#\s*pragma\s+unroll(\s+\d+)?", stripped):
@@ -317,36 +344,35 @@ def blank(body):
     return not strip_comments_and_strings(body)[0].strip()
 
 
-def splice(root, tree, student_files, exercises):
-    """Writes into `tree` a copy of the instructor's tree `root` in which every exercise region
-    holds the student's body (when the submission has the file and its markers) or else the
-    handout's stub. A region that is blank in the solution is never the student's: it is left
-    blank once some code of its exercise was taken (wherever it is), else stubbed. Returns
+def splice(root, tree, student_files, exercises, check=None):
+    """Writes into `tree` the student copy of the instructor's tree `root` (tools/handout.py: every
+    exercise region stubbed, the instructor's files left out), then puts into each region the
+    student's body when the submission has the file and its markers and the body passes the lint
+    and `check` (a function of the body giving a reason to refuse it, or ""). So the folder a
+    build sees holds the handout and the student's region bodies, nothing else of the
+    instructor's. A region that is blank in the solution is never the student's: it is left
+    empty once some code of its exercise was taken (wherever it is), else stubbed. Returns
     ({id: [problems]}, {id: True when some student code was taken})."""
     ids = {ex["id"] for ex in exercises}
     chapter_of = {ex["id"]: ex["chapter"] for ex in exercises}
+    handout.write_copy(root, tree, exercises)
     problems, taken, pending = {}, {}, []
-    for rel in handout.tracked_files(root):
-        src = os.path.join(root, rel)
-        if not os.path.isfile(src) or rel.startswith("classroom/instructor/"):
+    for rel in sorted(exercise_files(root)):
+        with open(os.path.join(root, rel), encoding="utf-8") as f:
+            solution = [r for r in regions_in(f.read(), rel) if r[0] in ids]
+        if not solution:
             continue
         target = os.path.join(tree, rel)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        if not rel.endswith(handout.SOURCE_SUFFIXES):
-            shutil.copy2(src, target)
-            continue
-        with open(src, encoding="utf-8") as f:
-            text = f.read()
-        stubbed, found = handout.stub_regions(text, rel, ids)
-        if not found:
-            shutil.copy2(src, target)
-            continue
-        solution = regions_in(text, rel)
+        with open(target, encoding="utf-8") as f:
+            stubbed = f.read()
+        stubs = [body for _, body in regions_in(stubbed, rel)]
         bodies = [None] * len(solution)
+        found = sorted({ex_id for ex_id, _ in solution})
         if rel in student_files:
             try:
+                # Universal newlines: a file saved with CRLF line ends reads as the compiler reads it.
                 with open(student_files[rel], encoding="utf-8") as f:
-                    student = regions_in(f.read(), rel)
+                    student = [r for r in regions_in(f.read(), rel) if r[0] in ids]
                 if [r[0] for r in student] == [r[0] for r in solution]:
                     bodies = [body for _, body in student]
                 else:
@@ -355,19 +381,14 @@ def splice(root, tree, student_files, exercises):
                             f"{rel}: its BEGIN/END SOLUTION lines are not those of the handout (keep them as they were)")
             except (OSError, UnicodeDecodeError, handout.HandoutError) as e:
                 for ex_id in found:
-                    problems.setdefault(ex_id, []).append(f"{rel}: unreadable ({e})")
-        # Every region stubbed, markers kept; regions of exercises not in the config keep the solution.
-        stubbed, _ = handout.stub_regions(text, rel, {ex_id for ex_id, _ in solution})
-        stubs = [body for _, body in regions_in(stubbed, rel)]
+                    problems.setdefault(ex_id, []).append(f"{rel}: unreadable ({e.__class__.__name__})")
         for k, ((ex_id, body), mine) in enumerate(zip(solution, bodies)):
-            if ex_id not in ids:
-                bodies[k] = body
-            elif blank(body):
+            if blank(body):
                 bodies[k] = None  # filled below, once every file is read
             elif mine is not None and mine.strip() == stubs[k].strip():
                 bodies[k] = None  # the handout's stub, left as it was
             elif mine is not None:
-                why = lint_region(mine, chapter_of.get(ex_id, 0))
+                why = lint_region(mine, chapter_of.get(ex_id, 0)) or (check(mine) if check else "")
                 if why:
                     problems.setdefault(ex_id, []).append(f"{rel}: {why}")
                     bodies[k] = None
@@ -377,7 +398,7 @@ def splice(root, tree, student_files, exercises):
     for target, stubbed, solution, bodies in pending:
         for k, (ex_id, body) in enumerate(solution):
             if bodies[k] is None and blank(body) and ex_id in taken:
-                bodies[k] = body
+                bodies[k] = ""
         with open(target, "w", encoding="utf-8") as f:
             f.write(fill_regions(stubbed, bodies))
     return problems, taken
@@ -414,49 +435,69 @@ def restub(tree, rel, ex_ids):
 
 
 # A compiler's error line: nvcc's "path(12): error: ..." or gcc's "path:12:5: error: ...".
-COMPILE_ERROR = re.compile(r"^(?P<path>[^\s:()][^:()\n]*?)(?:\((?P<nv>\d+)\):|:(?P<gcc>\d+):(?:\d+:)?) ?(?:fatal )?error\b.*$",
-                           re.M)
+# A compiler's error line: nvcc's "path(12): error: ..." or gcc's "path:12:5: error: ...".
+COMPILE_ERROR = re.compile(r"^(?P<path>[^\s:()][^:()\n]*?)(?:\((?P<nv>\d+)\):|:(?P<gcc>\d+):(?:\d+:)?) ?(?:fatal )?"
+                           r"error\b:?\s*(?P<msg>.*)$", re.M)
+MAX_ERRORS_SHOWN = 5  # a region's compile errors given to the student
 
 
-def blame(log, tree, files_of):
-    """{exercise id: error lines} for errors that fall inside an exercise region of the tree."""
-    blamed = {}
+def blame(log, tree, files_of, cwd=None):
+    """{exercise id: [(rel, line within the region's body, message)]} for the compile errors that
+    fall inside the body of an exercise region of the tree; every other line of the log is left
+    out (it could quote any file the compiler read). Relative paths are read from `cwd`."""
+    blamed, regions_of = {}, {}
     for m in COMPILE_ERROR.finditer(log):
-        path = os.path.normpath(m.group("path"))
-        rel = os.path.relpath(path, tree) if os.path.isabs(path) else path
+        path = m.group("path")
+        path = os.path.normpath(path if os.path.isabs(path) else os.path.join(cwd or tree, path))
+        rel = os.path.relpath(path, tree)
         if rel not in files_of:
             continue
+        if rel not in regions_of:
+            regions_of[rel] = []
+            try:
+                with open(os.path.join(tree, rel), encoding="utf-8") as f:
+                    handout.stub_regions(f.read(), rel, set(), regions_of[rel])
+            except (OSError, handout.HandoutError):
+                continue
         line = int(m.group("nv") or m.group("gcc"))
-        regions = []
-        try:
-            with open(os.path.join(tree, rel), encoding="utf-8") as f:
-                handout.stub_regions(f.read(), rel, set(), regions)
-        except (OSError, handout.HandoutError):
-            continue
-        text = m.group(0).strip().replace(os.path.join(tree, ""), "")
-        for ex_id, _, first, last in regions:
-            if first <= line <= last:
-                blamed.setdefault(ex_id, []).append(text)
+        for ex_id, _, first, last in regions_of[rel]:
+            if first < line < last:
+                message = m.group("msg").replace(os.path.join(tree, ""), "").strip()
+                blamed.setdefault(ex_id, []).append((rel, line - first, message[:300]))
     return blamed
 
 
-def build_until_clean(build, tree, files_of, broken, what, log=print):
+def compile_reason(ex_id, errors):
+    """What the student reads for a region that does not compile: the count and the first errors,
+    each at its line within their own region."""
+    rel, line, message = errors[0]
+    count = f"{len(errors)} error" + ("s" if len(errors) > 1 else "")
+    lines = [f"region {ex_id} ({rel}) does not compile: {count}, first at line {line} of your region: {message}"]
+    lines += [f"  line {n} of your region ({r}): {msg}" for r, n, msg in errors[1:MAX_ERRORS_SHOWN]]
+    if len(errors) > MAX_ERRORS_SHOWN:
+        lines.append(f"  ... and {len(errors) - MAX_ERRORS_SHOWN} more")
+    return lines
+
+
+def build_until_clean(build, tree, files_of, broken, what, log=print, cwd=None):
     """Runs build() until it succeeds, stubbing the regions its compile errors fall in. Returns
     "" once it builds, else a short reason for the student. The compiler's output reaches the
-    student only as the error lines inside their own regions (blame): any other line could quote
-    a file the student may not see, so the rest goes to the grader's own log."""
+    student only as the error messages inside their own regions (blame), at lines counted within
+    the region: any other line could quote a file the student may not see, so the rest goes to
+    the grader's own log."""
     while True:
         ok, out = build()
         if ok:
             return ""
-        blamed = {k: v for k, v in blame(out, tree, files_of).items() if k not in broken}
+        blamed = {k: v for k, v in blame(out, tree, files_of, cwd).items() if k not in broken}
         if not blamed:
             log(f"grade: {what} does not build; the end of its log:\n" + out[-3000:])
             return (f"{what} does not build, and none of the compiler's errors falls inside an exercise region, "
                     "so there is nothing of yours to show here; the grader's own log has the compiler's output "
                     "(ask the instructor)")
         for ex_id, errors in blamed.items():
-            broken[ex_id] = ["this exercise's code does not compile, so it was graded as the handout's stub:"] + errors[:20]
+            broken[ex_id] = ["this exercise's code does not compile, so it was graded as the handout's stub:"] + \
+                compile_reason(ex_id, errors)
             for rel, held in files_of.items():
                 if ex_id in held:
                     restub(tree, rel, [ex_id])
@@ -470,8 +511,8 @@ def gpu_available():
 
 
 def build_checker(out_dir):
-    """fa_check from the instructor's tree (this one), with g++, in a folder only this user can
-    enter (a runner of another user cannot run it to learn answers)."""
+    """fa_check from the instructor's tree (this one), with g++, as the grader's user, in a folder
+    only that user can enter (the sandbox user can neither read nor run it)."""
     own = os.path.join(out_dir, "checker")
     os.makedirs(own, mode=0o700)
     exe = os.path.join(own, "fa_check")
@@ -486,12 +527,14 @@ def build_checker(out_dir):
 BUILD_TIMEOUT = 300  # seconds for one chapter's CPU runner (a compile-time loop cannot hold the grader)
 
 
-def run_build(cmd, timeout, tmp):
-    """(ok, output) of a build command run in a process group of its own, every process of which is
-    killed when it runs past `timeout` seconds (the compiler's own children too); its temporary
-    files go in `tmp`."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            env=dict(os.environ, TMPDIR=tmp))
+def run_build(cmd, timeout, tmp, box=None, cwd=None):
+    """(ok, output) of a build command run in a process group of its own, as the sandbox's user
+    when `box` is active, every process of which is killed when it runs past `timeout` seconds
+    (the compiler's own children too); its temporary files go in `tmp`, its environment is the
+    few variables a compiler needs."""
+    box = box or Sandbox()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                            start_new_session=True, env=box.env(tmp), cwd=cwd or tmp, preexec_fn=box.enter)
     try:
         out, _ = proc.communicate(timeout=timeout)
         return proc.returncode == 0, out
@@ -501,33 +544,334 @@ def run_build(cmd, timeout, tmp):
         return False, f"the build ran past {timeout} s and was stopped"
 
 
-def cpu_runner_builder(tree, chapter, out_dir):
+def cpu_runner_builder(tree, chapter, out_dir, box=None):
     exe = os.path.join(out_dir, f"runner_cpu_ch{chapter:02d}")
     sources = [os.path.join(tree, "classroom/grader/runner_cpu.cpp")] + [os.path.join(tree, f"common/{n}.cpp")
                                                                         for n in ("problem", "dtype", "fp8")]
     cmd = ["g++", "-O2", "-std=c++17", f"-DFA_RUNNER_CHAPTER={chapter}", "-I", os.path.join(tree, "common"), "-o", exe] + sources
 
     def build():
-        return run_build(cmd, BUILD_TIMEOUT, out_dir)
+        return run_build(cmd, BUILD_TIMEOUT, os.path.join(out_dir, "tmp"), box, cwd=out_dir)
     return exe, build
 
 
-def gpu_runner_builder(tree, build_dir, chapters, cmake_args, fresh=True):
+def gpu_runner_builder(tree, build_dir, chapters, cmake_args, box=None, tmp=None):
+    """build() of the GPU runners of `chapters` from `tree` in `build_dir` (as the sandbox's user
+    when `box` is active)."""
+    tmp = tmp or build_dir
+
     def build():
-        if fresh:
-            # Each grading tree is a fresh folder: a cache made for another one is of no use.
-            shutil.rmtree(os.path.join(build_dir, "CMakeFiles"), ignore_errors=True)
-            if os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
-                os.remove(os.path.join(build_dir, "CMakeCache.txt"))
-        conf = subprocess.run(["cmake", "-S", tree, "-B", build_dir, "-DFA_BUILD_TESTS=OFF"] + cmake_args.split(),
-                              capture_output=True, text=True)
-        if conf.returncode != 0:
-            return False, conf.stdout + conf.stderr
+        conf = run_build(["cmake", "-S", tree, "-B", build_dir, "-DFA_BUILD_TESTS=OFF"] + cmake_args.split(), 600, tmp,
+                         box, cwd=build_dir)
+        if not conf[0]:
+            return conf
         targets = []
         for c in chapters:
             targets += ["--target", f"fa_runner_ch{c:02d}"]
-        return run_build(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2)] + targets, 3600, build_dir)
+        return run_build(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2)] + targets, 3600, tmp, box,
+                         cwd=build_dir)
     return build
+
+
+# ---- the sandbox ------------------------------------------------------------------------------
+
+# As root, each grading builds and runs the student's code as a user of its own: a uid (also its
+# gid) from this range that no account holds, with no supplementary groups, taken for the whole
+# grading by a lock in STATE_DIR. So the instructor's tree (made unreadable to others), the
+# checker and other gradings' files are out of its reach, and killing every process of that user
+# after each case touches this grading's runners only.
+SANDBOX_IDS = range(61000, 61200)
+STATE_DIR = "/run/fa_grade" if os.path.isdir("/run") else os.path.join(tempfile.gettempdir(), "fa_grade_state")
+
+
+class SandboxError(Exception):
+    pass
+
+
+class Sandbox:
+    """The user that builds and runs a submission's code. Active as root (a uid of its own);
+    otherwise the grader's own user, which is no sandbox (a student checking their own work)."""
+
+    def __init__(self, uid=None, lock=None):
+        self.uid, self.lock = uid, lock
+
+    @property
+    def active(self):
+        return self.uid is not None
+
+    def enter(self):
+        """In a child before exec: no core files, then (when active) this sandbox's user."""
+        import resource
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.umask(0o022)
+        if self.active:
+            os.setgroups([])
+            os.setgid(self.uid)
+            os.setuid(self.uid)
+
+    def env(self, tmp):
+        """A compiler's environment: PATH, the CUDA toolkit's variables, TMPDIR; nothing else of the
+        grader's (which could hold a secret the build would see)."""
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent", "TMPDIR": tmp, "LC_ALL": "C"}
+        for keep in ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CUDACXX", "CXX", "CC", "CUDA_VISIBLE_DEVICES"):
+            if keep in os.environ:
+                env[keep] = os.environ[keep]
+        return env
+
+    def as_user(self, action):
+        """action() run in a child that took this sandbox's user; True when it returned True."""
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.setgroups([])
+                os.setgid(self.uid)
+                os.setuid(self.uid)
+                code = 0 if action() else 1
+            finally:
+                os._exit(code)
+        return os.waitpid(pid, 0)[1] == 0
+
+    def can_reach(self, path):
+        """Whether this sandbox's user can list `path` or open what is under it."""
+        def reach():
+            for probe in (lambda: os.listdir(path), lambda: os.stat(os.path.join(path, "."))):
+                try:
+                    probe()
+                    return True
+                except OSError:
+                    pass
+            return False
+        return self.active and self.as_user(reach)
+
+    def alive(self):
+        """Whether a process of this sandbox's user is alive (zombies, which wait to be reaped, not)."""
+        me = os.getpid()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == me:
+                continue
+            try:
+                with open(f"/proc/{entry}/status") as f:
+                    status = dict(line.split(":", 1) for line in f if ":" in line)
+            except OSError:
+                continue
+            if int(status.get("Uid", "-1").split()[0]) == self.uid and "Z" not in status.get("State", ""):
+                return True
+        return False
+
+    def kill_all(self):
+        """Kills every process of this sandbox's user, signalling as that user (so it can signal no
+        other), until none is left. kill(-1) itself tells nothing: it succeeds while any other
+        process exists."""
+        def kill():
+            for _ in range(1000):
+                try:
+                    os.kill(-1, signal.SIGKILL)
+                except ProcessLookupError:
+                    break
+                if not self.alive():
+                    break
+                time.sleep(0.001)
+            return True
+        if self.active:
+            self.as_user(kill)
+
+    def own(self, path):
+        """Gives `path` (a new empty folder) to this sandbox's user, for its build to write in."""
+        if self.active:
+            os.chown(path, self.uid, self.uid)
+
+    def take_back(self, path):
+        """Every file and folder under `path` back to the grader's user, links not followed, once
+        the sandbox's user is done writing there (its processes are killed first): a runner of
+        that user can then change nothing the grader reads or runs."""
+        if not self.active:
+            return
+        self.kill_all()
+        os.lchown(path, 0, 0)
+        for base, dirs, names in os.walk(path):
+            for name in dirs + names:
+                os.lchown(os.path.join(base, name), 0, 0)
+
+    def protect(self, paths, log=print):
+        """Makes each of `paths` unreachable to this sandbox's user (group and others lose their
+        access to the folder itself, when they had it), and checks that it is."""
+        for path in paths:
+            if not self.can_reach(path):
+                continue
+            mode = os.stat(path).st_mode
+            os.chmod(path, mode & ~0o077)
+            log(f"grade: {path} was open to other users; it is now mode {mode & ~0o077 & 0o7777:o}, so that the "
+                "sandbox's user cannot read it")
+            if self.can_reach(path):
+                raise SandboxError(f"{path} is still readable by the sandbox's user (uid {self.uid}) after chmod go-rwx "
+                                   "(an ACL?); make it readable by its owner only")
+
+    def close(self):
+        if self.lock is not None:
+            self.kill_all()
+            os.close(self.lock)
+            self.lock = None
+
+
+def private_dir(path):
+    """`path`, a folder of this user's own that no one else may enter, made when missing."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as e:
+        raise SandboxError(f"the grader's state folder {path} cannot be made ({e.strerror})") from None
+    import stat as st_mod
+    if not st_mod.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise SandboxError(f"{path} must be a folder of uid {os.geteuid()}'s with mode 0700 (it is not): remove it")
+    return path
+
+
+def id_in_use(n):
+    """Whether an account or a group holds the id n."""
+    import grp
+    import pwd
+    for lookup in (pwd.getpwuid, grp.getgrgid):
+        try:
+            lookup(n)
+            return True
+        except KeyError:
+            pass
+    return False
+
+
+def claim_sandbox(ids=SANDBOX_IDS, state=None):
+    """As root, a Sandbox with a uid of its own for this grading; otherwise an inactive one."""
+    if os.geteuid() != 0:
+        return Sandbox()
+    import fcntl
+    state = private_dir(state or STATE_DIR)
+    for n in ids:
+        if id_in_use(n):
+            continue
+        fd = os.open(os.path.join(state, f"uid_{n}.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+        box = Sandbox(n, fd)
+        box.kill_all()  # what a grading that stopped midway may have left
+        return box
+    raise SandboxError(f"no sandbox user is free: every id from {ids.start} to {ids.stop - 1} is an account's or "
+                       "another grading's; wait for a grading to end")
+
+
+def gpu_turn(state=None):
+    """As root, a descriptor holding the machine's GPU lock (gradings run their GPU cases one at a
+    time, so timed cases do not share the GPU); None otherwise. Blocks until the lock is free."""
+    if os.geteuid() != 0:
+        return None
+    import fcntl
+    fd = os.open(os.path.join(private_dir(state or STATE_DIR), "gpu.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW,
+                 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+PRAGMA_UNROLL = re.compile(r"[ \t]*#[ \t]*pragma[ \t]+unroll([ \t]+\d+)?[ \t]*")
+
+
+def compiler_view(body, box, work):
+    """The first reason the compiler's own reading of a region body shows it is not plain code
+    that stays where it is written, or "". g++ reads the body (as the sandbox's user, in `work`):
+      1. tokenized only (-fpreprocessed: no directives, no macros) and fully preprocessed, with a
+         last line holding __LINE__ and __FILE__: the two must agree up to that line and the line
+         must be the body's own, else the body holds a directive, a macro, a splice or a #line;
+      2. as g++ splits it into tokens (-fdebug-cpp marks each one): its (), [] and {} must pair
+         up, so it cannot close the function it sits in or add code outside it; a comment or a
+         literal left open is an error of the preprocessor's.
+    #pragma unroll lines (the lint checked their form) are blanked before both."""
+    problem = raw_text_problem(body)
+    if problem:
+        return problem
+    text = "\n".join("" if PRAGMA_UNROLL.fullmatch(line) else line for line in body.split("\n"))
+    nonce = secrets.token_hex(8)
+    sentinel = f"fa_region_end_{nonce}"
+    probe = text + f"\n{sentinel} __LINE__ __FILE__\n"
+    gxx = ["g++", "-x", "c++", "-std=c++17", "-nostdinc", "-undef"]
+    tmp = os.path.join(work, "tmp")
+
+    def run(cmd, stdin):
+        """(exit status 0 and nothing on stderr, stdout, stderr) of g++ on `stdin`."""
+        try:
+            done = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=30, env=box.env(tmp),
+                                  cwd=work, preexec_fn=box.enter, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            return False, "", "<stdin>:1: the compiler ran past 30 s on it"
+        return done.returncode == 0 and not done.stderr.strip(), done.stdout, done.stderr
+
+    ok_tokens, tokens, err_tokens = run(gxx + ["-E", "-P", "-fpreprocessed", "-w", "-"], probe)
+    ok_full, full, err_full = run(gxx + ["-E", "-P", "-"], probe)
+    if not ok_tokens or not ok_full:
+        return "the compiler's preprocessor refuses the region: " + first_diagnostic(err_tokens if not ok_tokens else err_full)
+    line = probe.count("\n")
+    head_tokens, _, _ = tokens.partition(sentinel)
+    head_full, _, tail_full = full.partition(sentinel)
+    ok_macros, macros, _ = run(gxx + ["-E", "-dM", "-"], probe)
+    if (head_tokens != head_full or tail_full.split() != [str(line), '"<stdin>"'] or not ok_macros
+            or any(out_line.lstrip().startswith("#") for out_line in head_full.splitlines())
+            or sorted(macros.splitlines()) != predefined_macros(box, work)):
+        return ("as the compiler reads it, the region holds a preprocessor directive, a macro, a line splice or a "
+                "#line: regions may hold code only (#pragma unroll is allowed)")
+    # The compiler's own tokens: -fdebug-cpp writes a marker before each one. A region whose text
+    # holds "{P:" could forge a marker inside a literal, so it is refused.
+    if "{P:" in text:
+        return "the text '{P:' is not allowed in an exercise region"
+    ok, marked, err = run(gxx + ["-E", "-P", "-fpreprocessed", "-fdebug-cpp", "-"], text)
+    if not ok:
+        return "the compiler's preprocessor refuses the region: " + first_diagnostic(err)
+    marks = list(DEBUG_MARK.finditer(marked))
+    stack = []
+    for m, after in zip(marks, marks[1:] + [None]):
+        token = marked[m.end():after.start() if after else len(marked)].strip()
+        kind = BRACKETS.get(token)
+        if kind is None:
+            continue
+        if kind in "([{":
+            stack.append((kind, m.group(1)))
+        elif not stack or {"(": ")", "[": "]", "{": "}"}[stack.pop()[0]] != kind:
+            return (f"line {m.group(1)} of your region: an unmatched '{token}' as the compiler reads it: a region may "
+                    "not close the function or block it sits in")
+    if stack:
+        return (f"line {stack[-1][1]} of your region: a '{stack[-1][0]}' the region does not close, as the compiler reads "
+                "it: its braces, parentheses and brackets must pair up inside it")
+    return ""
+
+
+# The marker g++ -E -fdebug-cpp writes before each token (its line L and column C in the input).
+DEBUG_MARK = re.compile(r"\{P:<stdin>;F:[^;{}]*;L:(\d+);C:(\d+);S:\d+;M:[^;{}]*;E:\d+,LOC:\d+,R:\d+\}")
+BRACKETS = {"(": "(", "[": "[", "<:": "[", "{": "{", "<%": "{", ")": ")", "]": "]", ":>": "]", "}": "}", "%>": "}"}
+
+
+PREDEFINED = {}
+
+
+def predefined_macros(box, work):
+    """g++'s -dM listing for an empty input (with -undef: the macros no header defined)."""
+    if "macros" not in PREDEFINED:
+        done = subprocess.run(["g++", "-x", "c++", "-std=c++17", "-nostdinc", "-undef", "-E", "-dM", "-"], input="",
+                              capture_output=True, text=True, timeout=30, env=box.env(os.path.join(work, "tmp")),
+                              cwd=work, preexec_fn=box.enter)
+        PREDEFINED["macros"] = sorted(done.stdout.splitlines())
+    return PREDEFINED["macros"]
+
+
+def first_diagnostic(out, offset=0):
+    """The compiler's first error or warning on a region fed on stdin, its line counted within the
+    region (`offset` lines of a frame come before the region's first)."""
+    for line in out.splitlines():
+        m = re.match(r"<stdin>:(\d+):(?:\d+:)?\s*(.*)", line)
+        if m:
+            return f"line {max(1, int(m.group(1)) - offset)} of your region: {m.group(2)[:200]}"
+    return "no message"
 
 
 # ---- scoring ----------------------------------------------------------------------------------
@@ -605,74 +949,87 @@ def read_junit(path):
 STUDENT_COPY = not os.path.isdir(os.path.join(ROOT, "classroom", "instructor"))
 
 
-LOCK = os.path.join(tempfile.gettempdir(), "fa_grade.lock")
-
-
-class GradingBusy(Exception):
-    pass
-
-
-def one_grading_at_a_time(path=None):
-    """Takes this machine's grading lock (an exclusive flock on `path`, default LOCK) and returns its
-    open descriptor: the lock holds until it is closed. Two gradings at once would kill each
-    other's runners, since both run them as the same sandbox user and kill every process of that
-    user after each case. The file is this user's own, 0600, never a link: a runner cannot open it
-    to hold the lock."""
-    import fcntl
-    path = path or LOCK
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    except OSError as e:
-        raise GradingBusy(f"the grading lock {path} cannot be opened ({e.strerror}); remove it if it is not this "
-                          "user's file") from None
-    if os.fstat(fd).st_uid != os.getuid():
-        os.close(fd)
-        raise GradingBusy(f"the grading lock {path} belongs to another user; remove it")
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = os.pread(fd, 100, 0).decode(errors="replace").strip() or "a process"
-        os.close(fd)
-        raise GradingBusy(f"another grading is running on this machine ({holder}, lock {path}); gradings run one "
-                          "at a time, because each kills the sandbox user's processes after every case: wait for "
-                          "it, or grade many submissions one after another with tools/grade_batch.py") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
-    return fd
-
-
-def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args="", seed=None, log=print):
+def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args="", seed=None, log=print,
+          private=(), sandbox_ids=SANDBOX_IDS):
+    """(results.json's dict, the reason a submission was refused or None). As root, the student's
+    code is built and run by a sandbox user of this grading's own, which can read neither the
+    instructor's tree nor any folder of `private` (each is made so, and checked)."""
     exercises = handout.load_config(config)
-    lock = one_grading_at_a_time()
+    box = claim_sandbox(sandbox_ids)
     try:
-        return grade_locked(exercises, submission, build_dir, cpu_only, timeout, cmake_args, seed, log)
+        if box.active:
+            log(f"grade: the student's code is built and run as uid {box.uid}, which cannot read the instructor's tree")
+            box.protect([ROOT] + [os.path.abspath(p) for p in private], log)
+        else:
+            log("grade: not run as root, so the sandbox is not in effect: the student's code is built and run as this "
+                "user and can read whatever this user can (a self-check; grade submissions as root)")
+        return grade_in_sandbox(exercises, submission, build_dir, cpu_only, timeout, cmake_args, seed, log, box)
     finally:
-        os.close(lock)
+        box.close()
 
 
-def grade_locked(exercises, submission, build_dir, cpu_only, timeout, cmake_args, seed, log):
-    """grade() while it holds the machine's grading lock."""
+def grade_in_sandbox(exercises, submission, build_dir, cpu_only, timeout, cmake_args, seed, log, box):
+    """grade() once this grading's sandbox user is claimed. Folders: `work` (the grader's alone:
+    the checker, the reference build) and `sandbox` (open to the sandbox's user alone: the
+    student's tree made from the handout, their runners' build)."""
     work = tempfile.mkdtemp(prefix="fa_grade_")
-    os.chmod(work, 0o755)
+    sandbox = tempfile.mkdtemp(prefix="fa_sandbox_")
+    if box.active:
+        os.chown(sandbox, 0, box.uid)
+        os.chmod(sandbox, 0o750)
     has_gpu = not cpu_only and gpu_available()
     try:
         try:
             student_files = locate(submission or ROOT, ROOT)
         except SubmissionError as e:
             return results_json(exercises, refused_outcomes(exercises, has_gpu, str(e))), str(e)
-        return grade_files(exercises, student_files, work, os.path.join(work, "tree"), has_gpu, build_dir, timeout,
-                           cmake_args, seed, log)
+        return grade_files(exercises, student_files, work, sandbox, has_gpu, build_dir, timeout, cmake_args, seed, log,
+                           box)
     finally:
-        for folder in UNPACKED + [work]:
+        box.kill_all()
+        for folder in UNPACKED + [work, sandbox]:
             shutil.rmtree(folder, ignore_errors=True)
         UNPACKED.clear()
 
 
-def grade_files(exercises, student_files, work, tree, has_gpu, build_dir, timeout, cmake_args, seed, log):
+def open_tree(path):
+    """Folders 0755 and files 0644 (0755 when executable) under `path`: the student's tree is
+    read by the sandbox's user, whatever modes the instructor's files had."""
+    for base, dirs, names in os.walk(path):
+        os.chmod(base, 0o755)
+        for name in names:
+            full = os.path.join(base, name)
+            if not os.path.islink(full):
+                os.chmod(full, 0o755 if os.stat(full).st_mode & 0o100 else 0o644)
+
+
+def sandbox_folder(box, parent, name):
+    """A new folder under `parent` that the sandbox's user writes in (its build), with a tmp/ in it."""
+    path = os.path.join(parent, name)
+    os.makedirs(os.path.join(path, "tmp"))
+    for p in (path, os.path.join(path, "tmp")):
+        box.own(p)
+    return path
+
+
+def runner_file(path):
+    """`path` when it is a regular file (not a link the build could have left), else None."""
+    import stat as st_mod
+    try:
+        return path if st_mod.S_ISREG(os.lstat(path).st_mode) else None
+    except OSError:
+        return None
+
+
+def grade_files(exercises, student_files, work, sandbox, has_gpu, build_dir, timeout, cmake_args, seed, log, box):
     """grade() once the submission's files are found."""
     outcomes = {}
     log("grade: the submission's " + ", ".join(sorted(student_files)))
-    problems, taken = splice(ROOT, tree, student_files, exercises)
+    tree = os.path.join(sandbox, "tree")
+    check_dir = sandbox_folder(box, sandbox, "check")
+    problems, taken = splice(ROOT, tree, student_files, exercises,
+                             check=lambda body: compiler_view(body, box, check_dir))
+    open_tree(tree)
     files_of = exercise_files(ROOT)
     broken = {}
     for ex_id, why in problems.items():
@@ -681,51 +1038,58 @@ def grade_files(exercises, student_files, work, tree, has_gpu, build_dir, timeou
             if ex_id in held:
                 restub(tree, rel, [ex_id])
     checker = build_checker(work)
-    runners, build_errors, reference_runners, cleanup = {}, {}, {}, []
+    runners, build_errors, reference_runners = {}, {}, {}
     # Runners only for chapters with an exercise the submission holds code for.
     wanted = [ex for ex in exercises if ex["id"] in taken and ex["id"] not in broken]
     cpu_chapters = sorted({ex["chapter"] for ex in wanted if ex["device"] == "cpu"})
+    cpu_build = sandbox_folder(box, sandbox, "cpu")
     for chapter in cpu_chapters:
-        exe, build = cpu_runner_builder(tree, chapter, work)
+        exe, build = cpu_runner_builder(tree, chapter, cpu_build, box)
         log(f"grade: building chapter {chapter:02d}'s CPU runner")
-        error = build_until_clean(build, tree, files_of, broken, f"chapter {chapter:02d}'s CPU runner", log)
+        error = build_until_clean(build, tree, files_of, broken, f"chapter {chapter:02d}'s CPU runner", log, cpu_build)
         if error:
             build_errors[("cpu", chapter)] = error
         else:
             runners[("cpu", chapter)] = exe
     gpu_chapters = sorted({ex["chapter"] for ex in wanted if ex["device"] == "gpu"})
     if has_gpu and gpu_chapters:
-        # Default: a new folder only this user can enter (a predictable path in /tmp could be
-        # made beforehand by someone else, e.g. as a link).
-        if not build_dir:
-            build_dir = os.path.join(tempfile.mkdtemp(prefix="fa_gpu_"), "build")
-            cleanup.append(os.path.dirname(build_dir))
-        gpu_build = os.path.abspath(build_dir)
+        gpu_build = sandbox_folder(box, sandbox, "gpu")
         log(f"grade: building the GPU runners of chapters {', '.join(f'{c:02d}' for c in gpu_chapters)} in {gpu_build}")
-        error = build_until_clean(gpu_runner_builder(tree, gpu_build, gpu_chapters, cmake_args), tree, files_of, broken,
-                                  "the GPU runners", log)
+        error = build_until_clean(gpu_runner_builder(tree, gpu_build, gpu_chapters, cmake_args, box,
+                                                     os.path.join(gpu_build, "tmp")), tree, files_of, broken,
+                                  "the GPU runners", log, gpu_build)
         for chapter in gpu_chapters:
             if error:
                 build_errors[("gpu", chapter)] = error
             else:
-                exe = os.path.join(work, f"runner_gpu_ch{chapter:02d}")
-                shutil.copy2(os.path.join(gpu_build, "bin", f"fa_runner_ch{chapter:02d}"), exe)
-                runners[("gpu", chapter)] = exe
-        # The speed parts compare with the instructor's own kernels, built from this tree (kept
-        # between gradings: it does not change) and timed in the same run.
+                runners[("gpu", chapter)] = os.path.join(gpu_build, "bin", f"fa_runner_ch{chapter:02d}")
+        # The speed parts compare with the instructor's own kernels, built from this tree by the
+        # grader's user (kept between gradings in --build-dir's .reference: it does not change),
+        # run from a folder of the sandbox as files the sandbox's user may run but not read.
         timed = sorted({ex["chapter"] for ex in wanted if ex["device"] == "gpu" and ex.get("timed")})
         if STUDENT_COPY:
             timed = []  # no reference solution to time against
         if timed:
-            ref_build = gpu_build.rstrip("/") + ".reference"
+            ref_build = (os.path.abspath(build_dir).rstrip("/") + ".reference" if build_dir
+                         else os.path.join(work, "reference"))
+            os.makedirs(ref_build, mode=0o700, exist_ok=True)
+            os.chmod(ref_build, 0o700)
             log(f"grade: building the reference runners of chapters {', '.join(f'{c:02d}' for c in timed)} in {ref_build}")
-            ok, out = gpu_runner_builder(ROOT, ref_build, timed, cmake_args, fresh=False)()
+            ok, out = gpu_runner_builder(ROOT, ref_build, timed, cmake_args)()
             if not ok:
                 raise RuntimeError("the reference runners do not build (an instructor's tree problem):\n" + out[-3000:])
+            shown = os.path.join(sandbox, "reference")
+            os.makedirs(shown)
+            os.chmod(shown, 0o755)
             for chapter in timed:
-                exe = os.path.join(work, f"reference_gpu_ch{chapter:02d}")
-                shutil.copy2(os.path.join(ref_build, "bin", f"fa_runner_ch{chapter:02d}"), exe)
+                exe = os.path.join(shown, f"reference_gpu_ch{chapter:02d}")
+                shutil.copyfile(os.path.join(ref_build, "bin", f"fa_runner_ch{chapter:02d}"), exe)
+                os.chmod(exe, 0o711 if box.active else 0o700)
                 reference_runners[chapter] = exe
+    # The sandbox's user wrote its builds; from here on it owns nothing the grader uses.
+    for folder in (check_dir, cpu_build) + ((gpu_build,) if has_gpu and gpu_chapters else ()):
+        box.take_back(folder)
+    runners = {key: exe for key, exe in runners.items() if runner_file(exe)}
     for ex in exercises:
         key = (ex["device"], ex["chapter"])
         if ex["device"] == "gpu" and not has_gpu:
@@ -744,21 +1108,28 @@ def grade_files(exercises, student_files, work, tree, has_gpu, build_dir, timeou
         run_seed = seed if seed is not None else secrets.randbits(63)
         log(f"grade: checking {ex['id']}")
         cmd = [checker, "--exercise", ex["id"], "--runner", runners[key], "--timeout", str(timeout)]
+        if box.active:
+            cmd += ["--uid", str(box.uid)]
         if ex["device"] == "gpu" and ex["chapter"] in reference_runners:
             cmd += ["--reference-runner", reference_runners[ex["chapter"]]]
         if STUDENT_COPY:
             cmd.append("--student-copy")
-        # The seed goes in the environment: other users can read a command line, not that.
-        done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, FA_CHECK_SEED=str(run_seed)))
+        turn = gpu_turn() if ex["device"] == "gpu" else None
+        try:
+            # The seed goes in the environment: other users can read a command line, not that.
+            done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, FA_CHECK_SEED=str(run_seed)))
+        finally:
+            if turn is not None:
+                os.close(turn)
         try:
             verdict = json.loads(done.stdout)
         except json.JSONDecodeError:
-            outcomes[ex["id"]] = ("graded", 0, ["the checker failed: " + done.stderr[-1000:]])
+            log(f"grade: the checker failed on {ex['id']} (status {done.returncode}):\n" + done.stderr[-3000:])
+            outcomes[ex["id"]] = ("graded", 0, ["the grader's checker failed on this exercise (not a verdict on your "
+                                                "code); the grader's own log has its message (ask the instructor)"])
             continue
         value, lines = score_verdict(ex, verdict)
         outcomes[ex["id"]] = ("graded", value, lines)
-    for folder in cleanup:
-        shutil.rmtree(folder, ignore_errors=True)
     return results_json(exercises, outcomes), None
 
 
@@ -766,7 +1137,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--submission", help="the student's tree, a zip of it, or the files they edited")
     parser.add_argument("--build-dir", default=None,
-                        help="where CMake builds the GPU runners (default: a new folder in /tmp, removed after)")
+                        help="the reference runners (GPU speed parts) are built and kept in BUILD_DIR.reference "
+                             "(default: a new folder, removed after)")
+    parser.add_argument("--private", action="append", default=[],
+                        help="a folder the sandbox's user must not read (made so as root); may be repeated")
     parser.add_argument("--out", default="results.json")
     parser.add_argument("--config", default=os.path.join(ROOT, "classroom", "exercises.json"))
     parser.add_argument("--cpu-only", action="store_true", help="grade the CPU exercises only, even with a GPU")
@@ -781,8 +1155,8 @@ def main():
     start = time.time()
     try:
         results, refused = grade(args.submission, args.build_dir, args.config, args.cpu_only, args.timeout,
-                                 args.cmake_args, args.seed)
-    except (handout.HandoutError, GradingBusy) as e:
+                                 args.cmake_args, args.seed, private=args.private)
+    except (handout.HandoutError, SandboxError) as e:
         print(f"grade: error: {e}", file=sys.stderr)
         return 1
     results["execution_time"] = round(time.time() - start, 1)

@@ -10,7 +10,9 @@ tools/grade.py in a process of its own, one after the other, with `--time-limit`
 whole grading (build included; default 1800): past it the student gets 0 and a line saying so.
 GRADES/<student>/results.json is Gradescope's schema, GRADES/<student>/grade.log the grader's
 log, and GRADES/gradebook.csv one row per student: the total, the points possible here, and
-each exercise's score ("" for an exercise not graded on this machine).
+each exercise's score ("" for an exercise not graded on this machine). As root, each grading
+builds and runs the student's code as a sandbox user of its own, which can read neither the
+instructor's tree, nor SUBMISSIONS, nor GRADES (grade.py makes them so: mode 0700 on each).
 """
 import argparse
 import csv
@@ -66,8 +68,10 @@ def grade_one(path, out_dir, args):
     results_path = os.path.join(out_dir, "results.json")
     if os.path.exists(results_path):
         os.remove(results_path)
+    # Other students' submissions and results stay out of the sandbox user's reach.
     cmd = [sys.executable, os.path.join(ROOT, "tools", "grade.py"), "--submission", path, "--out", results_path,
-           "--build-dir", args.build_dir, "--timeout", str(args.timeout), "--config", args.config]
+           "--build-dir", args.build_dir, "--timeout", str(args.timeout), "--config", args.config,
+           "--private", os.path.abspath(args.submissions), "--private", os.path.abspath(args.out)]
     if args.cpu_only:
         cmd.append("--cpu-only")
     if args.cmake_args:

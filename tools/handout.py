@@ -164,13 +164,36 @@ def tracked_files(root):
 
 def make_handout(root, dest, config_path):
     exercises = load_config(config_path)
-    selected = {ex["id"] for ex in exercises}
     dest = os.path.abspath(dest)
     inside = os.path.relpath(dest, os.path.abspath(root))
     if not inside.startswith("..") and (inside == "." or inside.split(os.sep)[0] != "build"):
         raise HandoutError(f"DEST {dest} is inside the repository; use a folder outside it (or under build/)")
     if os.path.exists(dest) and os.listdir(dest):
         raise HandoutError(f"DEST {dest} exists and is not empty")
+    totals, regions_text, outputs = write_copy(root, dest, exercises)
+    # A line that the copy's own sources hold outside every region (a loop header, a shared
+    # helper's call) gives nothing away; any other solution line anywhere in the copy does.
+    shared = set()
+    for rel in outputs:
+        if rel.endswith(SOURCE_SUFFIXES) and not rel.startswith(INSTRUCTOR + "/"):
+            with open(os.path.join(dest, rel), encoding="utf-8") as f:
+                shared.update(normalize(line) for line in f)
+    leaks = solution_leaks(root, dest, solution_lines(regions_text) - shared)
+    leaks += copied_runs(dest, solution_runs(regions_text))
+    leaks += code_line_leaks(dest, regions_text)
+    if leaks:
+        shutil.rmtree(dest)
+        raise HandoutError(f"{len(leaks)} solution line(s) survive in the copy (it was removed), first: " + "; ".join(leaks[:5]))
+    return totals
+
+
+def write_copy(root, dest, exercises):
+    """Writes the student copy of `root` into `dest` (every region of `exercises` stubbed, the
+    instructor's files left out, the pages' solution prose and snippets replaced) and returns
+    ({id: regions}, [the solution regions' text], {path: the copy's bytes, or None for the
+    original file}). The grader builds a student's code in such a copy too, never in the
+    instructor's tree. Nothing is written when a marker or the config is bad."""
+    selected = {ex["id"] for ex in exercises}
     # First every file in memory, so that a bad marker anywhere leaves nothing half-written.
     outputs, totals, regions, regions_text = {}, {}, [], []
     for rel in tracked_files(root):
@@ -212,7 +235,8 @@ def make_handout(root, dest, config_path):
         target = os.path.join(dest, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         if data is None:
-            shutil.copy2(os.path.join(root, rel), target)
+            shutil.copyfile(os.path.join(root, rel), target)
+            shutil.copymode(os.path.join(root, rel), target)
         else:
             with open(target, "wb") as f:
                 f.write(data)
@@ -222,19 +246,7 @@ def make_handout(root, dest, config_path):
     # The pages' code snippets come from the sources: in the copy they show the stubs.
     import check_snippets
     check_snippets.sync(dest, fix=True)
-    # A line that the copy's own sources hold outside every region (a loop header, a shared
-    # helper's call) gives nothing away; any other solution line anywhere in the copy does.
-    shared = set()
-    for rel in outputs:
-        if rel.endswith(SOURCE_SUFFIXES) and not rel.startswith(INSTRUCTOR + "/"):
-            with open(os.path.join(dest, rel), encoding="utf-8") as f:
-                shared.update(normalize(line) for line in f)
-    leaks = solution_leaks(root, dest, solution_lines(regions_text) - shared)
-    leaks += copied_runs(dest, solution_runs(regions_text))
-    if leaks:
-        shutil.rmtree(dest)
-        raise HandoutError(f"{len(leaks)} solution line(s) survive in the copy (it was removed), first: " + "; ".join(leaks[:5]))
-    return totals
+    return totals, regions_text, outputs
 
 
 PAGE_SOLUTION = re.compile(r"<!-- BEGIN SOLUTION ([A-Za-z0-9_]+) -->\n(.*?)<!-- END SOLUTION -->\n?", re.S)
@@ -341,6 +353,75 @@ def solution_leaks(root, dest, lines):
         for i, line in enumerate(text.splitlines(), 1):
             if normalize(line) in lines:
                 leaks.append(f"{rel}:{i}: {normalize(line)[:80]}")
+    return leaks
+
+
+# The code lines of a solution, as tokens: a line of a solution region that appears anywhere in
+# the copy (any file, docs included, inside a region or not) gives it away, unless it is trivial.
+CODE_TOKEN = re.compile(r"[A-Za-z_$][\w$]*|\.?\d(?:[\w.']|[eEpP][+-])*|\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'|"
+                        r"::|->|\+\+|--|<<=?|>>=?|[<>=!+\-*/%&|^]=|&&|\|\||\S")
+# What makes a line trivial: fewer than 3 tokens, a comment, braces, a preprocessor line, or one
+# of these shapes (token-spaced), which every chapter writes and which hold no step of a solution.
+TRIVIAL_SHAPES = [re.compile(p) for p in (
+    r"(\} )?else( \{| if .*)?|\} while .*",  # the other branch; a do-while's end
+    r"# .*",  # #pragma unroll and the like
+    # a counted loop's header
+    r"for \( (const )?(int|int64_t|unsigned|(std :: )?size_t) \w+ = [\w.]+ ; \w+ < [^;]+ ; (\+\+ \w+|\w+ \+\+|\w+ \+= \w+) \) \{?",
+    # a declaration with no initializer or a constant one
+    r"(const |constexpr |__shared__ )*[\w:]+( \*)? \w+( \[ \w+ \])* (= (- )?[\w.]+ )?;",
+    r"\w+ = \w+ ;",  # one name copied into another
+    r"return (- )?[\w.]* ;",  # a constant returned
+    r"if \( \w+ >= \w+ \) return ;",  # a bounds guard
+)]
+# Lines a solution shares on purpose with the code the student is given: a launch's check, the
+# CPU loops' shorthands for the shape, a kernel's block indices, branch heads. Kept short: each is
+# a line the copy holds outside the regions and that says nothing about the exercise's step.
+ALLOWED_LINES = frozenset((
+    "CUDA_CHECK_LAUNCH ( ) ;",
+    "const int d = s . head_dim ;",
+    "const float scale = float ( s . softmax_scale ( ) ) ;",
+    "const int i = i0 + r ;",
+    "const int j = j0 + c ;",
+    "const int bh = blockIdx . z ;",
+    "const int64_t row = blockIdx . x ;",
+    "float * s = scores + row * shape . seq_kv ;",
+    "if ( products == Products :: PerThread ) {",
+    "if constexpr ( kPipelined ) {",
+))
+
+
+def code_tokens(line):
+    """The line's code as space-separated tokens ("" for a comment or a line with fewer than 3)."""
+    code = line.strip()
+    if code.startswith(("/*", "*", "//")):
+        return ""
+    code = code.split("//")[0] if '"' not in code else code  # a trailing comment (not inside a string)
+    tokens = CODE_TOKEN.findall(code)
+    return " ".join(tokens) if len(tokens) >= 3 else ""
+
+
+def nontrivial_code(line):
+    """The line's tokens when it is a non-trivial code line (see TRIVIAL_SHAPES), else ""."""
+    tokens = code_tokens(line)
+    if not tokens or tokens in ALLOWED_LINES or any(shape.fullmatch(tokens) for shape in TRIVIAL_SHAPES):
+        return ""
+    return tokens
+
+
+def code_line_leaks(dest, regions_text):
+    """'path:line' where any file of the copy holds a non-trivial code line of a solution region."""
+    lines = {}
+    for body in regions_text:
+        for line in body.splitlines():
+            tokens = nontrivial_code(line)
+            if tokens:
+                lines[tokens] = line.strip()
+    leaks = []
+    for rel, text in text_files(dest):
+        for i, line in enumerate(text.splitlines(), 1):
+            tokens = code_tokens(line)
+            if tokens in lines:
+                leaks.append(f"{rel}:{i}: a solution's line '{lines[tokens][:60]}'")
     return leaks
 
 

@@ -28,12 +28,11 @@ FA_HD inline float flash2_row_softmax(float* p, int stride, int keys, float tile
   float rescale = 1.0f;
   // BEGIN SOLUTION ch05_tile_cpu: the row's softmax for this K/V tile, output kept unnormalized: m_new = max(m, tile_max); while it is -inf, p[c * stride] = 0 and the state stays (rescale 1); else rescale = e^(m - m_new), p[c * stride] = e^(p[c * stride] - m_new) for the tile's `keys` keys and their sum; l = l * rescale + sum; m = m_new
   const float m_new = fmaxf(m, tile_max);
-  const bool seen = m_new != -INFINITY;  // some key of the row is visible so far
+  const bool seen = !(m_new == -INFINITY);  // some key of the row is visible so far
   float tile_sum = 0.0f;
   for (int c = 0; c < keys; ++c) {
-    const float e = seen ? expf(p[c * stride] - m_new) : 0.0f;
-    p[c * stride] = e;
-    tile_sum += e;
+    p[c * stride] = seen ? expf(p[c * stride] - m_new) : 0.0f;
+    tile_sum += p[c * stride];
   }
   if (seen) rescale = expf(m - m_new);  // 0 on the first visible tile (m = -inf)
   l = l * rescale + tile_sum;

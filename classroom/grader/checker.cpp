@@ -141,14 +141,49 @@ void sweep_user(uid_t uid) {
   }
 }
 
+/// Whether a process of `uid` other than the caller is alive (zombies, which only wait to be
+/// reaped, do not count).
+bool any_alive(uid_t uid) {
+  DIR* proc = opendir("/proc");
+  if (!proc) return false;
+  bool found = false;
+  while (dirent* e = readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0 || pid == long(getpid())) continue;
+    const std::string path = std::string("/proc/") + e->d_name + "/status";
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    if (!f) continue;
+    char line[256];
+    bool zombie = false, mine = false;
+    while (std::fgets(line, sizeof line, f)) {
+      unsigned long real = 0;
+      if (std::strncmp(line, "State:", 6) == 0) zombie = std::strchr(line, 'Z') != nullptr;
+      if (std::sscanf(line, "Uid: %lu", &real) == 1) mine = real == uid;
+    }
+    std::fclose(f);
+    if (mine && !zombie) {
+      found = true;
+      break;
+    }
+  }
+  closedir(proc);
+  return found;
+}
+
 void kill_leftovers(const Options& opt) {
   if (geteuid() == 0) {
     // Every process of the runner's user: a helper takes that uid and signals them all.
     const pid_t killer = fork();
     if (killer == 0) {
-      if (setgid(gid_t(opt.uid)) != 0 || setuid(uid_t(opt.uid)) != 0) _exit(1);
-      // Until none is left (one that was forking as the first signal went out is caught by the next).
-      for (int round = 0; round < 1000 && kill(-1, SIGKILL) == 0; ++round) usleep(1000);
+      if (setgroups(0, nullptr) != 0 || setgid(gid_t(opt.uid)) != 0 || setuid(uid_t(opt.uid)) != 0) _exit(1);
+      // Until none is left (one that was forking as the first signal went out is caught by the
+      // next). kill(-1) itself says nothing: it succeeds while any other process exists.
+      for (int round = 0; round < 1000; ++round) {
+        kill(-1, SIGKILL);
+        if (!any_alive(uid_t(opt.uid))) break;
+        usleep(1000);
+      }
       _exit(0);
     }
     if (killer > 0) waitpid(killer, nullptr, 0);

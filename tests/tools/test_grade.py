@@ -1,10 +1,15 @@
-"""tools/grade.py without a build: what it takes from a submission (a tree, a zip, loose files,
-or nothing it can use), what the region lint rejects, that only region bodies are taken, and
-the results.json it writes (Gradescope's schema; GPU exercises without a GPU not graded)."""
+"""tools/grade.py without a runner's build: what it takes from a submission (a tree, a zip, loose
+files, or nothing it can use), what the region lint and the compiler's own reading of a region
+reject, that only region bodies go into a copy made from the handout, the sandbox user (as root),
+what of a failed build reaches the student, and the results.json it writes (Gradescope's schema;
+GPU exercises without a GPU not graded)."""
 import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
+import time
 import unittest
 import zipfile
 
@@ -60,11 +65,15 @@ class LintTest(unittest.TestCase):
             # g++ splices a backslash followed by other whitespace (a form feed) and a newline.
             ("int x = 1; // \\\x0c\n#include <cstdlib>\n", "U+000C"),
             ("int x = 1;\x0b std::exit(0);\n", "U+000B"),
+            ("int x = 1; // \\ \t\n#include <cstdlib>\n", "line splicing"),
+            ("int x = 1; // \\\r\n#include <cstdlib>\n", "U+000D"),
             # 0x1'a is one number to the compiler, so the next quote opens a character literal
             # ('"', in an ignored attribute's arguments): g++ compiles the exit after it as code.
-            ("[[maybe::note(0x1'a'\"')]] int v = 0; std::exit(0); //\")]]\n", "'exit'"),
+            # A quote right after a number is refused (another compiler could split it otherwise).
+            ("[[maybe::note(0x1'a'\"')]] int v = 0; std::exit(0); //\")]]\n", "right after a number"),
             # g++ reads '$' and non-ASCII letters as part of a number as well.
-            ("[[maybe::note(0x1\u00e9'a'\"')]] int v = 0; std::exit(0); //\")]]\n", "'exit'"),
+            ("[[maybe::note(0x1\u00e9'a'\"')]] int v = 0; std::exit(0); //\")]]\n", "right after a number"),
+            ("[[maybe::note(0x1'a '\"')]] int v = 0; std::exit(0); //\")]]\n", "'exit'"),
             # A region may not close the function it sits in (to add code at file scope).
             ("return 1; }\nstruct Forge { Forge() {} } forge;\ninline int tail() {\n", "unmatched"),
             ("__builtin_execv(\"/bin/sh\", nullptr);\n", "'__builtin_execv'"),
@@ -83,19 +92,140 @@ class LintTest(unittest.TestCase):
         self.assertEqual(grade.lint_region("  // exit early? no: static analysis says abort() is bad\n  int x = 1;\n", 3), "")
 
 
-class LockTest(unittest.TestCase):
-    def test_one_grading_at_a_time(self):
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "lock")
-            first = grade.one_grading_at_a_time(path)
-            with self.assertRaises(grade.GradingBusy) as caught:
-                grade.one_grading_at_a_time(path)
-            self.assertIn(f"another grading is running on this machine (pid {os.getpid()}", str(caught.exception))
-            os.close(first)
-            os.close(grade.one_grading_at_a_time(path))  # free again once the first is done
-            os.symlink(path, path + ".link")
-            with self.assertRaises(grade.GradingBusy):
-                grade.one_grading_at_a_time(path + ".link")  # never through a link
+# The two ways past a lint that reads text differently from the compiler: a backslash, other
+# whitespace and a newline (g++ splices the lines, so a // comment goes on over the next line),
+# and a character literal glued to a number with a digit separator.
+SPLICE_BYPASS = "  return {score, 1.0f}; // \\\x0c\n#include \"../../classroom/grader/runner_cpu.cpp\"\n"
+NUMBER_BYPASS = "  [[maybe::note(0x1'a'\"')]] int v = 0; std::exit(0); //\")]]\n  return {score, 1.0f};\n"
+
+
+def needs_root(test):
+    return unittest.skipUnless(os.geteuid() == 0, "the sandbox user exists only when the grader runs as root")(test)
+
+
+class CompilerViewTest(unittest.TestCase):
+    """compiler_view: the region as g++ reads it (run as the sandbox's user when root)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.state = os.path.join(cls.tmp.name, "state")
+        cls.box = grade.claim_sandbox(state=cls.state)
+        os.chmod(cls.tmp.name, 0o755)
+        cls.work = grade.sandbox_folder(cls.box, cls.tmp.name, "check")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.box.close()
+        cls.tmp.cleanup()
+
+    def view(self, body):
+        return grade.compiler_view(body, self.box, self.work)
+
+    def test_plain_code_passes(self):
+        body = ("  const uint32_t mask = 0xffff'ffffu;\n#pragma unroll 4\n  for (int i = 0; i < 4; ++i) { s[i] = 'a'; }\n"
+                "  auto l = [&](int j) -> float& { return q[j]; };\n  k<<<1, 2>>>(x);\n  return {m, \"}{\"};\n")
+        self.assertEqual(self.view(body), "")
+
+    def test_what_the_compiler_reads_as_directives_or_escapes(self):
+        for body, why in [
+            (SPLICE_BYPASS, "U+000C"),
+            ("int x = 1; // \\  \n#include <cstdlib>\n", "line splicing"),
+            ('int x = 1;\n  #  include "/etc/hostname"\n', "directive"),
+            ("int x;\n# 7 \"runner_cpu.cpp\"\nint y;\n", "directive"),
+            ("int x;\n#define Y 2\n", "directive"),
+            ("int x;\n#undef __cplusplus\n", "directive"),
+            ("int x;\n#pragma GCC optimize(\"O0\")\n", "directive"),
+            ("int x = __LINE__;\n", "macro"),
+            ('_Pragma("GCC diagnostic ignored \\"-Wall\\"") int a;\n', "directive"),
+            ("return 1; }\nstruct Forge { Forge() {} } forge;\ninline int tail() {\n", "unmatched '}'"),
+            # What the lint read as a character literal is code to the compiler, and the reverse.
+            ("(void)sizeof'}'; }\nstruct E {} e;\ninline int f() { return '{'; \n", "unmatched '}'"),
+            ("auto s = R\"x(\n", "unterminated raw string"),
+            ("int a; /* \n", "unterminated comment"),
+            ("int a = 'b;\n", "missing terminating"),
+            ('auto s = "{P:<stdin>;F:<NULL>;L:1;C:1;S:0;M:0x1;E:0,LOC:1,R:1}}";\n', "'{P:'"),
+        ]:
+            self.assertIn(why, self.view(body), body)
+
+    def test_an_include_of_the_instructors_files_is_refused(self):
+        for path in ("classroom/instructor/questions.md", "classroom/grader/runner_cpu.cpp"):
+            body = f'  int x = 1;\n#include "{os.path.join(ROOT, path)}"\n'
+            why = self.view(body)
+            # Refused: as a directive, or (as the sandbox's user) because the file cannot be read.
+            self.assertTrue("directive" in why or "Permission denied" in why, why)
+
+
+class SandboxTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.state = os.path.join(self.tmp.name, "state")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_without_root_there_is_no_sandbox_and_the_grader_says_so(self):
+        if os.geteuid() == 0:
+            self.assertTrue(grade.claim_sandbox(state=self.state).active)
+            return
+        box = grade.claim_sandbox(state=self.state)
+        self.assertFalse(box.active)
+
+    @needs_root
+    def test_each_grading_has_a_user_of_its_own_and_kills_only_its_own(self):
+        first = grade.claim_sandbox(state=self.state)
+        second = grade.claim_sandbox(state=self.state)
+        try:
+            self.assertNotEqual(first.uid, second.uid)
+            for box in (first, second):
+                self.assertFalse(grade.id_in_use(box.uid))
+            runners = [subprocess.Popen(["sleep", "60"], preexec_fn=box.enter, start_new_session=True)
+                       for box in (first, second)]
+            first.kill_all()  # what the checker does after each case, as the first grading's user
+            self.assertEqual(runners[0].wait(timeout=10), -9)
+            time.sleep(0.1)
+            self.assertIsNone(runners[1].poll(), "one grading killed another's runner")
+            second.kill_all()
+            self.assertEqual(runners[1].wait(timeout=10), -9)
+        finally:
+            first.close()
+            second.close()
+        again = grade.claim_sandbox(state=self.state)  # a freed id is taken again
+        self.assertIn(again.uid, (first.uid, second.uid))
+        again.close()
+
+    @needs_root
+    def test_the_instructors_files_are_out_of_the_sandbox_users_reach(self):
+        # A stand-in for the instructor's tree, open to others as a fresh clone is: protect()
+        # closes it, and then the compiler run as the sandbox's user cannot read what it holds.
+        tree = os.path.join(self.tmp.name, "instructor")
+        os.makedirs(os.path.join(tree, "classroom", "instructor"))
+        os.chmod(self.tmp.name, 0o755)
+        os.chmod(tree, 0o755)
+        secret = os.path.join(tree, "classroom", "instructor", "questions.md")
+        with open(secret, "w") as f:
+            f.write("rubric: the answer is 42\n")
+        os.chmod(secret, 0o644)
+        box = grade.claim_sandbox(state=self.state)
+        try:
+            self.assertTrue(box.can_reach(tree))
+            said = []
+            box.protect([tree], said.append)
+            self.assertFalse(box.can_reach(tree))
+            self.assertIn("it is now mode 700", said[0])
+            work = grade.sandbox_folder(box, self.tmp.name, "build")
+            source = os.path.join(work, "region.cpp")
+            with open(source, "w") as f:
+                f.write(f'#include "{secret}"\n')
+            os.chmod(source, 0o644)
+            ok, out = grade.run_build(["g++", "-E", source], 60, os.path.join(work, "tmp"), box, cwd=work)
+            self.assertFalse(ok)
+            self.assertIn("Permission denied", out)
+            self.assertNotIn("42", out)
+            ok, out = grade.run_build(["g++", "-E", source], 60, os.path.join(work, "tmp"), grade.Sandbox(), cwd=work)
+            self.assertIn("42", out)  # root could: the sandbox is what stops it
+        finally:
+            box.close()
 
 
 class BuildLogTest(unittest.TestCase):
@@ -107,6 +237,31 @@ class BuildLogTest(unittest.TestCase):
         self.assertIn("none of the compiler's errors falls inside an exercise region", reason)
         self.assertNotIn("42", reason)
         self.assertIn("42", kept[0])  # the grader's own log keeps it
+
+    def test_a_failed_build_says_where_in_the_region_and_nothing_else(self):
+        with tempfile.TemporaryDirectory() as tree:
+            rel = "chapters/03_online_softmax/algorithm.h"
+            os.makedirs(os.path.join(tree, os.path.dirname(rel)))
+            with open(os.path.join(tree, rel), "w") as f:
+                f.write("int f() {\n  // BEGIN SOLUTION ch03_online_update: x\n  int a = 1;\n  return b;\n"
+                        "  // END SOLUTION\n}\n")
+            log = (f"In file included from {tree}/classroom/grader/runner_cpu.cpp:9:\n"
+                   f"{tree}/{rel}:4:10: error: 'b' was not declared in this scope\n"
+                   f"    4 |   return b;  // the source line, echoed\n"
+                   f"{tree}/classroom/instructor/questions.md:1:1: error: rubric: the answer is 42\n"
+                   f"{tree}/common/reference.h:9:1: note: candidate: the oracle's signature\n")
+            broken = {}
+            builds = iter([(False, log), (True, "")])
+            reason = grade.build_until_clean(lambda: next(builds), tree, {rel: {"ch03_online_update": 1}}, broken,
+                                             "chapter 03's CPU runner", lambda line: None)
+            self.assertEqual(reason, "")
+            shown = "\n".join(broken["ch03_online_update"])
+            self.assertIn("region ch03_online_update (chapters/03_online_softmax/algorithm.h) does not compile: 1 error, "
+                          "first at line 2 of your region: 'b' was not declared in this scope", shown)
+            for leak in ("42", "oracle", "runner_cpu", tree, "echoed"):
+                self.assertNotIn(leak, shown)
+            with open(os.path.join(tree, rel)) as f:
+                self.assertIn("FA_NOT_IMPLEMENTED", f.read())  # stubbed, and built again
 
 
 class SubmissionTest(unittest.TestCase):
@@ -201,6 +356,43 @@ class SubmissionTest(unittest.TestCase):
         problems, taken = grade.splice(ROOT, os.path.join(self.tmp.name, "graded2"), {ALGORITHM: path}, EXERCISES)
         self.assertIn("'abort'", problems["ch03_online_update"][0])
         self.assertFalse(taken.get("ch03_online_update"))
+
+
+class BypassTest(unittest.TestCase):
+    """The two lint bypasses, handed in as a student's file: the region is refused (its exercise
+    scores 0 with the reason) and the folder the build sees holds the handout's stub there."""
+
+    def test_each_bypass_scores_0_for_its_region(self):
+        with open(os.path.join(ROOT, ALGORITHM)) as f:
+            text = f.read()
+        begin = text.index("\n", text.index("// BEGIN SOLUTION ch03_online_update")) + 1
+        end = text.rindex("\n", 0, text.index("// END SOLUTION", begin)) + 1
+        with tempfile.TemporaryDirectory() as tmp:
+            os.chmod(tmp, 0o755)
+            box = grade.claim_sandbox(state=os.path.join(tmp, "state"))
+            try:
+                work = grade.sandbox_folder(box, tmp, "check")
+                for name, body in (("splice", SPLICE_BYPASS), ("number", NUMBER_BYPASS)):
+                    path = os.path.join(tmp, name, ALGORITHM)
+                    os.makedirs(os.path.dirname(path))
+                    with open(path, "w") as f:
+                        f.write(text[:begin] + body + text[end:])
+                    tree = os.path.join(tmp, name + "_graded")
+                    problems, taken = grade.splice(ROOT, tree, {ALGORITHM: path}, EXERCISES,
+                                                   check=lambda b: grade.compiler_view(b, box, work))
+                    self.assertFalse(taken.get("ch03_online_update"), name)
+                    self.assertIn("ch03_online_update", problems, name)
+                    with open(os.path.join(tree, ALGORITHM)) as f:
+                        graded = f.read()
+                    self.assertNotIn("runner_cpu.cpp", graded)
+                    self.assertNotIn("exit(0)", graded)
+                    outcome = {"ch03_online_update": ("graded", 0, problems["ch03_online_update"]),
+                               "ch02_block_softmax": ("not graded here", "x")}
+                    self.assertEqual(grade.results_json(EXERCISES, outcome)["tests"][0]["score"], 0)
+                    if name == "splice":  # the compiler's own reading refuses it too, without the lint
+                        self.assertIn("U+000C", grade.compiler_view(body, box, work))
+            finally:
+                box.close()
 
 
 class ResultsTest(unittest.TestCase):

@@ -1,12 +1,14 @@
 """tools/handout.py on a small made-up tree: which regions become stubs, what stays, and the
-one-line errors for bad markers and bad config (with nothing written)."""
+one-line errors for bad markers and bad config (with nothing written); and on this tree: no code
+line of a solution survives anywhere in its student copy."""
 import json
 import os
 import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "tools"))
 import handout  # noqa: E402
 
 KERNEL = """int keep(int x) {
@@ -93,14 +95,30 @@ class HandoutTest(unittest.TestCase):
         step = ("  const float m_new = std::fmax(m, tile_max);\n  const float rescale = std::exp(m - m_new);\n"
                 "  for (int c = 0; c < keys; ++c) p[c] = std::exp(p[c] - m_new);\n")
         self.write("chapters/step.h", "void step() {\n  // BEGIN SOLUTION ex1: the step\n" + step + "  // END SOLUTION\n}\n")
-        # One of its lines outside a region (a shared helper's line) gives nothing away...
+        # One of its code lines anywhere, even outside every region, gives a step away...
         self.write("chapters/later.h", "void later() {\n  const float rescale = std::exp(m - m_new);\n}\n")
-        handout.make_handout(self.root, self.dest, self.config)
-        # ...the same lines in a row, in a later chapter's file, are a copy of the solution.
+        self.assert_error("chapters/later.h:2: a solution's line 'const float rescale = std::exp(m - m_new);'")
+        # ...and the same lines in a row, in a later chapter's file, are a copy of the solution.
         self.write("chapters/later.h", "void later() {\n  // the step again\n" + step.replace("  ", "    ") + "}\n")
+        self.assert_error("chapters/later.h:3: a copy of a solution's lines")
+
+    def test_a_solutions_code_line_anywhere_fails(self):
+        # Even one non-trivial line, in a file the student gets (a later chapter's, or a page).
+        self.write("chapters/later.h", "float later(float* row) {\n  return row[0] + 1;\n}\n")
+        handout.make_handout(self.root, self.dest, self.config)
         import shutil
         shutil.rmtree(self.dest)
-        self.assert_error("chapters/later.h:3: a copy of a solution's lines")
+        self.write("chapters/later.md", "The step:\n\n    float m = row[0];  // as in the solution\n")
+        self.assert_error("chapters/later.md:3: a solution's line 'float m = row[0];'")
+
+    def test_trivial_lines_are_the_listed_shapes_only(self):
+        for line in ("}", "} else {", "#pragma unroll", "for (int c = 0; c < keys; ++c) {", "float sum = 0.0f;",
+                     "m = m_new;", "return -INFINITY;", "CUDA_CHECK_LAUNCH();", "// m_new = max(m, x)", "x;"):
+            self.assertEqual(handout.nontrivial_code(line), "", line)
+        for line in ("p[c * stride] = e;", "tile_sum += e;", "l = l * rescale + tile_sum;",
+                     "const bool seen = m_new != -INFINITY;", "float m = row[0];"):
+            self.assertNotEqual(handout.nontrivial_code(line), "", line)
+        self.assertLessEqual(len(handout.ALLOWED_LINES), 12)
 
     def test_end_without_begin(self):
         self.write("chapters/bad.cu", "x\n  // END SOLUTION\n")
@@ -163,6 +181,20 @@ class HandoutTest(unittest.TestCase):
         with self.assertRaises(handout.HandoutError) as caught:
             handout.make_handout(self.root, os.path.join(self.root, "chapters", "out"), self.config)
         self.assertIn("is inside the repository", str(caught.exception))
+
+
+
+class ThisTreesHandoutTest(unittest.TestCase):
+    """The student copy of this repository (every file of every chapter, docs included) holds no
+    non-trivial code line of any solution region, inside the regions or outside them."""
+
+    def test_no_solution_line_survives_in_the_copy(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            dest = os.path.join(tmp, "handout")
+            exercises = handout.load_config(os.path.join(ROOT, "classroom", "exercises.json"))
+            _, regions_text, _ = handout.write_copy(ROOT, dest, exercises)
+            leaks = handout.code_line_leaks(dest, regions_text)
+            self.assertEqual(leaks, [], f"{len(leaks)} solution line(s) in the student copy:\n" + "\n".join(leaks))
 
 
 if __name__ == "__main__":
