@@ -32,6 +32,32 @@ inline float row_tile_scores(const AttentionShape& s, const float* q_head, const
   return tile_max;
 }
 
+/// FlashAttention-1's step for one query row and one K/V tile, the output kept normalized.
+/// row: the row's `cols` scaled, masked scores against the tile (-inf where hidden), tile_max
+/// their max; m, l: the row's running max and sum; o_row: its d outputs, normalized; v_tile: the
+/// tile's first V row, of which `keys` exist (the rest of the tile is past the end of the
+/// sequence and is not read). The loop below calls it for every (row, tile) pair it visits.
+inline void flash1_row_step(float* row, int cols, float tile_max, float& m, float& l, float* o_row, const float* v_tile,
+                            int keys, int d) {
+  // BEGIN SOLUTION ch04_row_update_cpu: the row's step for this K/V tile: P~ = exp(row - tile_max) in place over the `cols` scores (0 when tile_max is -inf) and its sum l~; m_new = max(m, tile_max) (nothing to do while it is -inf); o_row <- (l e^(m - m_new) / l_new) o_row + (e^(tile_max - m_new) / l_new) P~ V_j with l_new = l e^(m - m_new) + e^(tile_max - m_new) l~, over the tile's `keys` keys; then m and l updated
+  float tile_sum = 0.0f;
+  for (int c = 0; c < cols; ++c) {
+    row[c] = tile_max == -INFINITY ? 0.0f : std::exp(row[c] - tile_max);
+    tile_sum += row[c];
+  }
+  const float m_new = std::fmax(m, tile_max);
+  if (m_new == -INFINITY) return;
+  const float a = l * std::exp(m - m_new), b = std::exp(tile_max - m_new), l_new = a + b * tile_sum;
+  for (int c = 0; c < d; ++c) {
+    float acc = 0.0f;
+    for (int jj = 0; jj < keys; ++jj) acc += row[jj] * v_tile[int64_t(jj) * d + c];
+    o_row[c] = (a / l_new) * o_row[c] + (b / l_new) * acc;
+  }
+  m = m_new;
+  l = l_new;
+  // END SOLUTION
+}
+
 inline void flash_attention_v1_cpu(const AttentionShape& s, const float* q, const float* k, const float* v, float* o,
                                    float* lse, LoopOrder order, Tiles t) {
   const int d = s.head_dim;
@@ -55,24 +81,8 @@ inline void flash_attention_v1_cpu(const AttentionShape& s, const float* q, cons
         const int i = i0 + r;
         float* row = scores.data() + std::size_t(r) * t.cols;
         const float tile_max = row_tile_scores(s, q_head, k_head, i, j0, t.cols, scale, row);
-        // BEGIN SOLUTION ch04_row_update_cpu: row i's step for this K/V tile: P~ = exp(row - tile_max) in place (0 when tile_max is -inf) and its sum l~; m_new = max(m[i], tile_max) (nothing to do while it is -inf); O_i <- (l_i e^(m_i - m_new) / l_new) O_i + (e^(tile_max - m_new) / l_new) P~ V_j with l_new = l_i e^(m_i - m_new) + e^(tile_max - m_new) l~, over the tile's keys that exist (j0 + jj < seq_kv); then m[i], l[i] updated
-        float tile_sum = 0.0f;
-        for (int c = 0; c < t.cols; ++c) {
-          row[c] = tile_max == -INFINITY ? 0.0f : std::exp(row[c] - tile_max);
-          tile_sum += row[c];
-        }
-        const float m_new = std::fmax(m[i], tile_max);
-        if (m_new == -INFINITY) continue;
-        const float a = l[i] * std::exp(m[i] - m_new), b = std::exp(tile_max - m_new), l_new = a + b * tile_sum;
-        for (int c = 0; c < d; ++c) {
-          float acc = 0.0f;
-          for (int jj = 0; jj < t.cols && j0 + jj < s.seq_kv; ++jj) acc += row[jj] * v_head[int64_t(j0 + jj) * d + c];
-          float& out = o_head[int64_t(i) * d + c];
-          out = (a / l_new) * out + (b / l_new) * acc;
-        }
-        m[i] = m_new;
-        l[i] = l_new;
-        // END SOLUTION
+        flash1_row_step(row, t.cols, tile_max, m[i], l[i], o_head + int64_t(i) * d, v_head + int64_t(j0) * d,
+                        std::min(t.cols, s.seq_kv - j0), d);
       }
     };
 

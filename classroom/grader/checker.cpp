@@ -411,6 +411,8 @@ struct Case {
   std::size_t expect_values = 0;
   std::function<std::string(const std::vector<float>&)> judge;  // "" when right, else why not
   double min_speed = 0;                                         // > 0: a speed case, run by both runners (check_speed)
+  bool needs_steps = false;  // counts only when every row-step case of the exercise passed
+  bool is_step = false;      // a row-step case (row_step_cases)
 };
 
 std::string fmt(double x) {
@@ -641,6 +643,118 @@ std::vector<Case> forward_cases(Rng& rng, const std::vector<std::map<std::string
     cases.push_back(forward_case(rng, one, "forward", dtype, 0, extra));
     for (int i = 0; i < n; ++i)
       cases.push_back(forward_case(rng, draw_shape(rng, lo, hi, dims), "forward", dtype, 1, extra));
+  }
+  return cases;
+}
+
+/// The row step alone, from states the checker draws (chapters 04 and 05's CPU exercises). Each
+/// call starts from a state that no tile it saw produced, so only the online update itself gives
+/// the answer: a step that keeps earlier tiles and recomputes, or computes the row some other way,
+/// cannot. normalized: O kept divided by l (FlashAttention-1); else the unnormalized accumulator
+/// (FlashAttention-2). Rows of kinds: a fresh row; a tile under the running max; a tile that
+/// raises it; a fully masked tile (the state stays); a fresh row and a masked tile (stays empty);
+/// scores shifted by up to +-1e4; fewer keys than columns, the rest of V's tile NaN (not to be
+/// read). Judged in double: m exactly, l and O relative to their size.
+std::vector<Case> row_step_cases(Rng& rng, bool normalized) {
+  std::vector<Case> cases;
+  const int shapes[][2] = {{8, 16}, {24, 32}, {64, 64}, {uniform(rng, 9, 63), uniform(rng, 5, 40)}};
+  for (const auto& shape : shapes) {
+    const int cols = shape[0], d = shape[1], rows = 56;
+    Case c;
+    c.header.task = "row_step";
+    c.header.args = {{"rows", std::to_string(rows)}, {"cols", std::to_string(cols)}, {"d", std::to_string(d)}};
+    c.name = "row step from drawn states, " + std::to_string(cols) + " keys, head_dim " + std::to_string(d);
+    c.is_step = true;
+    std::vector<float> state(std::size_t(rows) * (2 + d)), scores(std::size_t(rows) * cols), keys(rows),
+        v = normal(rng, std::size_t(rows) * cols * d);
+    std::vector<double> want(std::size_t(rows) * (2 + d));
+    for (int r = 0; r < rows; ++r) {
+      const int kind = r % 7;
+      float* st = state.data() + std::size_t(r) * (2 + d);
+      float* sc = scores.data() + std::size_t(r) * cols;
+      const double shift = kind == 5 ? double(uniform(rng, -10000, 10000)) : 0.0;
+      const std::vector<float> x = normal(rng, cols, 2.0f);
+      for (int j = 0; j < cols; ++j) sc[j] = float(x[j] + shift);
+      int n = cols;
+      if (kind == 6) {
+        n = uniform(rng, 1, cols - 1);
+        for (int j = n; j < cols; ++j) {
+          sc[j] = -INFINITY;
+          for (int e = 0; e < d; ++e) v[(std::size_t(r) * cols + j) * d + e] = NAN;
+        }
+      } else if (r % 3 == 0) {
+        for (int j = 0; j < cols; ++j)
+          if (uniform(rng, 0, 3) == 0) sc[j] = -INFINITY;  // a few masked keys
+      }
+      if (kind == 3 || kind == 4)
+        for (int j = 0; j < cols; ++j) sc[j] = -INFINITY;
+      keys[r] = float(n);
+      float tile_max = -INFINITY;
+      for (int j = 0; j < cols; ++j) tile_max = std::fmax(tile_max, sc[j]);
+      // The state in: empty, or a max m with a sum l >= 1 and outputs o.
+      if (kind == 0 || kind == 4) {
+        st[0] = -INFINITY;
+        st[1] = 0.0f;
+        for (int e = 0; e < d; ++e) st[2 + e] = 0.0f;
+      } else {
+        const double base = tile_max == -INFINITY ? shift : double(tile_max);
+        st[0] = float(kind == 1 ? base + uniform(rng, 1, 6) : kind == 2 ? base - uniform(rng, 1, 6) : base + 0.5);
+        st[1] = float(1.0 + uniform(rng, 0, 400) / 10.0);
+        const std::vector<float> o = normal(rng, d);
+        for (int e = 0; e < d; ++e) st[2 + e] = normalized ? o[e] : o[e] * st[1];
+      }
+      // The state out, in double.
+      double* w = want.data() + std::size_t(r) * (2 + d);
+      const double m = st[0], m_new = std::max(m, double(tile_max));
+      for (int e = 0; e < 2 + d; ++e) w[e] = st[e];
+      if (m_new == -INFINITY) continue;
+      const double kept = m == -INFINITY ? 0.0 : std::exp(m - m_new);
+      double sum = 0;
+      std::vector<double> pv(d, 0.0);
+      for (int j = 0; j < n; ++j) {
+        if (sc[j] == -INFINITY) continue;
+        const double p = std::exp(double(sc[j]) - m_new);
+        sum += p;
+        for (int e = 0; e < d; ++e) pv[e] += p * v[(std::size_t(r) * cols + j) * d + e];
+      }
+      const double l_new = double(st[1]) * kept + sum;
+      w[0] = m_new;
+      w[1] = l_new;
+      for (int e = 0; e < d; ++e)
+        w[2 + e] = normalized ? (double(st[1]) * kept * st[2 + e] + pv[e]) / l_new : st[2 + e] * kept + pv[e];
+    }
+    c.input = state;
+    c.input.insert(c.input.end(), scores.begin(), scores.end());
+    c.input.insert(c.input.end(), keys.begin(), keys.end());
+    c.input.insert(c.input.end(), v.begin(), v.end());
+    c.expect_values = want.size();
+    c.judge = [want, rows, d](const std::vector<float>& out) -> std::string {
+      for (int r = 0; r < rows; ++r) {
+        const float* got = out.data() + std::size_t(r) * (2 + d);
+        const double* w = want.data() + std::size_t(r) * (2 + d);
+        const std::string where = "row " + std::to_string(r);
+        if (w[0] == -INFINITY) {
+          if (!(got[0] == -INFINITY && got[1] == 0.0f))
+            return where + ": a row with no visible score must stay (m, l) = (-inf, 0), got (" + fmt(got[0]) + ", " +
+                   fmt(got[1]) + ")";
+        } else if (double(got[0]) != double(float(w[0]))) {
+          return where + ": m = " + fmt(got[0]) + ", expected " + fmt(w[0]);
+        } else if (!std::isfinite(got[1]) || std::fabs(got[1] - w[1]) > 1e-5 * w[1]) {
+          return where + ": l = " + fmt(got[1]) + ", expected " + fmt(w[1]);
+        }
+        double err = 0, norm = 0;
+        for (int e = 0; e < d; ++e) {
+          if (!std::isfinite(got[2 + e])) return where + ": o[" + std::to_string(e) + "] is not finite";
+          err += (got[2 + e] - w[2 + e]) * (got[2 + e] - w[2 + e]);
+          norm += w[2 + e] * w[2 + e];
+        }
+        if (std::sqrt(err) > 1e-5 * std::sqrt(norm) + 1e-6)
+          return where + ": the output's relative error is " + fmt(std::sqrt(err / std::max(norm, 1e-30))) +
+                 " (allowed 1e-5)";
+      }
+      return "";
+    };
+    cases.push_back(c);
   }
   return cases;
 }
@@ -913,9 +1027,24 @@ std::vector<Case> cases_for(const std::string& id, Rng& rng) {
     return forward_cases(rng, {M{{"kernel", "ch02_block"}}}, DType::F32, 65, 700, {32, 64, 128});
   if (id == "ch03_online_update") return softmax_row_cases(rng, "online_update");
   if (id == "ch03_online_merge") return merge_cases(rng);
+  // The CPU row steps: judged alone from drawn states (the algorithm), and through the chapter's
+  // whole loop (the output), each half of the points; the whole loop's cases count only when the
+  // step passed every drawn state, so an answer that is not the online update scores nothing.
+  auto steps_and_forward = [&](bool normalized, std::vector<Case> forward) {
+    std::vector<Case> cases = row_step_cases(rng, normalized);
+    double steps = 0, whole = 0;
+    for (const Case& c : cases) steps += c.weight;
+    for (const Case& c : forward) whole += c.weight;
+    for (Case& c : forward) {
+      c.weight *= steps / whole;
+      c.needs_steps = true;
+    }
+    cases.insert(cases.end(), forward.begin(), forward.end());
+    return cases;
+  };
   if (id == "ch04_row_update_cpu")
-    return forward_cases(rng, {M{{"order", "kv_outer"}}, M{{"order", "q_outer"}}}, DType::F32, 65, 260, {16, 32, 64},
-                         2);
+    return steps_and_forward(true, forward_cases(rng, {M{{"order", "kv_outer"}}, M{{"order", "q_outer"}}}, DType::F32,
+                                                 65, 260, {16, 32, 64}, 2));
   // The speed cases: a fifth of the exercise for 0.7 of the reference solution's speed.
   auto with_speed = [&](std::vector<Case> cases, const std::string& kernel, DType dtype, AttentionShape s) {
     const double w = speed_weight(cases, 0.2);
@@ -935,7 +1064,8 @@ std::vector<Case> cases_for(const std::string& id, Rng& rng) {
                                      M{{"kernel", "ch04_registers"}}, M{{"kernel", "ch04_tuned"}}},
                                     DType::F32, 65, 600, {64, 128}, 2),
                       "ch04_registers", DType::F32, big(8, 2048, 64));
-  if (id == "ch05_tile_cpu") return forward_cases(rng, {M{}}, DType::F32, 65, 260, {16, 32, 64});
+  if (id == "ch05_tile_cpu")
+    return steps_and_forward(false, forward_cases(rng, {M{}}, DType::F32, 65, 260, {16, 32, 64}));
   if (id == "ch05_pv") {
     std::vector<Case> cases =
         forward_cases(rng, {M{{"kernel", "ch05_tuned_bf16"}}}, DType::BF16, 65, 700, {64, 96, 128, 256}, 2);
@@ -1038,22 +1168,29 @@ int check(const Options& opt) {
   }
   const std::vector<Case> cases = cases_for(opt.exercise, rng);
   std::string json = "{\"exercise\": " + json_string(opt.exercise) + ", \"cases\": [";
-  bool timed_out = false;
+  bool timed_out = false, steps_failed = false;
+  std::vector<std::string> whys(cases.size()), notes(cases.size());
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
-    std::string why, note;
     if (timed_out) {
-      why = "not run: an earlier case ran past the time limit";
+      whys[i] = "not run: an earlier case ran past the time limit";
     } else if (c.min_speed > 0) {
-      why = check_speed(opt, c, rng, note);
+      whys[i] = check_speed(opt, c, rng, notes[i]);
     } else {
       const Reply r = ask(opt, opt.runner, c.header, c.input, c.expect_values);
-      why = judged(c, r);
+      whys[i] = judged(c, r);
       timed_out = r.timed_out;
     }
+    if (c.is_step && !whys[i].empty()) steps_failed = true;
+  }
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    std::string why = whys[i];
+    if (c.needs_steps && steps_failed && why.empty())
+      why = "not counted: the row step failed on a drawn state, so this output is not the online update's";
     json += std::string(i ? ", " : "") + "{\"name\": " + json_string(c.name) + ", \"weight\": " + fmt(c.weight) +
             ", \"passed\": " + (why.empty() ? "true" : "false") + ", \"detail\": " + json_string(why.substr(0, 600)) +
-            ", \"note\": " + json_string(note) + "}";
+            ", \"note\": " + json_string(notes[i]) + "}";
   }
   json += "]";
   json += "}\n";

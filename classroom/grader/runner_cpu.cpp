@@ -85,6 +85,34 @@ std::vector<float> run(const Header& h, const std::vector<float>& in) {
     return out;
   }
 #elif FA_RUNNER_CHAPTER == 4 || FA_RUNNER_CHAPTER == 5
+  if (h.task == "row_step") {
+    // One call of the chapter's row step per row, each from a state the checker chose: per row
+    // (m, l, o[d]), `cols` scores, the number of keys, and the tile's cols x d values of V in;
+    // (m, l, o[d]) after the step out. Each call gets fresh copies, so a step can only compute
+    // its answer from what it is given.
+    const int rows = int(h.num("rows")), cols = int(h.num("cols")), d = int(h.num("d"));
+    const auto p = pieces(
+        in, {std::size_t(rows) * (2 + d), std::size_t(rows) * cols, std::size_t(rows), std::size_t(rows) * cols * d});
+    for (int r = 0; r < rows; ++r) {
+      const float* state = p[0] + std::size_t(r) * (2 + d);
+      float m = state[0], l = state[1];
+      std::vector<float> o(state + 2, state + 2 + d),
+          row(p[1] + std::size_t(r) * cols, p[1] + std::size_t(r + 1) * cols);
+      const std::vector<float> v(p[3] + std::size_t(r) * cols * d, p[3] + std::size_t(r + 1) * cols * d);
+      float tile_max = -INFINITY;
+      for (float x : row) tile_max = std::fmax(tile_max, x);
+      const int keys = int(p[2][r]);
+#if FA_RUNNER_CHAPTER == 4
+      flash1::flash1_row_step(row.data(), cols, tile_max, m, l, o.data(), v.data(), keys, d);
+#else
+      flash2::flash2_row_step(row.data(), tile_max, m, l, o.data(), v.data(), keys, d);
+#endif
+      out.push_back(m);
+      out.push_back(l);
+      out.insert(out.end(), o.begin(), o.end());
+    }
+    return out;
+  }
   if (h.task == "forward") {  // O [B,Hq,Nq,d] then LSE [B,Hq,Nq]
     const AttentionShape s = shape_of(h);
     const auto p = pieces(in, {std::size_t(s.q_elems()), std::size_t(s.kv_elems()), std::size_t(s.kv_elems())});
