@@ -6,6 +6,10 @@
     o, lse = ak.decode(q, k_cache, v_cache, block_table, context_lens)
     ak.list_kernels("backward")
 
+attention() and decode() run as PyTorch operators (torch.ops.attention_kernels.forward,
+.backward, .decode; _ops.py), so torch.compile(fullgraph=True) traces through them and CUDA graphs
+capture them; forward() and backward() are the eager calls underneath, with out= tensors.
+
 The kernels live in libfa_kernels.so (common/c_api.h), found next to this package, through
 FA_KERNELS_LIBRARY, or in the source tree's build/lib. list_kernels() and the library itself need
 no torch; the functions on tensors do.
@@ -49,7 +53,7 @@ def list_kernels(kind=None):
 
 def __getattr__(name):
     # The tensor functions import torch on first use, so the package imports without it.
-    if name in ("attention", "forward", "backward", "decode"):
+    if name in ("attention", "forward", "backward", "decode", "check_backward"):
         from . import _torch
 
         return getattr(_torch, name)

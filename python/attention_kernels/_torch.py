@@ -218,22 +218,11 @@ def backward(q, k, v, o, lse, d_o, *, causal=False, scale=None, kernel=None, dq=
     return dq, dk, dv
 
 
-class _AttentionFunction(torch.autograd.Function):
-    """Our forward kernel, then our backward kernel on the saved Q, K, V, O and LSE."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, causal, scale, forward_name, backward_name):
-        o, lse = forward(q, k, v, causal=causal, scale=scale, kernel=forward_name)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal, ctx.scale, ctx.backward_name = causal, scale, backward_name
-        return o
-
-    @staticmethod
-    def backward(ctx, d_o):
-        q, k, v, o, lse = ctx.saved_tensors
-        d_o = d_o.contiguous()  # a copy only when autograd hands over a strided gradient
-        dq, dk, dv = backward(q, k, v, o, lse, d_o, causal=ctx.causal, scale=ctx.scale, kernel=ctx.backward_name)
-        return dq, dk, dv, None, None, None, None
+def check_backward(q, k, v, *, causal=False, scale=None, kernel=None):
+    """Raises now if the backward kernel does not take this shape (or does not exist for the dtype)."""
+    shape = _attention_shape(q, k, v, causal, scale)
+    name = _resolve(lib.BACKWARD, kernel, _DTYPE_NAMES[q.dtype], "backward_kernel").name
+    _check(lib.BACKWARD, name, _key(shape))
 
 
 def attention(q, k, v, *, causal=False, scale=None, kernel=None, backward_kernel=None, layout="bhsd"):
@@ -256,22 +245,44 @@ def attention(q, k, v, *, causal=False, scale=None, kernel=None, backward_kernel
         for name, t in (("q", q), ("k", k), ("v", v)):
             _check_tensor(name, t, 4, "[batch, seq, heads, head_dim]")
         q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
-    shape = _attention_shape(q, k, v, causal, scale)
     for name, t in (("q", q), ("k", k), ("v", v)):
-        _check_contiguous(name, t, _BHSD_HINT)
-    dtype_name = _DTYPE_NAMES[q.dtype]
-    forward_name = _resolve(lib.FORWARD, kernel, dtype_name, "kernel").name
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    backward_name = None
-    if needs_grad:  # fail now, not in the middle of loss.backward()
-        backward_name = _resolve(lib.BACKWARD, backward_kernel, dtype_name, "backward_kernel").name
-        _check(lib.BACKWARD, backward_name, _key(shape))
-    o = _AttentionFunction.apply(q, k, v, causal, scale, forward_name, backward_name)
+        _check_tensor(name, t, 4, "[batch, heads, seq, head_dim]")
+    if kernel is not None and not isinstance(kernel, str):
+        raise TypeError(f"kernel must be a kernel name (str) or None, got {type(kernel).__name__}")
+    if backward_kernel is not None and not isinstance(backward_kernel, str):
+        raise TypeError(f"backward_kernel must be a kernel name (str) or None, got {type(backward_kernel).__name__}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
+    if scale is not None and not isinstance(scale, (int, float)):
+        raise ValueError(f"scale must be a finite number > 0 or None (1/sqrt(head_dim)), got {scale!r}")
+    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    o, _ = _ops.forward(q, k, v, causal, None if scale is None else float(scale), kernel, backward_kernel, needs_grad)
     return o.transpose(1, 2) if layout == "bshd" else o
 
 
 def decode(q, k_cache, v_cache, block_table, context_lens, *, kernel=None, max_context=None, check=True, out=None,
            lse=None):
+    """The paged decode (decode_impl's arguments and result), through the attention_kernels::decode
+    operator so that torch.compile and CUDA graphs take it; with out= or lse= it writes into those
+    tensors directly (eager only). Under a CUDA graph pass check=False and max_context: the checks
+    read context_lens on the host."""
+    if out is not None or lse is not None:
+        return decode_impl(q, k_cache, v_cache, block_table, context_lens, kernel=kernel, max_context=max_context,
+                           check=check, out=out, lse=lse)
+    for name, t, ndim, what in (("q", q, 4, "[num_seqs, heads_q, query_len, head_dim]"),
+                                ("k_cache", k_cache, 4, "[num_blocks, heads_kv, block_size, head_dim]"),
+                                ("v_cache", v_cache, 4, "[num_blocks, heads_kv, block_size, head_dim]"),
+                                ("block_table", block_table, 2, "[num_seqs, max_blocks_per_seq]"),
+                                ("context_lens", context_lens, 1, "[num_seqs]")):
+        _check_tensor(name, t, ndim, what)
+    if kernel is not None and not isinstance(kernel, str):
+        raise TypeError(f"kernel must be a kernel name (str) or None, got {type(kernel).__name__}")
+    return _ops.decode(q, k_cache, v_cache, block_table, context_lens, kernel,
+                       None if max_context is None else int(max_context), bool(check))
+
+
+def decode_impl(q, k_cache, v_cache, block_table, context_lens, *, kernel=None, max_context=None, check=True, out=None,
+                lse=None):
     """Attention of each sequence's newest query_len tokens over a paged K/V cache (chapter 08).
 
     q [num_seqs, heads_q, query_len, head_dim]; k_cache and v_cache [num_blocks, heads_kv,
@@ -341,3 +352,6 @@ def decode(q, k_cache, v_cache, block_table, context_lens, *, kernel=None, max_c
                        context_lens.data_ptr(), out.data_ptr(), lse.data_ptr(), work_ptr, nbytes, _stream(q.device))
         del work
     return out, lse
+
+
+from . import _ops  # noqa: E402  (the operators call the functions above)

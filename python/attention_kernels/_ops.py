@@ -1,0 +1,97 @@
+"""The kernels as PyTorch operators, registered with torch.library:
+
+    torch.ops.attention_kernels.forward(q, k, v, causal, scale, kernel, backward_kernel, check_backward)
+        -> (o, lse)
+    torch.ops.attention_kernels.backward(q, k, v, o, lse, d_o, causal, scale, kernel) -> (dq, dk, dv)
+    torch.ops.attention_kernels.decode(q, k_cache, v_cache, block_table, context_lens, kernel,
+                                       max_context, check) -> (o, lse)
+
+Each has a fake implementation (shapes and dtypes, no kernel), so torch.compile traces through
+it without a graph break, and the forward has its backward registered, so autograd,
+torch.compile and CUDA graphs take attention like any ATen operator. The real implementations
+are _torch.py's checks and launches: a call that breaks a rule raises the same exception, at
+run time (under torch.compile, when the compiled graph runs). The LSE output has no gradient:
+a loss that uses it raises in the backward pass.
+"""
+from typing import Optional, Tuple
+
+import torch
+
+from . import _torch
+
+Tensor = torch.Tensor
+
+
+def _fake_attention_checks(q, k, v):
+    """What the fake implementation can check without a kernel: ranks and matching sizes."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have 4 dimensions [batch, heads, seq, head_dim], got shape {tuple(t.shape)}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+
+
+@torch.library.custom_op("attention_kernels::forward", mutates_args=(), device_types="cuda")
+def forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optional[float], kernel: Optional[str],
+            backward_kernel: Optional[str], check_backward: bool) -> Tuple[Tensor, Tensor]:
+    """O and LSE; with check_backward, also checks now that the backward kernel takes the shape
+    (so that a model fails at its forward, not in the middle of loss.backward())."""
+    o, lse = _torch.forward(q, k, v, causal=causal, scale=scale, kernel=kernel)
+    if check_backward:
+        _torch.check_backward(q, k, v, causal=causal, scale=scale, kernel=backward_kernel)
+    return o, lse
+
+
+@forward.register_fake
+def _(q, k, v, causal, scale, kernel, backward_kernel, check_backward):
+    _fake_attention_checks(q, k, v)
+    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+@torch.library.custom_op("attention_kernels::backward", mutates_args=(), device_types="cuda")
+def backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, d_o: Tensor, causal: bool,
+             scale: Optional[float], kernel: Optional[str]) -> Tuple[Tensor, Tensor, Tensor]:
+    return _torch.backward(q, k, v, o, lse, d_o, causal=causal, scale=scale, kernel=kernel)
+
+
+@backward.register_fake
+def _(q, k, v, o, lse, d_o, causal, scale, kernel):
+    _fake_attention_checks(q, k, v)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_forward(ctx, inputs, output):
+    q, k, v, causal, scale, _kernel, backward_kernel, _check = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.causal, ctx.scale, ctx.backward_kernel = causal, scale, backward_kernel
+    ctx.set_materialize_grads(False)
+
+
+def _backward_of_forward(ctx, d_o, d_lse):
+    if d_lse is not None:
+        raise RuntimeError("attention_kernels: the LSE output has no gradient; use it only outside the loss "
+                           "(or .detach() it)")
+    q, k, v, o, lse = ctx.saved_tensors
+    if d_o is None:
+        return None, None, None, None, None, None, None, None
+    dq, dk, dv = backward(q, k, v, o, lse, d_o.contiguous(), ctx.causal, ctx.scale, ctx.backward_kernel)
+    return dq, dk, dv, None, None, None, None, None
+
+
+forward.register_autograd(_backward_of_forward, setup_context=_setup_forward)
+
+
+@torch.library.custom_op("attention_kernels::decode", mutates_args=(), device_types="cuda")
+def decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, context_lens: Tensor,
+           kernel: Optional[str], max_context: Optional[int], check: bool) -> Tuple[Tensor, Tensor]:
+    return _torch.decode_impl(q, k_cache, v_cache, block_table, context_lens, kernel=kernel,
+                              max_context=max_context, check=check)
+
+
+@decode.register_fake
+def _(q, k_cache, v_cache, block_table, context_lens, kernel, max_context, check):
+    if q.dim() != 4:
+        raise ValueError(f"q must have 4 dimensions [num_seqs, heads_q, query_len, head_dim], got shape "
+                         f"{tuple(q.shape)}")
+    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
