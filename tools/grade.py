@@ -811,7 +811,11 @@ def compiler_view(body, box, work):
     ok_tokens, tokens, err_tokens = run(gxx + ["-E", "-P", "-fpreprocessed", "-w", "-"], probe)
     ok_full, full, err_full = run(gxx + ["-E", "-P", "-"], probe)
     if not ok_tokens or not ok_full:
-        return "the compiler's preprocessor refuses the region: " + first_diagnostic(err_tokens if not ok_tokens else err_full)
+        said = first_diagnostic(err_tokens if not ok_tokens else err_full)
+        if said == "no message":  # what it said is about another file: the region included one
+            return ("as the compiler reads it, the region holds a preprocessor directive, a macro, a line splice or a "
+                    "#line: regions may hold code only (#pragma unroll is allowed)")
+        return "the compiler's preprocessor refuses the region: " + said
     line = probe.count("\n")
     head_tokens, _, _ = tokens.partition(sentinel)
     head_full, _, tail_full = full.partition(sentinel)

@@ -10,8 +10,8 @@ Each has a fake implementation (shapes and dtypes, no kernel), so torch.compile 
 it without a graph break, and the forward has its backward registered, so autograd,
 torch.compile and CUDA graphs take attention like any ATen operator. The real implementations
 are _torch.py's checks and launches: a call that breaks a rule raises the same exception, at
-run time (under torch.compile, when the compiled graph runs). The LSE output has no gradient:
-a loss that uses it raises in the backward pass.
+run time (under torch.compile, when the compiled graph runs). The LSE output has no gradient
+(it does not require grad).
 """
 from typing import Optional, Tuple
 
@@ -65,13 +65,11 @@ def _setup_forward(ctx, inputs, output):
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse)
     ctx.causal, ctx.scale, ctx.backward_kernel = causal, scale, backward_kernel
+    ctx.mark_non_differentiable(lse)
     ctx.set_materialize_grads(False)
 
 
 def _backward_of_forward(ctx, d_o, d_lse):
-    if d_lse is not None:
-        raise RuntimeError("attention_kernels: the LSE output has no gradient; use it only outside the loss "
-                           "(or .detach() it)")
     q, k, v, o, lse = ctx.saved_tensors
     if d_o is None:
         return None, None, None, None, None, None, None, None

@@ -109,5 +109,4 @@ def test_cuda_graph_capture_and_replay():
 def test_lse_has_no_gradient():
     q, k, v = qkv(grad=True)
     o, lse = _ops.forward(q, k, v, False, None, None, None, True)
-    with pytest.raises(RuntimeError, match="the LSE output has no gradient"):
-        lse.sum().backward()
+    assert o.requires_grad and not lse.requires_grad
