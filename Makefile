@@ -8,7 +8,8 @@
 #   make docs    the HTML site (Doxygen, offline MathJax) into $(BUILD_DIR)/docs/html
 #   make handout DEST=dir   a student copy with the exercises of classroom/exercises.json stubbed
 #   make grade   score the exercises with the grader's checker: results.json (Gradescope's schema)
-#   make autograder  $(BUILD_DIR)/autograder.zip for Gradescope (CPU exercises; AUTOGRADER=path elsewhere)
+#   make autograder  $(BUILD_DIR)/autograder.zip for Gradescope (CPU exercises; AUTOGRADER=path elsewhere);
+#                WEEK=n (or CONFIG=path, a list of exercise ids) grades that week's exercises alone
 #   make format  clang-format (Debian's, 14) every tracked *.cu/*.cuh/*.h/*.cpp in place, then the
 #                docs' code blocks; `make format-check` (CI) only lists what is not formatted
 BUILD_DIR ?= build
@@ -49,13 +50,15 @@ sanitize: build
 
 handout:
 	@test -n "$(DEST)" || { echo "make handout: give the folder to write, e.g. make handout DEST=/tmp/handout" >&2; exit 2; }
-	$(PYTHON) tools/handout.py $(DEST)
+	$(PYTHON) classroom/handout.py $(DEST)
 
 grade:
-	$(PYTHON) tools/grade.py --build-dir $(BUILD_DIR)/grade --out $(or $(RESULTS),results.json) --cmake-args="$(CMAKE_ARGS)"
+	$(PYTHON) classroom/grade.py --build-dir $(BUILD_DIR)/grade --out $(or $(RESULTS),results.json) --cmake-args="$(CMAKE_ARGS)" \
+	  $(if $(CONFIG),--config $(CONFIG))
 
 autograder:
-	$(PYTHON) tools/autograder.py --out $(or $(AUTOGRADER),$(BUILD_DIR)/autograder.zip)
+	$(PYTHON) classroom/autograder.py --out $(or $(AUTOGRADER),$(BUILD_DIR)/autograder$(if $(WEEK),_week$(WEEK)).zip) \
+	  $(if $(WEEK),--week $(WEEK)) $(if $(CONFIG),--config $(CONFIG))
 
 format:
 	bash tools/format.sh

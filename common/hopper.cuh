@@ -91,7 +91,10 @@ __device__ inline void named_barrier_arrive(int id) {
 
 // ---- TMA -----------------------------------------------------------------------------------
 /// Copies the box at coordinates (c0, c1, c2) of a 3-D tensor map into shared memory (dst must be
-/// 128-byte aligned, 1024 for the 128-byte swizzle) and reports its bytes to `bar`.
+/// 128-byte aligned, 1024 for the 128-byte swizzle) and reports its bytes to `bar`. The
+/// instruction names its destination in the shared::cluster window, the form the PTX ISA gives
+/// this copy; a block launched without a cluster is a cluster of one, and its own shared-memory
+/// addresses are valid there.
 __device__ inline void tma_load_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, uint64_t* bar) {
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::
@@ -158,7 +161,9 @@ constexpr uint32_t desc_hi(uint32_t stride_bytes, uint32_t swizzle_code) {
   return ((stride_bytes >> 4) & 0x3FFF) | (swizzle_code << 30);
 }
 __device__ inline uint64_t desc_join(uint32_t lo, uint32_t hi) { return (uint64_t(hi) << 32) | lo; }
-/// Orders this thread's register and shared-memory accesses before the wgmma that follow.
+/// Orders this thread's earlier accesses to the registers the wgmma that follow read or write
+/// (the accumulators, an A operand in registers) before them. It does not order ordinary
+/// shared-memory stores: an operand written with st.shared needs fence_proxy_async() first.
 __device__ inline void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 /// Closes the group of wgmma issued since the last commit.
 __device__ inline void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

@@ -1,4 +1,4 @@
-// The stub a handout puts where a solution was (tools/handout.py): it compiles, and at run time
+// The stub a handout puts where a solution was (classroom/handout.py): it compiles, and at run time
 // it throws, so the exercise's tests fail with "not implemented: <what to write>".
 #pragma once
 

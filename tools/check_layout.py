@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """The README's Layout map against the tree: every file of common/, of each chapter folder, of
-tools/, python/attention_kernels/ and examples/ is named in it, and every file it names exists.
+tools/, classroom/ (and its grader/, grader/cases/, grader/tasks/, gradescope/ and instructor/,
+where they exist), python/attention_kernels/ and examples/ is named in it, and every file it
+names exists.
 A file is named by its name (the files of docs/, python/ and tests/ may be named too), or as a
 second suffix after one named stem ("tma.h/.cpp" names tma.h and tma.cpp). A chapter's own files
 must be named in that chapter's entry ("  07 backward   ..." and its continuation lines), except
@@ -11,8 +13,11 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CHECKED = ["common", "tools", os.path.join("python", "attention_kernels"), "examples"]
-NAME = re.compile(r"[\w.+-]+\.(?:h|cuh|cu|cpp|py|sh|md|map|toml|csv)\b(?:/\.\w+)*")
+CHECKED = ["common", "tools", os.path.join("python", "attention_kernels"), "examples", "classroom"] + [
+    os.path.join("classroom", *d) for d in (("grader",), ("grader", "cases"), ("grader", "tasks"), ("gradescope",),
+                                            ("instructor",))]
+# A file's name with its extension, or Gradescope's run_autograder (which has none).
+NAME = re.compile(r"[\w.+-]+\.(?:h|cuh|cu|cpp|py|sh|md|map|toml|csv|json)\b(?:/\.\w+)*|\brun_autograder\b")
 
 
 def layout_block(readme):
@@ -56,7 +61,7 @@ def chapter_entries(block):
 
 def tree_files(root):
     files = {}
-    dirs = [os.path.join(root, d) for d in CHECKED]
+    dirs = [os.path.join(root, d) for d in CHECKED if os.path.isdir(os.path.join(root, d))]
     dirs += sorted(os.path.join(root, "chapters", d) for d in os.listdir(os.path.join(root, "chapters"))
                    if re.match(r"\d\d_", d))
     for d in dirs:

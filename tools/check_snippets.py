@@ -66,7 +66,7 @@ def main():
 
 def sync(root, fix):
     """([what is stale], snippets seen) over the tree's pages; with fix, the pages are rewritten
-    from the sources (tools/handout.py does this in a student copy, so its pages show the stubs)."""
+    from the sources (classroom/handout.py does this in a student copy, so its pages show the stubs)."""
     docs = doc_pages(root)
     stale, count = [], 0
     for doc in docs:

@@ -2,7 +2,7 @@
 # Gradescope runs this once, as root, when it builds the autograder image ("Ubuntu 22.04" base
 # image); the autograder zip (make autograder) is unpacked in /autograder/source, and Gradescope
 # itself copies run_autograder to /autograder/run_autograder. Gradescope has no GPU, so this
-# installs only what grading the CPU exercises needs (tools/grade.py --cpu-only): g++ for C++17,
+# installs only what grading the CPU exercises needs (classroom/grade.py --cpu-only): g++ for C++17,
 # Eigen 3.3 or newer in /usr/include/eigen3 (the checker's fp64 oracle) and python3 3.7 or newer.
 # No CUDA toolkit, no CMake: the GPU exercises are listed as "not graded here".
 # Each requirement that is not met stops this with one line naming what was found.
@@ -26,7 +26,7 @@ apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null ||
   fail "apt-get install ${packages[*]} failed (see above)"
 
 py=$(python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])') || fail "python3 does not run"
-at_least "$py" 3.7 || fail "python3 is $py; tools/grade.py needs 3.7 or newer"
+at_least "$py" 3.7 || fail "python3 is $py; classroom/grade.py needs 3.7 or newer"
 
 gxx=$(g++ -dumpfullversion -dumpversion) || fail "g++ does not run"
 probe=$(mktemp -d)
@@ -46,7 +46,7 @@ if ! g++ -std=c++17 -o "$probe/c17" "$probe/c17.cpp" >/dev/null 2>&1 || ! "$prob
 fi
 
 macros=/usr/include/eigen3/Eigen/src/Core/util/Macros.h
-[ -f "$macros" ] || fail "no Eigen headers in /usr/include/eigen3 (tools/grade.py looks there); install libeigen3-dev"
+[ -f "$macros" ] || fail "no Eigen headers in /usr/include/eigen3 (classroom/grade.py looks there); install libeigen3-dev"
 eigen=$(awk '/#define EIGEN_(WORLD|MAJOR|MINOR)_VERSION/ {printf "%s%s", sep, $3; sep = "."}' "$macros")
 at_least "$eigen" 3.3 || fail "Eigen is $eigen; the checker needs Eigen 3.3 or newer"
 

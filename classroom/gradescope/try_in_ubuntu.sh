@@ -3,7 +3,7 @@
 # the zip of `make autograder` unpacked in ROOTFS/autograder/source, setup.sh run once as root,
 # then run_autograder (copied to /autograder/run_autograder) for three submissions, each checked:
 #   (a) the instructor's own tree: every CPU point;
-#   (b) an untouched handout (tools/handout.py): 0;
+#   (b) an untouched handout (classroom/handout.py): 0;
 #   (c) a zip of the handout in which the files holding EXERCISE's regions (default
 #       ch03_online_update) are the instructor's: full points for every exercise whose regions all
 #       lie in those files, 0 for the others.
@@ -48,7 +48,7 @@ if ! grep -qs universe "$rootfs/etc/apt/sources.list" "$rootfs"/etc/apt/sources.
 fi
 
 echo "== make autograder"
-python3 "$repo/tools/autograder.py" --out "$work/autograder.zip"
+python3 "$repo/classroom/autograder.py" --out "$work/autograder.zip"
 rm -rf "$rootfs/autograder"
 mkdir -p "$rootfs/autograder/source"
 python3 - "$work/autograder.zip" "$rootfs/autograder/source" <<'PY'
@@ -77,7 +77,7 @@ in_chroot 'grep PRETTY_NAME /etc/os-release; python3 --version; g++ --version | 
   for t in cmake nvcc git make unzip; do command -v $t >/dev/null && echo "$t: present" || echo "$t: absent"; done'
 
 echo "== the submissions"
-python3 "$src/tools/handout.py" "$work/handout" >/dev/null
+python3 "$src/classroom/handout.py" "$work/handout" >/dev/null
 mkdir -p "$work/solved"
 cp -a "$work/handout" "$work/solved/handout"
 solved_files=$(python3 - "$src" "$exercise" <<'PY'

@@ -1,4 +1,4 @@
-"""tools/grade.py without a runner's build: what it takes from a submission (a tree, a zip, loose
+"""classroom/grade.py without a runner's build: what it takes from a submission (a tree, a zip, loose
 files, or nothing it can use), what the region lint and the compiler's own reading of a region
 reject, that only region bodies go into a copy made from the handout, the sandbox user (as root),
 what of a failed build reaches the student, and the results.json it writes (Gradescope's schema;
@@ -15,7 +15,7 @@ import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "classroom"))
 import grade  # noqa: E402
 
 EXERCISES = [{"id": "ch03_online_update", "chapter": 3, "device": "cpu", "title": "t", "points": 6, "tests": "x"},
@@ -393,6 +393,137 @@ class BypassTest(unittest.TestCase):
                         self.assertIn("U+000C", grade.compiler_view(body, box, work))
             finally:
                 box.close()
+
+
+class HeaderMacroAndLinkTest(unittest.TestCase):
+    """Macros of the system headers (they expand only in the real build), a call of the function
+    the region sits in, a folder reached through a link, and a zip whose entries clash."""
+
+    def test_header_macros_are_refused(self):
+        for body in ('  auto* f = __CONCAT(fo, pen)("x", "r");\n', "  return {state.m, state.l};\n__END_DECLS\n",
+                     "  __BEGIN_DECLS int x; __END_DECLS\n", "  (void)stdin;\n"):
+            self.assertIn("is a macro of the system headers", grade.lint_region(body, 3), body)
+        self.assertEqual(grade.lint_region("  float x = INFINITY;\n  (void)x;\n", 3), "")
+
+    def test_a_region_may_not_call_the_function_it_is_in(self):
+        with open(os.path.join(ROOT, "chapters/08_paged_attention/algorithm.h")) as f:
+            text = f.read()
+        self.assertIn({"split_kv_decode_cpu"}, grade.enclosing_functions(text))
+        why = grade.lint_region("  split_kv_decode_cpu(cache, heads_q, q, tables, lens, 4096, o, lse);\n", 8,
+                                {"split_kv_decode_cpu"})
+        self.assertIn("the function this region is written in", why)
+
+    def test_every_region_knows_its_function(self):
+        for rel in grade.exercise_files(ROOT):
+            with open(os.path.join(ROOT, rel)) as f:
+                text = f.read()
+            names = grade.enclosing_functions(text)
+            self.assertEqual(len(names), len(grade.regions_in(text, rel)), rel)
+            self.assertTrue(all(names), rel)
+
+    def test_a_linked_folder_is_not_read(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            os.symlink(os.path.join(ROOT, "chapters"), os.path.join(tmp, "chapters"))
+            with self.assertRaises(grade.SubmissionError):
+                grade.locate(tmp, ROOT)
+
+    def test_a_zip_whose_entries_clash_is_one_line(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            z = os.path.join(tmp, "s.zip")
+            with zipfile.ZipFile(z, "w") as f:
+                f.writestr("chapters", "a file")
+                f.writestr("chapters/03_online_softmax/algorithm.h", "x")
+            with self.assertRaises(grade.SubmissionError) as caught:
+                grade.locate(z, ROOT)
+            self.assertIn("cannot be unpacked", str(caught.exception))
+
+
+class ExercisesAreDataTest(unittest.TestCase):
+    """An exercise is its exercises.json entry, its regions and its registered case generator: the
+    grader's code names no exercise and no chapter count."""
+
+    def setUp(self):
+        import handout
+        self.exercises = handout.catalog(ROOT)
+
+    def test_every_exercise_has_one_generator_and_every_generator_an_exercise(self):
+        import glob
+        import re
+        registered = []
+        for path in glob.glob(os.path.join(ROOT, "classroom", "grader", "cases", "*.cpp")):
+            with open(path) as f:
+                registered += re.findall(r'^FA_EXERCISE_CASES\("(\w+)"', f.read(), re.M)
+        self.assertEqual(sorted(registered), sorted(ex["id"] for ex in self.exercises))
+        self.assertEqual(sorted(set(grade.checker_sources()) - set(grade.CHECKER_SOURCES)),
+                         sorted(os.path.relpath(p, ROOT) for p in glob.glob(
+                             os.path.join(ROOT, "classroom", "grader", "cases", "*.cpp"))))
+
+    def test_every_cpu_chapter_has_its_runner_tasks(self):
+        for ex in self.exercises:
+            if ex["device"] == "cpu":
+                self.assertTrue(os.path.isfile(os.path.join(ROOT, "classroom", "grader", grade.cpu_tasks(ex["chapter"]))),
+                                ex["id"])
+        grade.check_graded(self.exercises)
+        with self.assertRaises(grade.handout.HandoutError) as caught:
+            grade.check_graded([{**self.exercises[0], "id": "later_cpu", "chapter": 99}])
+        self.assertIn("'later_cpu' is a CPU exercise of chapter 99, which has no classroom/grader/tasks/cpu_ch99.h",
+                      str(caught.exception))
+
+    def test_no_exercise_id_in_the_graders_code(self):
+        import glob
+        code = [os.path.join(ROOT, "classroom", n) for n in
+                ("grade.py", "grade_batch.py", "handout.py", "check_handout.py", "autograder.py")]
+        code += glob.glob(os.path.join(ROOT, "classroom", "grader", "*.*"))
+        code += glob.glob(os.path.join(ROOT, "classroom", "grader", "tasks", "*"))
+        for path in code:
+            with open(path) as f:
+                text = f.read()
+            named = [ex["id"] for ex in self.exercises if ex["id"] in text]
+            self.assertEqual(named, [], f"{os.path.relpath(path, ROOT)} names exercises")
+
+    def test_chapter_namespaces_come_from_the_chapters(self):
+        for number, folder in grade.handout.chapter_folders(ROOT).items():
+            with open(os.path.join(ROOT, folder, "algorithm.h")) as f:
+                self.assertIn(f"namespace fa::{grade.CHAPTER_NAMESPACES[number]} {{", f.read())
+        self.assertIn("grader", grade.BANNED_NAMESPACES)
+        self.assertEqual(grade.lint_region("return fa::online::online_update(s, x);\n", 3), "")
+        self.assertIn("another chapter", grade.lint_region("return fa::online::online_update(s, x);\n", 4))
+
+    def test_a_graded_selection_still_stubs_every_exercise(self):
+        # One week's exercise graded: the tree the build sees holds no solution of any other.
+        week = [ex for ex in self.exercises if ex["id"] == EXERCISES[0]["id"]]
+        with tempfile.TemporaryDirectory() as tmp:
+            tree = os.path.join(tmp, "tree")
+            grade.splice(ROOT, tree, {}, grade.every_exercise(week))
+            for ex in self.exercises:
+                for rel in grade.exercise_files(ROOT):
+                    with open(os.path.join(tree, rel)) as f:
+                        text = f.read()
+                    self.assertNotIn("// END SOLUTION\n// BEGIN", text)
+            stubbed = {ex_id for rel, held in grade.exercise_files(ROOT).items() for ex_id in held
+                       if f"FA_NOT_IMPLEMENTED(\"{ex_id}:" in open(os.path.join(tree, rel)).read()}
+            self.assertEqual(stubbed, {ex["id"] for ex in self.exercises})
+
+
+class GpuTurnTest(unittest.TestCase):
+    @needs_root
+    def test_a_grading_that_waits_for_the_gpu_says_so(self):
+        import threading
+        with tempfile.TemporaryDirectory() as tmp:
+            state = os.path.join(tmp, "state")
+            first = grade.gpu_turn(state)
+            said = []
+            second = []
+            waiter = threading.Thread(target=lambda: second.append(grade.gpu_turn(state, log=said.append)))
+            waiter.start()
+            time.sleep(0.3)
+            self.assertTrue(waiter.is_alive())
+            self.assertIn("waiting for the GPU: another grading on this machine is running its GPU cases", said[0])
+            os.close(first)
+            waiter.join(10)
+            self.assertFalse(waiter.is_alive())
+            self.assertIn("the GPU is free", said[-1])
+            os.close(second[0])
 
 
 class ResultsTest(unittest.TestCase):

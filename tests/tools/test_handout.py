@@ -1,4 +1,4 @@
-"""tools/handout.py on a small made-up tree: which regions become stubs, what stays, and the
+"""classroom/handout.py on a small made-up tree: which regions become stubs, what stays, and the
 one-line errors for bad markers and bad config (with nothing written); and on this tree: no code
 line of a solution survives anywhere in its student copy."""
 import json
@@ -8,7 +8,7 @@ import tempfile
 import unittest
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "classroom"))
 import handout  # noqa: E402
 
 KERNEL = """int keep(int x) {
@@ -29,7 +29,7 @@ class HandoutTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
         self.root = os.path.join(self.tmp.name, "repo")
-        os.makedirs(os.path.join(self.root, "chapters"))
+        os.makedirs(os.path.join(self.root, "chapters", "01_first"))
         self.write("chapters/kernel.h", KERNEL)
         self.write("README.md", "docs keep `// BEGIN SOLUTION` text as is\n")
         self.config = os.path.join(self.tmp.name, "exercises.json")
@@ -149,6 +149,34 @@ class HandoutTest(unittest.TestCase):
         self.assert_error("tests pattern")
         self.set_config([{"id": "ex1", "points": 1, "tests": "x"}])
         self.assert_error("exercise 0 needs 'title'")
+
+    def test_a_chapter_is_any_chapter_folder(self):
+        self.set_config([{"id": "ex1", "chapter": 12, "title": "t", "points": 5, "tests": "x"}])
+        self.assert_error("exercise 'ex1' has chapter 12; allowed: a chapter with a folder chapters/NN_name (1)")
+        os.makedirs(os.path.join(self.root, "chapters", "12_later"))
+        self.assertEqual(handout.make_handout(self.root, self.dest, self.config), {"ex1": 1, "other": 1})
+
+    def test_a_week_is_a_whole_number_from_1(self):
+        self.set_config([{"id": "ex1", "week": 0, "title": "t", "points": 5, "tests": "x"}])
+        self.assert_error("exercise 'ex1' has week 0; allowed: a whole number from 1 up")
+        self.set_config([{"id": "ex1", "device": "fpga", "title": "t", "points": 5, "tests": "x"}])
+        self.assert_error("exercise 'ex1' has device 'fpga'; allowed: 'cpu' or 'gpu'")
+
+    def test_an_assignment_lists_ids_of_the_trees_exercises(self):
+        os.makedirs(os.path.join(self.root, "classroom"))
+        with open(os.path.join(self.root, "classroom", "exercises.json"), "w") as f:
+            json.dump({"exercises": [{"id": "ex1", "chapter": 1, "device": "cpu", "title": "t", "points": 5,
+                                      "tests": "^ex1"},
+                                     {"id": "other", "chapter": 1, "device": "gpu", "title": "o", "points": 3,
+                                      "tests": "^o"}]}, f)
+        with open(self.config, "w") as f:
+            json.dump({"exercises": ["other"]}, f)
+        self.assertEqual([ex["id"] for ex in handout.load_config(self.config, self.root)], ["other"])
+        with open(self.config, "w") as f:
+            json.dump({"exercises": ["ghost"]}, f)
+        with self.assertRaises(handout.HandoutError) as caught:
+            handout.load_config(self.config, self.root)
+        self.assertIn("no exercise 'ghost' in classroom/exercises.json; allowed: ex1, other", str(caught.exception))
 
     def test_a_device_region_becomes_an_empty_body_and_its_launcher_throws(self):
         self.write("chapters/gpu.cu", "__global__ void k(float* o) {\n"

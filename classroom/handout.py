@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """make handout: write a student copy of this repository with the exercises' solutions stubbed.
 
-Usage: python3 tools/handout.py DEST [--config classroom/exercises.json]
+Usage: python3 classroom/handout.py DEST [--config classroom/exercises.json]
 
 Solutions are marked in the source, one region per marker pair, each naming its exercise:
 
@@ -42,11 +42,12 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "tools"))  # check_snippets
 SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc")
 BEGIN = re.compile(r"^(\s*)// BEGIN SOLUTION ([A-Za-z0-9_]+)( \(device\))?: (.+?)\s*$")
 END = re.compile(r"^\s*// END SOLUTION\s*$")
 SKIP_DIRS = {".git", "build", ".deps", "__pycache__"}
+CATALOG = "classroom/exercises.json"  # every exercise of the tree
 INSTRUCTOR = "classroom/instructor"  # answers and rubrics: left out of the copy
 STUDENT_QUESTIONS = "classroom/questions.md"  # the written questions, answers taken out
 # Every kernel's registers and SASS size as the instructor's tree builds them: left out of the
@@ -59,24 +60,53 @@ class HandoutError(Exception):
     pass
 
 
-def load_config(path):
+def chapter_folders(root):
+    """{chapter number: its folder, e.g. "chapters/05_flash_attention_v2"} for every folder
+    chapters/NN_name of the tree."""
+    folders = {}
+    chapters = os.path.join(root, "chapters")
+    for name in sorted(os.listdir(chapters)) if os.path.isdir(chapters) else []:
+        m = re.match(r"(\d\d)_\w+$", name)
+        if m and os.path.isdir(os.path.join(chapters, name)):
+            folders[int(m.group(1))] = f"chapters/{name}"
+    return folders
+
+
+def load_config(path, root=ROOT):
+    """The exercises a config lists, each checked. A config's 'exercises' are the entries
+    themselves (classroom/exercises.json: id, chapter, device, points, title, tests, ...) or the
+    ids of entries of the tree's classroom/exercises.json (an assignment: one week's exercises,
+    say)."""
     try:
         with open(path) as f:
             config = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise HandoutError(f"config {path}: {e}")
-    exercises = config.get("exercises")
+    exercises = config.get("exercises") if isinstance(config, dict) else None
     if not isinstance(exercises, list) or not exercises:
         raise HandoutError(f"config {path}: 'exercises' must be a non-empty list")
+    if all(isinstance(ex, str) for ex in exercises):
+        exercises = assignment_entries(path, exercises, root)
+    chapters = chapter_folders(root)
+    allowed = ", ".join(str(n) for n in sorted(chapters)) or "none (no folder chapters/NN_name)"
     ids = set()
     for i, ex in enumerate(exercises):
+        if not isinstance(ex, dict):
+            raise HandoutError(f"config {path}: exercise {i} must be an object (or every entry an exercise id)")
         for key, kind in (("id", str), ("title", str), ("points", (int, float)), ("tests", str)):
             if not isinstance(ex.get(key), kind):
                 raise HandoutError(f"config {path}: exercise {i} needs '{key}' ({kind.__name__ if isinstance(kind, type) else 'number'})")
         if not re.fullmatch(r"[A-Za-z0-9_]+", ex["id"]):
             raise HandoutError(f"config {path}: exercise id '{ex['id']}' may hold only letters, digits and '_'")
-        if ex.get("chapter") not in range(1, 9) or ex.get("device") not in ("cpu", "gpu"):
-            raise HandoutError(f"config {path}: exercise '{ex['id']}' needs 'chapter' (1 to 8) and 'device' ('cpu' or 'gpu')")
+        if isinstance(ex.get("chapter"), bool) or ex.get("chapter") not in chapters:
+            raise HandoutError(f"config {path}: exercise '{ex['id']}' has chapter {ex.get('chapter')!r}; allowed: a "
+                               f"chapter with a folder chapters/NN_name ({allowed})")
+        if ex.get("device") not in ("cpu", "gpu"):
+            raise HandoutError(f"config {path}: exercise '{ex['id']}' has device {ex.get('device')!r}; allowed: 'cpu' "
+                               "or 'gpu'")
+        if "week" in ex and (isinstance(ex["week"], bool) or not isinstance(ex["week"], int) or ex["week"] < 1):
+            raise HandoutError(f"config {path}: exercise '{ex['id']}' has week {ex['week']!r}; allowed: a whole number "
+                               "from 1 up")
         if ex["id"] in ids:
             raise HandoutError(f"config {path}: exercise id '{ex['id']}' appears twice")
         if ex["points"] < 0:
@@ -87,6 +117,28 @@ def load_config(path):
             raise HandoutError(f"config {path}: exercise '{ex['id']}' tests pattern: {e}")
         ids.add(ex["id"])
     return exercises
+
+
+def assignment_entries(path, ids, root):
+    """The entries of the tree's classroom/exercises.json that an assignment lists by id, in the
+    assignment's order."""
+    catalog_path = os.path.join(root, CATALOG)
+    if os.path.abspath(path) == os.path.abspath(catalog_path):
+        raise HandoutError(f"config {path}: the exercises must be entries, not ids")
+    try:
+        with open(catalog_path) as f:
+            catalog = {ex.get("id"): ex for ex in json.load(f).get("exercises", []) if isinstance(ex, dict)}
+    except (OSError, json.JSONDecodeError, AttributeError) as e:
+        raise HandoutError(f"config {path} lists exercise ids, but {CATALOG} cannot be read: {e}")
+    unknown = [ex_id for ex_id in ids if ex_id not in catalog]
+    if unknown:
+        raise HandoutError(f"config {path}: no exercise '{unknown[0]}' in {CATALOG}; allowed: {', '.join(catalog)}")
+    return [catalog[ex_id] for ex_id in ids]
+
+
+def catalog(root=ROOT):
+    """Every exercise of the tree (classroom/exercises.json)."""
+    return load_config(os.path.join(root, CATALOG), root)
 
 
 def stub_regions(text, path, selected, regions=None):
@@ -163,7 +215,7 @@ def tracked_files(root):
 
 
 def make_handout(root, dest, config_path):
-    exercises = load_config(config_path)
+    exercises = load_config(config_path, root)
     dest = os.path.abspath(dest)
     inside = os.path.relpath(dest, os.path.abspath(root))
     if not inside.startswith("..") and (inside == "." or inside.split(os.sep)[0] != "build"):

@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """make grade: score a student's exercises with the grader's checker, never with the student's tests.
 
-Usage: python3 tools/grade.py [--submission PATH] [--out results.json] [--build-dir DIR]
-                              [--cpu-only] [--timeout SECONDS] [--cmake-args "..."]
+Usage: python3 classroom/grade.py [--submission PATH] [--out results.json] [--build-dir DIR]
+                                  [--config PATH] [--cpu-only] [--timeout SECONDS] [--cmake-args "..."]
 
 PATH is what the student handed in: their whole tree, a zip of it, or just the files they
 edited (at their paths in the tree, or loose: a file is placed by the exercise markers it
 holds). Without --submission this tree itself is graded (a student checking their work).
+--config names the exercises to grade (default: every exercise of classroom/exercises.json; an
+assignment file may list just ids, one week's, say); the score and its total are theirs alone.
 
 How a submission is graded (docs/grading.md says what this protects and what it does not):
   1. Only the bodies of the exercises' regions (between // BEGIN SOLUTION id and // END
      SOLUTION) are taken from the student's files. They go into a student copy made as
-     `make handout` makes it (tools/handout.py: every region a stub, no instructor-only file), so
+     `make handout` makes it (classroom/handout.py: every region a stub, no instructor-only file), so
      nothing else the student wrote, and nothing of the instructor's that the handout does not
      hold, is in the folder the build sees.
   2. Each region body is linted (lint_region: no preprocessor lines, no asm, no process, file,
@@ -20,23 +22,29 @@ How a submission is graded (docs/grading.md says what this protects and what it 
      the compiler reads it, its brackets paired as the compiler splits its tokens). A region
      that fails scores 0 for its exercise and is stubbed.
   3. Runners are built from that copy: for a CPU exercise g++ builds its chapter's CPU runner
-     (classroom/grader/runner_cpu.cpp: that chapter's algorithm.h and nothing else); for a GPU
+     (classroom/grader/runner_cpu.cpp with tasks/cpu_chNN.h: that chapter's algorithm.h and
+     nothing else); for a GPU
      exercise CMake builds its chapter's GPU runner (fa_runner_chNN). A region that does not
      compile scores 0 and is stubbed, and the rest is built again. Only the compiler's errors
      inside the student's own regions reach results.json.
-  4. The checker (classroom/grader/checker.cpp) is built from the instructor's tree, with the
-     fp64 oracle and no student code. It draws each case's inputs from a fresh random seed,
+  4. The checker (classroom/grader/checker.cpp, with every chapter's case generators,
+     classroom/grader/cases/*.cpp) is built from the instructor's tree, with the fp64 oracle and
+     no student code. It draws each case's inputs from a fresh random seed,
      runs the runner on them in a separate process, and compares what comes back with the
      oracle. Its verdict is all that is scored.
 As root, steps 2 and 3 (the compiler) and every runner run as a user of this grading's own (a
 uid no account holds, one per grading at a time), which cannot read the instructor's tree (it
-is made so), the checker, or another grading's files. Without root there is no sandbox, and
-the grader says so (a student's self-check).
+is made so), the checker, or another grading's files. So gradings may run side by side on one
+machine: each kills only its own user's processes, and their GPU cases take turns through a lock
+(a grading that waits for it says so). Without root there is no sandbox, and the grader says so
+(a student's self-check).
 An exercise scores its points times the weighted fraction of its cases that passed; trivial
 shapes (one row, one key) have weight 0. GPU exercises on a machine without a GPU (or with
 --cpu-only) are listed as "not graded here" with their points, out of the total.
 """
 import argparse
+import concurrent.futures
+import glob
 import json
 import os
 import re
@@ -51,7 +59,7 @@ import xml.etree.ElementTree as ET
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "classroom"))
 import handout  # noqa: E402
 
 MAX_OUTPUT = 4000  # characters of output kept per exercise
@@ -67,8 +75,8 @@ class SubmissionError(Exception):
 
 # ---- taking in a submission -------------------------------------------------------------------
 
-def safe_unzip(path, dest):
-    """Unpacks a zip into dest, refusing absolute paths, '..', links and more than MAX_UPLOAD bytes."""
+def safe_unzip(path, dest, limit=MAX_UPLOAD):
+    """Unpacks a zip into dest, refusing absolute paths, '..', links and more than `limit` bytes."""
     try:
         with zipfile.ZipFile(path) as z:
             total = 0
@@ -79,8 +87,8 @@ def safe_unzip(path, dest):
                 if (info.external_attr >> 16) & 0o170000 == 0o120000:
                     raise SubmissionError(f"the zip holds a link '{name}'; {WHAT_TO_SUBMIT}")
                 total += info.file_size
-                if total > MAX_UPLOAD:
-                    raise SubmissionError(f"the zip unpacks to more than {MAX_UPLOAD >> 20} MB; {WHAT_TO_SUBMIT}")
+                if total > limit:
+                    raise SubmissionError(f"the zip unpacks to more than {limit >> 20} MB; {WHAT_TO_SUBMIT}")
                 if info.is_dir():
                     continue
                 target = os.path.join(dest, name)
@@ -89,6 +97,9 @@ def safe_unzip(path, dest):
                     shutil.copyfileobj(src, out)
     except zipfile.BadZipFile:
         raise SubmissionError(f"{os.path.basename(path)} is not a readable zip; {WHAT_TO_SUBMIT}")
+    except (OSError, ValueError) as e:  # e.g. an entry under a name that another entry made a file
+        raise SubmissionError(f"{os.path.basename(path)} cannot be unpacked ({e.__class__.__name__}: an entry clashes "
+                              f"with another); {WHAT_TO_SUBMIT}")
 
 
 def exercise_files(root):
@@ -116,6 +127,21 @@ def regions_in(text, rel):
 UNPACKED = []  # folders zips were unpacked into
 
 
+def linked(base, path):
+    """True when `path` or a folder between `base` and it is a symbolic link, or `path` is not
+    inside `base` once links are resolved: such a file is never read (it could be anyone's)."""
+    rel = os.path.relpath(path, base)
+    if rel.startswith(os.pardir) or os.path.isabs(rel):
+        return True
+    here = base
+    for part in rel.split(os.sep):
+        here = os.path.join(here, part)
+        if os.path.islink(here):
+            return True
+    real_base = os.path.realpath(base)
+    return os.path.commonpath([real_base, os.path.realpath(path)]) != real_base
+
+
 def locate(submission, root):
     """{path in the tree: the student's file} for the exercise files the submission holds.
     A tree (or a zip of one) is matched by path; loose files by the exercise markers inside."""
@@ -135,13 +161,13 @@ def locate(submission, root):
                            if os.path.isdir(os.path.join(submission, d)) and not os.path.islink(os.path.join(submission, d))]
     for top in tops:
         found = {rel: os.path.join(top, rel) for rel in wanted if os.path.isfile(os.path.join(top, rel))
-                 and not os.path.islink(os.path.join(top, rel))}
+                 and not linked(submission, os.path.join(top, rel))}
         if found:
             return found
     loose = []
     for base, dirs, names in os.walk(submission):
         dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("build", "__pycache__")]
-        loose += [os.path.join(base, n) for n in names if not os.path.islink(os.path.join(base, n))]
+        loose += [os.path.join(base, n) for n in names if not linked(submission, os.path.join(base, n))]
     return locate_loose(loose, wanted)
 
 
@@ -180,8 +206,26 @@ BANNED_WORDS = (
     "thread_local extern ifstream ofstream fstream FILE thread jthread cudaMalloc cudaMallocManaged "
     "cudaMallocHost cudaHostAlloc cudaFree cudaMemcpy cudaMemcpyAsync cudaDeviceReset cudaSetDevice "
     "goto friend namespace using typeid register volatile").split()
-BANNED_NAMESPACES = ("naive", "safe", "online", "flash1", "flash2", "flash3", "backward", "paged", "grader")
-CHAPTER_NAMESPACES = {1: "naive", 2: "safe", 3: "online", 4: "flash1", 5: "flash2", 6: "flash3", 7: "backward", 8: "paged"}
+GRADER_NAMESPACE = "grader"  # fa::grader: the runners' own code
+
+
+def chapter_namespaces(root=ROOT):
+    """{chapter number: the namespace its algorithm.h opens (namespace fa::NAME)}: a region may
+    name its own chapter's namespace and no other's."""
+    found = {}
+    for number, folder in handout.chapter_folders(root).items():
+        try:
+            with open(os.path.join(root, folder, "algorithm.h"), encoding="utf-8") as f:
+                m = re.search(r"^namespace fa::(\w+)", f.read(), re.M)
+        except OSError:
+            continue
+        if m:
+            found[number] = m.group(1)
+    return found
+
+
+CHAPTER_NAMESPACES = chapter_namespaces()
+BANNED_NAMESPACES = tuple(sorted(set(CHAPTER_NAMESPACES.values()))) + (GRADER_NAMESPACE,)
 BANNED_PARTS = re.compile(r"reference|oracle|registry|_kernels\b|cpu_algorithms|find_|Problem|run_forward|"
                           r"run_backward|launch_", re.I)
 BANNED_STRINGS = ("/proc", "/dev", "/sys", "/autograder", "/tmp", "/etc", "/home", "/root", "/usr")
@@ -288,8 +332,72 @@ def raw_text_problem(body):
     return ""
 
 
-def lint_region(body, chapter):
-    """The first reason this region body may not be graded, or "" when it is fine."""
+# The headers' macros a region may name (the solutions name these); any other macro name is
+# refused: a macro expands only in the real build, where neither the lint nor the compiler's
+# reading of the region alone sees it (glibc's __CONCAT pastes any name, __END_DECLS is a '}').
+ALLOWED_MACROS = {"INFINITY", "NAN", "HUGE_VALF", "HUGE_VAL", "FLT_MAX", "FLT_MIN", "FLT_EPSILON", "DBL_MAX",
+                  "INT_MAX", "INT_MIN", "UINT_MAX", "INT64_MAX", "INT32_MAX", "SIZE_MAX"}
+HEADER_MACROS = {}
+
+
+def header_macros():
+    """Every macro name the C++ standard library and the POSIX headers define (g++ -dM)."""
+    if "names" not in HEADER_MACROS:
+        headers = ("bits/stdc++.h", "unistd.h", "fcntl.h", "sys/stat.h", "sys/types.h", "sys/mman.h", "sys/wait.h",
+                   "sys/socket.h", "signal.h", "dlfcn.h", "pthread.h", "dirent.h", "spawn.h", "sys/syscall.h",
+                   "sys/resource.h", "sys/prctl.h", "netinet/in.h", "arpa/inet.h", "poll.h", "sched.h")
+        text = "".join(f"#include <{h}>\n" for h in headers)
+        done = subprocess.run(["g++", "-std=c++17", "-x", "c++", "-E", "-dM", "-"], input=text, capture_output=True,
+                              text=True, timeout=120)
+        names = set(re.findall(r"^#define ([A-Za-z_][A-Za-z0-9_]*)", done.stdout, re.M))
+        if done.returncode != 0 or len(names) < 500:
+            raise RuntimeError("grade: g++ could not list the headers' macros: " + done.stderr[-300:])
+        HEADER_MACROS["names"] = names
+    return HEADER_MACROS["names"]
+
+
+CONTROL_WORDS = {"if", "for", "while", "switch", "catch", "return", "sizeof", "decltype", "do", "else"}
+
+
+def enclosing_functions(text):
+    """For each BEGIN SOLUTION marker of `text`, in order, the set holding the name of the function
+    it is written in (the nearest block above it whose head is `name(...) {` with a name that is
+    not if/for/while/...), or an empty set when none is found."""
+    raw = text.split("\n")
+    lines = [line.split("//")[0] for line in raw]
+    out = []
+    for at, line in enumerate(raw):
+        if "// BEGIN SOLUTION" not in line:
+            continue
+        depth, name = 0, None
+        for k in range(at - 1, -1, -1):
+            depth += lines[k].count("}") - lines[k].count("{")
+            if depth >= 0:
+                continue
+            # lines[k] opens a block the marker is in; its head ends at that line's last '{'.
+            head = (" ".join(lines[max(0, k - 6):k]) + " " + lines[k][:lines[k].rfind("{")]).rstrip()
+            for suffix in ("override", "noexcept", "const"):
+                if head.endswith(suffix):
+                    head = head[:-len(suffix)].rstrip()
+            if head.endswith(")"):
+                paren, i = 0, len(head) - 1
+                while i >= 0:
+                    paren += {")": 1, "(": -1}.get(head[i], 0)
+                    if paren == 0:
+                        break
+                    i -= 1
+                m = re.search(r"([A-Za-z_][A-Za-z0-9_]*)\s*$", head[:max(i, 0)])
+                if m and m.group(1) not in CONTROL_WORDS:
+                    name = m.group(1)
+                    break
+            depth = 0  # a loop's or a lambda's block: look further up
+        out.append({name} if name else set())
+    return out
+
+
+def lint_region(body, chapter, enclosing=()):
+    """The first reason this region body may not be graded, or "" when it is fine. enclosing: the
+    names of the function the region is written in (enclosing_functions)."""
     if len(body) > MAX_REGION:
         return f"the region holds {len(body)} characters; at most {MAX_REGION} are graded"
     problem = raw_text_problem(body)
@@ -322,7 +430,14 @@ def lint_region(body, chapter):
                 return f"an unmatched '{ch}': a region may not close the function or block it sits in"
     if any(depth.values()):
         return "unbalanced braces or brackets: a region's braces, parentheses and brackets must pair up inside it"
+    macros = header_macros()
     for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", code):
+        if word in macros and word not in ALLOWED_MACROS:
+            return (f"'{word}' is a macro of the system headers; a region may name no macro but "
+                    + ", ".join(sorted(ALLOWED_MACROS)))
+        if word in enclosing and re.search(r"\b" + re.escape(word) + r"\s*\(", code):
+            return (f"'{word}' is the function this region is written in: a region may not call it (its loop is the "
+                    "frame the exercise's step runs in)")
         if word in BANNED_WORDS or BANNED_NAME_PATTERN.fullmatch(word):
             return f"'{word}' is not allowed in an exercise region (no processes, files, allocation, exits, asm or statics)"
         if BANNED_PARTS.search(word):
@@ -345,7 +460,7 @@ def blank(body):
 
 
 def splice(root, tree, student_files, exercises, check=None):
-    """Writes into `tree` the student copy of the instructor's tree `root` (tools/handout.py: every
+    """Writes into `tree` the student copy of the instructor's tree `root` (classroom/handout.py: every
     exercise region stubbed, the instructor's files left out), then puts into each region the
     student's body when the submission has the file and its markers and the body passes the lint
     and `check` (a function of the body giving a reason to refuse it, or ""). So the folder a
@@ -359,7 +474,10 @@ def splice(root, tree, student_files, exercises, check=None):
     problems, taken, pending = {}, {}, []
     for rel in sorted(exercise_files(root)):
         with open(os.path.join(root, rel), encoding="utf-8") as f:
-            solution = [r for r in regions_in(f.read(), rel) if r[0] in ids]
+            text = f.read()
+        every = regions_in(text, rel)
+        enclosing = [names for r, names in zip(every, enclosing_functions(text)) if r[0] in ids]
+        solution = [r for r in every if r[0] in ids]
         if not solution:
             continue
         target = os.path.join(tree, rel)
@@ -388,7 +506,7 @@ def splice(root, tree, student_files, exercises, check=None):
             elif mine is not None and mine.strip() == stubs[k].strip():
                 bodies[k] = None  # the handout's stub, left as it was
             elif mine is not None:
-                why = lint_region(mine, chapter_of.get(ex_id, 0)) or (check(mine) if check else "")
+                why = lint_region(mine, chapter_of.get(ex_id, 0), enclosing[k]) or (check(mine) if check else "")
                 if why:
                     problems.setdefault(ex_id, []).append(f"{rel}: {why}")
                     bodies[k] = None
@@ -510,18 +628,47 @@ def gpu_available():
         return False
 
 
+CHECKER_SOURCES = ["classroom/grader/checker.cpp", "classroom/grader/runner_process.cpp",
+                   "classroom/grader/cases.cpp"] + [f"common/{n}.cpp" for n in (
+                       "reference", "problem", "attention_features", "compare", "dtype", "fp8")]
+
+
+def checker_sources(root=ROOT):
+    """The checker's sources in `root`: its own, every chapter's case generators
+    (classroom/grader/cases/*.cpp) and the oracle's part of common/."""
+    return CHECKER_SOURCES + sorted(os.path.relpath(p, root)
+                                    for p in glob.glob(os.path.join(root, "classroom", "grader", "cases", "*.cpp")))
+
+
 def build_checker(out_dir):
     """fa_check from the instructor's tree (this one), with g++, as the grader's user, in a folder
-    only that user can enter (the sandbox user can neither read nor run it)."""
+    only that user can enter (the sandbox user can neither read nor run it). Its sources are
+    compiled side by side, then linked."""
     own = os.path.join(out_dir, "checker")
     os.makedirs(own, mode=0o700)
     exe = os.path.join(own, "fa_check")
-    sources = ["classroom/grader/checker.cpp"] + [f"common/{n}.cpp" for n in ("reference", "problem", "attention_features", "compare", "dtype", "fp8")]
-    cmd = ["g++", "-O2", "-std=c++17", "-I", os.path.join(ROOT, "common"), "-I", "/usr/include/eigen3", "-o", exe]
-    done = subprocess.run(cmd + [os.path.join(ROOT, s) for s in sources], capture_output=True, text=True)
+    flags = ["g++", "-O2", "-std=c++17", "-I", os.path.join(ROOT, "common"), "-I", "/usr/include/eigen3"]
+    sources = checker_sources()
+
+    def compile_one(k):
+        obj = os.path.join(own, f"{k:03d}_{os.path.basename(sources[k])}.o")
+        done = subprocess.run(flags + ["-c", "-o", obj, os.path.join(ROOT, sources[k])], capture_output=True, text=True)
+        return obj, done
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        built = list(pool.map(compile_one, range(len(sources))))
+    for obj, done in built:
+        if done.returncode != 0:
+            raise RuntimeError("the checker does not build (an instructor's tree problem):\n" + done.stderr[-3000:])
+    done = subprocess.run(flags + ["-o", exe] + [obj for obj, _ in built], capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError("the checker does not build (an instructor's tree problem):\n" + done.stderr[-3000:])
+        raise RuntimeError("the checker does not link (an instructor's tree problem):\n" + done.stderr[-3000:])
     return exe
+
+
+def checker_exercises(checker):
+    """The exercise ids the checker has case generators for (fa_check --list)."""
+    done = subprocess.run([checker, "--list"], capture_output=True, text=True)
+    return done.stdout.split()
 
 
 BUILD_TIMEOUT = 300  # seconds for one chapter's CPU runner (a compile-time loop cannot hold the grader)
@@ -544,11 +691,18 @@ def run_build(cmd, timeout, tmp, box=None, cwd=None):
         return False, f"the build ran past {timeout} s and was stopped"
 
 
+def cpu_tasks(chapter):
+    """The CPU runner's tasks file of a chapter, relative to classroom/grader/: it includes that
+    chapter's algorithm.h and nothing of another chapter's."""
+    return f"tasks/cpu_ch{chapter:02d}.h"
+
+
 def cpu_runner_builder(tree, chapter, out_dir, box=None):
     exe = os.path.join(out_dir, f"runner_cpu_ch{chapter:02d}")
     sources = [os.path.join(tree, "classroom/grader/runner_cpu.cpp")] + [os.path.join(tree, f"common/{n}.cpp")
                                                                         for n in ("problem", "dtype", "fp8")]
-    cmd = ["g++", "-O2", "-std=c++17", f"-DFA_RUNNER_CHAPTER={chapter}", "-I", os.path.join(tree, "common"), "-o", exe] + sources
+    cmd = (["g++", "-O2", "-std=c++17", f'-DFA_RUNNER_TASKS="{cpu_tasks(chapter)}"', "-I", os.path.join(tree, "common"),
+            "-o", exe] + sources)
 
     def build():
         return run_build(cmd, BUILD_TIMEOUT, os.path.join(out_dir, "tmp"), box, cwd=out_dir)
@@ -764,15 +918,22 @@ def claim_sandbox(ids=SANDBOX_IDS, state=None):
                        "another grading's; wait for a grading to end")
 
 
-def gpu_turn(state=None):
+def gpu_turn(state=None, log=print):
     """As root, a descriptor holding the machine's GPU lock (gradings run their GPU cases one at a
-    time, so timed cases do not share the GPU); None otherwise. Blocks until the lock is free."""
+    time, so timed cases do not share the GPU); None otherwise. Blocks until the lock is free,
+    saying so when another grading holds it."""
     if os.geteuid() != 0:
         return None
     import fcntl
-    fd = os.open(os.path.join(private_dir(state or STATE_DIR), "gpu.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW,
-                 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    path = os.path.join(private_dir(state or STATE_DIR), "gpu.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        log(f"grade: waiting for the GPU: another grading on this machine is running its GPU cases ({path} is "
+            "held); this one goes on when that one's case ends")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        log("grade: the GPU is free; going on")
     return fd
 
 
@@ -895,7 +1056,7 @@ def score_verdict(ex, verdict):
     return value, lines
 
 
-NOT_HERE = "needs an NVIDIA GPU; grade it with tools/grade_batch.py on a GPU machine"
+NOT_HERE = "needs an NVIDIA GPU; grade it with classroom/grade_batch.py on a GPU machine"
 
 
 def refused_outcomes(exercises, has_gpu, why):
@@ -947,7 +1108,7 @@ def read_junit(path):
     return cases
 
 
-# A handout (tools/handout.py leaves classroom/instructor/ out) grades its own copy as a
+# A handout (classroom/handout.py leaves classroom/instructor/ out) grades its own copy as a
 # self-check: the exercises whose expected answers come from the solution, and the speed parts,
 # are not checked there.
 STUDENT_COPY = not os.path.isdir(os.path.join(ROOT, "classroom", "instructor"))
@@ -959,6 +1120,7 @@ def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args
     code is built and run by a sandbox user of this grading's own, which can read neither the
     instructor's tree nor any folder of `private` (each is made so, and checked)."""
     exercises = handout.load_config(config)
+    check_graded(exercises)
     box = claim_sandbox(sandbox_ids)
     try:
         if box.active:
@@ -970,6 +1132,24 @@ def grade(submission, build_dir, config, cpu_only=False, timeout=120, cmake_args
         return grade_in_sandbox(exercises, submission, build_dir, cpu_only, timeout, cmake_args, seed, log, box)
     finally:
         box.close()
+
+
+def check_graded(exercises):
+    """Refuses (one line) an exercise the grader has no runner for: a CPU exercise whose chapter
+    has no tasks file for the CPU runner."""
+    for ex in exercises:
+        tasks = os.path.join("classroom", "grader", cpu_tasks(ex["chapter"]))
+        if ex["device"] == "cpu" and not os.path.isfile(os.path.join(ROOT, tasks)):
+            raise handout.HandoutError(f"exercise '{ex['id']}' is a CPU exercise of chapter {ex['chapter']:02d}, which "
+                                       f"has no {tasks} (the CPU runner's tasks of that chapter)")
+
+
+def every_exercise(exercises):
+    """The tree's exercises (classroom/exercises.json) and any other of `exercises`: the student's
+    tree is made with every one of them stubbed, whichever are graded."""
+    every = handout.catalog(ROOT)
+    ids = {ex["id"] for ex in every}
+    return every + [ex for ex in exercises if ex["id"] not in ids]
 
 
 def grade_in_sandbox(exercises, submission, build_dir, cpu_only, timeout, cmake_args, seed, log, box):
@@ -1031,7 +1211,9 @@ def grade_files(exercises, student_files, work, sandbox, has_gpu, build_dir, tim
     log("grade: the submission's " + ", ".join(sorted(student_files)))
     tree = os.path.join(sandbox, "tree")
     check_dir = sandbox_folder(box, sandbox, "check")
-    problems, taken = splice(ROOT, tree, student_files, exercises,
+    # Every exercise of the tree is stubbed (and the student's bodies taken for it), so the
+    # build sees no solution; only `exercises` are graded.
+    problems, taken = splice(ROOT, tree, student_files, every_exercise(exercises),
                              check=lambda body: compiler_view(body, box, check_dir))
     open_tree(tree)
     files_of = exercise_files(ROOT)
@@ -1042,6 +1224,12 @@ def grade_files(exercises, student_files, work, sandbox, has_gpu, build_dir, tim
             if ex_id in held:
                 restub(tree, rel, [ex_id])
     checker = build_checker(work)
+    known = checker_exercises(checker)
+    unknown = [ex["id"] for ex in exercises if ex["id"] not in known]
+    if unknown:
+        raise handout.HandoutError(f"the checker has no cases for exercise '{unknown[0]}'; register them with "
+                                   "FA_EXERCISE_CASES in classroom/grader/cases/chNN.cpp (known: "
+                                   f"{', '.join(known)})")
     runners, build_errors, reference_runners = {}, {}, {}
     # Runners only for chapters with an exercise the submission holds code for.
     wanted = [ex for ex in exercises if ex["id"] in taken and ex["id"] not in broken]
@@ -1118,7 +1306,7 @@ def grade_files(exercises, student_files, work, sandbox, has_gpu, build_dir, tim
             cmd += ["--reference-runner", reference_runners[ex["chapter"]]]
         if STUDENT_COPY:
             cmd.append("--student-copy")
-        turn = gpu_turn() if ex["device"] == "gpu" else None
+        turn = gpu_turn(log=log) if ex["device"] == "gpu" else None
         try:
             # The seed goes in the environment: other users can read a command line, not that.
             done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, FA_CHECK_SEED=str(run_seed)))
@@ -1146,7 +1334,9 @@ def main():
     parser.add_argument("--private", action="append", default=[],
                         help="a folder the sandbox's user must not read (made so as root); may be repeated")
     parser.add_argument("--out", default="results.json")
-    parser.add_argument("--config", default=os.path.join(ROOT, "classroom", "exercises.json"))
+    parser.add_argument("--config", default=os.path.join(ROOT, "classroom", "exercises.json"),
+                        help="the exercises to grade: classroom/exercises.json (the default) or an assignment "
+                             "listing some of its ids, e.g. one week's")
     parser.add_argument("--cpu-only", action="store_true", help="grade the CPU exercises only, even with a GPU")
     parser.add_argument("--timeout", type=int, default=120, help="seconds per runner process (default 120)")
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)

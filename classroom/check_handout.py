@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CI check of `make handout`: build the student tree and run its tests.
 
-Usage: python3 tools/check_handout.py [DEST]   (default: a fresh temporary folder)
+Usage: python3 classroom/check_handout.py [DEST]   (default: a fresh temporary folder)
 
 Passes when the handout builds, every test of an exercise (the config's `tests` pattern) fails
 with "not implemented: <id>: ..." or skips (a kernel skips a shape it does not take), and every
@@ -19,7 +19,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "classroom"))
 import grade  # noqa: E402  (its JUnit reader)
 
 
@@ -30,7 +30,7 @@ def run(cmd, **kw):
 
 def main():
     dest = sys.argv[1] if len(sys.argv) > 1 else os.path.join(tempfile.mkdtemp(prefix="fa_handout_"), "handout")
-    if run([sys.executable, os.path.join(ROOT, "tools", "handout.py"), dest]).returncode != 0:
+    if run([sys.executable, os.path.join(ROOT, "classroom", "handout.py"), dest]).returncode != 0:
         return 1
     jobs = str(os.cpu_count() or 2)
     if run(["make", "-C", dest, "build", f"JOBS={jobs}"], stdout=subprocess.DEVNULL).returncode != 0:
