@@ -15,8 +15,9 @@
 #   features  chapter 09 against FlexAttention and SDPA                   fa_features.csv, flex_features.csv, features.csv
 #   head_dims chapter 06 at head_dim 64-256 against SDPA (64, 128: forward's) head_dims.csv
 #   dims      chapter 07's wgmma backward at head_dim 96 and 256          backward_d96.csv, backward_d256.csv (+ torch_)
-#   fused     chapter 07's variants 4-6 at head_dim 64, 96, 128           backward_fused.csv, torch_backward_fused.csv
-#   bulk      variants 4-6 against SDPA                                   backward_bulk.csv, torch_backward_bulk.csv,
+#   fused     chapter 07's variants 4-6 at head_dim 64, 96, 128 (64, 128:  backward_fused.csv, torch_backward_fused.csv
+#             backward's)
+#   bulk      variants 4-6 against SDPA, from backward's files            backward_bulk.csv, torch_backward_bulk.csv,
 #                                                                         fused_backward.csv
 #   memory    fused against materialized attention (chapter 04)          memory.csv
 #   fp32      chapter 04's fp32 table, from forward's files                fp32.csv
@@ -90,20 +91,27 @@ part() {
       done
       note dims "fa_bench --backward --dims 96 (then 256) --kernels ch07_wgmma_bf16; tools/bench_torch.py --pass backward" ;;
     fused)
-      "$bench" --backward --kernels ch07_wgmma_bf16,ch07_fused_bf16 --dims 64,96,128 --budget-ms "$budget" --warmup 1 \
-        --csv "$out/backward_fused.csv"
-      python3 tools/bench_torch.py --pass backward --dims 64,96,128 --budget-ms "$budget" --backends flash_bf16,cudnn_bf16 \
-        --csv "$out/torch_backward_fused.csv"
-      note fused "fa_bench --backward --kernels ch07_wgmma_bf16,ch07_fused_bf16 --dims 64,96,128; tools/bench_torch.py" ;;
+      # head_dim 64 and 128 are the backward part's points (backward.csv, torch_backward.csv): only
+      # 96 is measured here, so a point has one figure in the whole run.
+      need_part backward fused backward.csv torch_backward.csv
+      "$bench" --backward --kernels ch07_wgmma_bf16,ch07_fused_bf16 --dims 96 --budget-ms "$budget" --warmup 1 \
+        --csv "$out/bf_96.csv"
+      python3 tools/bench_torch.py --pass backward --dims 96 --budget-ms "$budget" --backends flash_bf16,cudnn_bf16 \
+        --csv "$out/tbf_96.csv"
+      { head -n 1 "$out/backward.csv"; grep -E '^[0-9]+,ch07_(wgmma|fused)_bf16,' "$out/backward.csv"; tail -n +2 "$out/bf_96.csv"; } \
+        > "$out/backward_fused.csv"
+      { cat "$out/torch_backward.csv"; tail -n +2 "$out/tbf_96.csv"; } > "$out/torch_backward_fused.csv"
+      rm -f "$out"/bf_96.csv "$out"/tbf_96.csv
+      note fused "the backward part's ch07_wgmma_bf16 and ch07_fused_bf16 rows at d 64, 128; fa_bench --backward --kernels ch07_wgmma_bf16,ch07_fused_bf16 --dims 96; tools/bench_torch.py --pass backward --dims 96" ;;
     bulk)
-      "$bench" --backward --kernels ch07_wgmma_bf16,ch07_fused --dims 64,128 --budget-ms 50 --warmup 1 --check-max-seq 512 \
-        --csv "$out/backward_bulk.csv"
-      python3 tools/bench_torch.py --pass backward --dims 64,128 --budget-ms 50 --backends flash_bf16,cudnn_bf16 \
-        --csv "$out/torch_backward_bulk.csv"
+      # Variants 4-6 against SDPA: the backward part's figures, not a second measurement.
+      need_part backward bulk backward.csv torch_backward.csv
+      { head -n 1 "$out/backward.csv"; grep -E '^[0-9]+,ch07_(wgmma|fused)' "$out/backward.csv"; } > "$out/backward_bulk.csv"
+      cp "$out/torch_backward.csv" "$out/torch_backward_bulk.csv"
       python3 tools/fused_backward_report.py "$out/backward_bulk.csv" "$out/torch_backward_bulk.csv" \
         --out "$out/fused_backward.csv" \
-        --line "$(line "build/bin/fa_bench --backward --kernels ch07_wgmma_bf16,ch07_fused --dims 64,128 --budget-ms 50 --warmup 1 --check-max-seq 512 and python3 tools/bench_torch.py --pass backward --dims 64,128 --budget-ms 50 --backends flash_bf16,cudnn_bf16 in the same call (backward_bulk.csv, torch_backward_bulk.csv), merged by tools/fused_backward_report.py")"
-      note bulk "fa_bench --backward --kernels ch07_wgmma_bf16,ch07_fused --dims 64,128; tools/bench_torch.py; tools/fused_backward_report.py" ;;
+        --line "$(line "make bench's backward phase (backward.csv, torch_backward.csv: the rows of ch07_wgmma and ch07_fused), merged by tools/fused_backward_report.py")"
+      note bulk "the backward part's backward.csv and torch_backward.csv; tools/fused_backward_report.py" ;;
     memory)
       "$bench" --sweep memory --dims 64 --kernels ch01_naive,ch04_tuned,ch05_tuned_bf16 --budget-ms 100 --warmup 1 \
         --csv "$out/mem_fa.csv"
@@ -144,10 +152,14 @@ part() {
 
 abs() { (cd "$1" && pwd); }
 # Parts that read the forward part's files (in OUT) instead of measuring the same points again.
-need_forward() {
-  [ -f "$out/fa_bench.csv" ] && [ -f "$out/torch.csv" ] ||
-    { echo "results_run: $1 reads the forward part's fa_bench.csv and torch.csv in $out; run forward first" >&2; exit 2; }
+need_part() {  # need_part PART WHO FILE...: WHO reads PART's files in OUT
+  local part=$1 who=$2
+  shift 2
+  for f in "$@"; do
+    [ -f "$out/$f" ] || { echo "results_run: $who reads the $part part's $f in $out; run $part first" >&2; exit 2; }
+  done
 }
+need_forward() { need_part forward "$1" fa_bench.csv torch.csv; }
 # A report's first line: the GPU, driver, CUDA, PyTorch and date of this machine, then the commands.
 line() {
   local gpu driver cuda torch
