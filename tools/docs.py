@@ -16,12 +16,16 @@ The markdown files stay the source; this writes Doxygen-ready copies of them int
     code font (the site does not carry the sources); a link to a PNG or SVG (a plot) links to a
     copy of it next to the pages; web links stay;
   * a chapter's other pages (chapter 06's `fp8.md`, a `performance_notes.md`) are sub-pages of
-    the chapter's page; concept pages end with a link back to the main page;
+    the chapter's page; concept pages (and the results' README, docs/results/h200/README.md) end
+    with a link back to the main page; a record's markers (`<!-- record: ... -->`) go, like the
+    figure markers, so that no word is glued to the next;
   * what Doxygen 1.9's markdown reads differently from GitHub is rewritten to read the same: code
-    spans over several lines or with a quote in them, bold that starts with code, an ordered list
+    spans over several lines or with a quote in them, bold that starts with code or "(", an ordered list
     that does not start at 1, a paragraph line that starts with "160. ", a link whose label is code
     or spans two lines (fix_code_spans, fix_lines, convert_links).
-Then Doxygen runs with warnings as errors. The site is OUT/html/index.html. Exit status is
+Doxygen reads common/'s headers through `docs.py --filter`, which writes a flag in a `///` comment
+(--variant) so that it prints as two hyphens, not an en dash. Then Doxygen runs with warnings as
+errors. The site is OUT/html/index.html. Exit status is
 non-zero, with Doxygen's warnings printed, when anything is wrong.
 """
 import argparse
@@ -55,6 +59,7 @@ def pages():
     out.append(("docs/python.md", "python"))
     out.append(("docs/course.md", "course"))
     out.append(("docs/grading.md", "grading"))
+    out.append(("docs/results/h200/README.md", "results"))  # which page reads which result file
     return out
 
 
@@ -134,7 +139,14 @@ def convert_links(text, source, ids, order):
 
 
 CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
-BOLD_CODE = re.compile(r"\*\*(?=[`<])(.+?)\*\*")
+# Doxygen 1.9 opens bold (`**` after a space or an opening mark) only before a letter, a digit, `[`
+# or one of -+!?$@&*%: not before code, a tag, a parenthesis or a quote (`**(a) Students ...**`
+# stays as typed).
+BOLD_ODD = re.compile(r"(?:^|(?<=[\s'<>{(\[,:;]))\*\*(?=[^\w\s\[\-+!?$@&*%])(.+?)\*\*")
+# A record's markers (tools/figures.py): Doxygen drops the space after an HTML comment, which would
+# glue the words on either side of one in the middle of a line.
+RECORD = r"<!-- (?:record: (?:(?!-->).)*|/record) -->"
+RECORD_MARK = re.compile(rf"^[ \t]*{RECORD}[ \t]*$|{RECORD}", re.S | re.M)  # a marker's own line goes blank
 ORDERED = re.compile(r"^( *)(\d+)\. (.*)$")
 BULLET = re.compile(r"^( *)[-*+] (.*)$")
 
@@ -177,7 +189,8 @@ def fix_code_spans(text):
 
 def fix_lines(text):
     """Line by line, outside code blocks, what Doxygen 1.9's markdown reads differently from GitHub:
-      * `**` followed by code or a tag opens no bold in Doxygen: such a bold span becomes <b>...</b>;
+      * `**` followed by code, a tag, a parenthesis or a quote opens no bold in Doxygen: such a bold
+        span becomes <b>...</b>;
       * an ordered list keeps its first number (GitHub's `<ol start>`; Doxygen restarts at 1): the
         first item carries a marker that main() turns into the start attribute;
       * a line of a paragraph that starts with a number and a dot (`160. Predict`) is text on GitHub,
@@ -191,7 +204,7 @@ def fix_lines(text):
             out.append(line)
             prev = line
             continue
-        line = BOLD_CODE.sub(r"<b>\1</b>", line)
+        line = BOLD_ODD.sub(r"<b>\1</b>", line)
         indent = len(line) - len(line.lstrip(" "))
         paragraph = prev.strip() != "" and not re.match(r"\s*(#|\||<|```|~~~)", prev)
         item, bullet = ORDERED.match(line), BULLET.match(line)
@@ -231,6 +244,7 @@ def convert(source, page_id, ids, order):
     # HTML comment, which would glue a figure to the word after it.
     text = re.sub(r"<!-- f: .*?-->(.*?)<!-- /f -->", r"\1", text, flags=re.S)
     text = re.sub(r"<!-- let: .*?-->\n?", "", text, flags=re.S)
+    text = RECORD_MARK.sub("", text)
     text = convert_math(text)
     # Doxygen 1.9 prints a heading's `code` as a literal <tt>: headings lose their backticks.
     text = re.sub(r"^(#+ .*)$", lambda m: m.group(1).replace("`", ""), text, flags=re.M)
@@ -305,17 +319,38 @@ HTML_COLORSTYLE_HUE    = 200
 HAVE_DOT               = NO
 CLASS_GRAPH            = NO
 HTML_EXTRA_STYLESHEET  = {out}/extra.css
+FILTER_PATTERNS        = "*.h={filter}" "*.cuh={filter}"
 """
 
 # Wide figures (the benchmark plots are 1800 px) shrink to the page instead of overflowing it.
 # Doxygen 1.9's inline code is an inline-block: a long command became a block of its own, with
 # the sentence's next word pushed below it. The page title was smaller than the ## sections below it,
-# and a table touched the code block next to it.
+# and a table touched the code block next to it. A table wider than the page (chapter 06's head_dim
+# table) scrolls sideways in its own box; without it Doxygen's page cuts the table off at the right
+# edge. A word of code too long for the line (an ncu metric list) breaks instead of running past it.
 EXTRA_CSS = """div.image img { max-width: 100%; height: auto; }
-div.contents code, div.contents tt { display: inline; }
+div.contents code, div.contents tt { display: inline; overflow-wrap: break-word; }
+table.markdownTable, table.doxtable { display: block; width: max-content; max-width: 100%; overflow-x: auto; }
 div.headertitle .title { font-size: 200%; line-height: 1.3; }
 table.markdownTable { margin: 0.6em 0 1em 0; }
 """
+
+
+DOC_COMMENT = re.compile(r"^(.*?(?:///|//!)<?)(.*)$", re.S)
+FLAG = re.compile(r"(?<![\w\\\"-])--(?=[A-Za-z])")  # in quotes Doxygen prints the text as it is
+
+
+def filter_header(path):
+    """A header as Doxygen reads it (FILTER_PATTERNS): in a `///` comment a command-line flag outside
+    code and quotes (--variant) becomes `\\--variant`, which Doxygen prints as two hyphens instead of
+    an en dash. Line for line, so Doxygen's line numbers stay the source's."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = DOC_COMMENT.match(line)
+            if m:
+                parts = re.split(r"(`[^`]*`)", m.group(2))
+                line = m.group(1) + "".join(p if p.startswith("`") else FLAG.sub(r"\\--", p) for p in parts)
+            sys.stdout.write(line)
 
 
 def finish_html(path):
@@ -331,7 +366,11 @@ def finish_html(path):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.path.join(ROOT, "build", "docs"))
+    parser.add_argument("--filter", metavar="HEADER", help="print HEADER as Doxygen is to read it (its input filter)")
     args = parser.parse_args()
+    if args.filter:
+        filter_header(args.filter)
+        return 0
     out = os.path.abspath(args.out)
     if shutil.which("doxygen") is None:
         print("docs: doxygen not found; run 'make setup-docs' (installs doxygen and libjs-mathjax)", file=sys.stderr)
@@ -361,7 +400,8 @@ def main():
     with open(os.path.join(out, "Doxyfile"), "w") as f:
         # the pages in INPUT in the site's order, which is the order of the navigation tree
         inputs = " ".join(os.path.join(page_dir, f"{page_id}.md") for _, page_id in order["pages"])
-        f.write(DOXYFILE.format(out=out, pages=page_dir, inputs=inputs, root=ROOT))
+        f.write(DOXYFILE.format(out=out, pages=page_dir, inputs=inputs, root=ROOT,
+                                filter=f"{sys.executable} {os.path.abspath(__file__)} --filter"))
     run = subprocess.run(["doxygen", os.path.join(out, "Doxyfile")], cwd=ROOT, capture_output=True, text=True)
     warnings = open(os.path.join(out, "warnings.log")).read().strip() if os.path.exists(os.path.join(out, "warnings.log")) else ""
     if run.returncode != 0 or warnings:

@@ -2,7 +2,7 @@
 """Chapter 09's comparison table: fa_bench --features and tools/bench_flex.py, one row per point.
 
     python3 tools/features_report.py FA_CSV FLEX_CSV --out docs/results/h200/features.csv \\
-        --line "NVIDIA H100 80GB HBM3, PyTorch 2.11.0+cu130, 2026-11-24: ..."
+        --line "NVIDIA H200, driver ..., CUDA ..., PyTorch ..., 2026-11-28: the commands"
 
 Each row: the feature, the point, our best kernel there (TFLOP/s counting only the pairs the mask
 leaves), FlexAttention's, SDPA's best backend where SDPA takes the feature, the ratios, and the

@@ -2,7 +2,7 @@
 """Chapter 04's fp32 table: the tuned fused kernel against chapters 01-03 and PyTorch's fp32 EFFICIENT.
 
     python3 tools/fp32_report.py FA_CSV TORCH_CSV --out docs/results/h200/fp32.csv \\
-        --line "NVIDIA H100 80GB HBM3, ..., 2026-11-25: the commands"
+        --line "NVIDIA H200, driver ..., CUDA ..., PyTorch ..., 2026-11-28: the commands"
 
 FA_CSV: `fa_bench --kernels ch01_tiled,ch02_block,ch03_online,ch04_registers,ch04_tuned` (the
 standard sweep); TORCH_CSV: `tools/bench_torch.py --backends efficient_fp32` on the same sweep, in

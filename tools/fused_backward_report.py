@@ -2,7 +2,7 @@
 """Chapter 07's fused-backward table: variants 4, 5 and 6 against PyTorch SDPA's FLASH and cuDNN backwards.
 
     python3 tools/fused_backward_report.py FA_CSV TORCH_CSV --out docs/results/h200/fused_backward.csv \\
-        --line "NVIDIA H100 80GB HBM3, ..., 2026-11-27: the commands"
+        --line "NVIDIA H200, driver ..., CUDA ..., PyTorch ..., 2026-11-28: the commands"
 
 FA_CSV: `fa_bench --backward --kernels ch07_wgmma_bf16,ch07_fused` (the standard sweep, head_dim
 64 and 128); TORCH_CSV: `tools/bench_torch.py --pass backward --backends flash_bf16,cudnn_bf16` on

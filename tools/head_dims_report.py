@@ -2,7 +2,7 @@
 """The head_dim table: chapters 05 and 06 against PyTorch SDPA at head_dim 64, 96, 128 and 256.
 
     python3 tools/head_dims_report.py FA_CSV TORCH_CSV --out docs/results/h200/head_dims.csv \\
-        --line "NVIDIA H100 80GB HBM3, ..., 2026-11-24: the commands"
+        --line "NVIDIA H200, driver ..., CUDA ..., PyTorch ..., 2026-11-28: the commands"
 
 FA_CSV: `fa_bench --dims 64,96,128,256 --kernels
 ch05_tuned_bf16,ch06_pingpong_bf16,ch06_persistent_bf16,ch06_fp8`;

@@ -2,7 +2,7 @@
 """The memory table: fused against materialized attention, time and peak device memory, seq 128 to 16k.
 
     python3 tools/memory_report.py FA_CSV TORCH_CSV --out docs/results/h200/memory.csv \\
-        --line "NVIDIA H100 80GB HBM3, ..., 2026-11-25: the commands"
+        --line "NVIDIA H200, driver ..., CUDA ..., PyTorch ..., 2026-11-28: the commands"
 
 FA_CSV: `fa_bench --sweep memory --dims 64 --kernels ch01_naive,ch04_tuned,ch05_tuned_bf16`;
 TORCH_CSV: `tools/bench_torch.py --sweep memory --dims 64 --backends math_fp32,efficient_fp32,

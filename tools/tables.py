@@ -18,7 +18,8 @@ FlexAttention, tools/features_report.py), head_dims (chapters 05 and 06 at head_
 against SDPA, tools/head_dims_report.py) and memory (fused against materialized attention, time
 and peak device memory, tools/memory_report.py), fp32 (chapter 04's tuned kernel against chapters
 01-03 and SDPA EFFICIENT, tools/fp32_report.py), fused_backward (chapter 07's variants 4 to 6 against
-SDPA's backwards, tools/fused_backward_report.py), each of these files naming its own run.
+SDPA's backwards, tools/fused_backward_report.py), each of these files naming its own run in its
+first line, which the table's "Measured on" sentence repeats with the commands in code font.
 """
 import argparse
 import csv
@@ -249,6 +250,26 @@ def decode_table():
             "(K/V heads repeated, or `enable_gqa`).")
 
 
+# A command in a run's line: a program (a path, `pytest`, or `python3`/`bash` and a script) and its
+# arguments: flags, each flag's value, paths. Outside code font Doxygen prints `--budget-ms` with
+# an en dash, so code_commands() puts each command, and each file name, in backticks.
+ARG = r"(?:[^\s;,()`]|,(?=\S))+"  # a word of a command: "64,128" is one, "a, b" two
+PROGRAM = r"(?:(?:python3|bash) )?(?:pytest|(?:[\w.-]+/)+[\w.-]+\w|[\w-]+\.(?:py|sh|csv|txt|md|png))"
+COMMAND = re.compile(rf"(?<![\w./-]){PROGRAM}(?: -{{1,2}}\w[\w-]*(?: (?!-){ARG})?| (?!-){ARG}/{ARG})*(?![\w/])")
+
+
+def code_commands(text):
+    """The text with each command and file name it names in code font; what is already code stays."""
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(part if part.startswith("`") else COMMAND.sub(lambda m: f"`{m.group(0)}`", part) for part in parts)
+
+
+def measured_on(line):
+    """A result file's '# ' line as a sentence: where it was measured, then its commands in code font."""
+    where, sep, how = line.partition(": ")
+    return f"Measured on {where}{sep}{code_commands(how)}"
+
+
 def load_with_line(name):
     """(the file's first line, a '# ' comment saying where it was measured; its CSV rows)."""
     with open(os.path.join(RESULTS, name), newline="") as f:
@@ -266,7 +287,7 @@ def python_errors_table():
     return (body + "\n\nOurs ÷ PyTorch: our largest error against the fp64 reference over PyTorch's own in the same "
             "dtype, per compared tensor (O, or dQ, dK, dV). Use of the bound: our error over 2 × PyTorch's + the "
             "rounding; the test fails above 1. FP8 kernels are held to their own tolerance instead and are not "
-            f"listed.\n\nMeasured on {line}.\n")
+            f"listed.\n\n{measured_on(line)}.\n")
 
 
 def train_gpt_table():
@@ -278,7 +299,7 @@ def train_gpt_table():
                    f"{float(r['tokens_per_s']) / flash:.2f}×", r["gap_to_sdpa_flash"] if r["run"] != "sdpa-flash" else "–"]
                   for r in rows])
     return (body + "\n\nThe gap is the largest difference between two runs' training-loss curves (20-step means) "
-            f"over the second half of training.\n\nMeasured on {line}.\n")
+            f"over the second half of training.\n\n{measured_on(line)}.\n")
 
 
 def features_table():
@@ -293,7 +314,7 @@ def features_table():
             "only the (query, key) pairs the mask leaves (half the square for causal, exact for windows). SDPA runs "
             "where it takes the feature: the plain causal mask, and ALiBi and the bias as a materialized bf16 mask. "
             "The last column is variant 1, the path for GPUs before Hopper, on the same points. "
-            f"\n\nMeasured on {line}.\n")
+            f"\n\n{measured_on(line)}.\n")
 
 
 def head_dims_table():
@@ -316,7 +337,7 @@ def head_dims_table():
             "(heads = 2048 / d, 21 at d = 96); seq 4k and 16k shown, 512 to 16k in `" + RESULTS_REL + "head_dims.csv`. "
             "FP8 runs at 64, 128 and 256. At d = 96 the FLOPs are counted at 96, though the Hopper kernel multiplies "
             "128 columns in P V."
-            f"\n\nMeasured on {line}.\n")
+            f"\n\n{measured_on(line)}.\n")
 
 
 def memory_table():
@@ -343,7 +364,7 @@ def memory_table():
             + "".join(f" SDPA's MATH backend in {r['dtype']} ran out of memory at {r['seq']} tokens." for r in rows
                       if not r["torch_math_ms"])
             + " `unfused ÷ fused` compares chapter 01's kernel (fp32 only)."
-            f"\n\nMeasured on {line}.\n")
+            f"\n\n{measured_on(line)}.\n")
 
 
 def fp32_table():
@@ -358,7 +379,7 @@ def fp32_table():
     return (body + "\n\nTFLOP/s in fp32, the standard sweep: 16k tokens (batch = 16384 / seq), hidden 2048 "
             "(heads = 2048 / d), FLOPs 4·B·H·N²·d, halved when causal. SDPA EFFICIENT is PyTorch's fused fp32 "
             "kernel (xformers' memory-efficient attention)."
-            f"\n\nMeasured on {line}.\n")
+            f"\n\n{measured_on(line)}.\n")
 
 
 def fused_backward_table():
@@ -371,7 +392,7 @@ def fused_backward_table():
                                                           "bulk_over_cudnn")]] for r in rows])
     return (body + "\n\nBackward TFLOP/s (2.5 × the forward's FLOPs / time), bf16, the standard sweep: 16k tokens "
             "(batch = 16384 / seq), hidden 2048 (heads = 2048 / d). Ratios are of the unrounded figures."
-            f"\n\nMeasured on {line}.\n")
+            f"\n\n{measured_on(line)}.\n")
 
 
 def tables():

@@ -1,10 +1,14 @@
 """The docs' checkers fail on what they exist to catch: process words (tools/check_words.py), a
 snippet marker with no code after it (tools/check_snippets.py), a measured table or a figure in
 prose that is not what the result files give, and a measured-looking figure that no marker gives
-(tools/tables.py, tools/figures.py). Each runs on a small made-up tree."""
+(tools/tables.py, tools/figures.py). Each runs on a small made-up tree. Also what the generated
+text and the site's markdown (tools/docs.py) must hold for Doxygen to print it as GitHub does: a
+command in code font (outside it `--budget-ms` prints with an en dash), bold that starts with "(",
+no word glued to a record's marker."""
 import contextlib
 import io
 import os
+import re
 import sys
 import tempfile
 import unittest
@@ -13,6 +17,7 @@ TOOLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "to
 sys.path.insert(0, TOOLS)
 import check_snippets  # noqa: E402
 import check_words  # noqa: E402
+import docs  # noqa: E402
 import tables  # noqa: E402
 
 SOURCE = """int f(int x) {
@@ -118,6 +123,37 @@ class Tables(Tree):
         status, out = self.run_tables("--check")
         self.assertEqual(status, 1)
         self.assertIn("no table named 'ch99'", out)
+
+
+class MeasuredLines(unittest.TestCase):
+    def test_commands_and_files_go_in_code_font(self):
+        line = ("NVIDIA H200, driver 580.159.04, CUDA 13.0, PyTorch 2.11.0+cu130, 2026-11-28: build/bin/fa_bench --dims "
+                "64,128 --kernels a,b --budget-ms 50 and python3 tools/bench_torch.py --pass backward in the same call "
+                "(x.csv, y.csv), merged by tools/x_report.py")
+        self.assertEqual(tables.measured_on(line),
+                         "Measured on NVIDIA H200, driver 580.159.04, CUDA 13.0, PyTorch 2.11.0+cu130, 2026-11-28: "
+                         "`build/bin/fa_bench --dims 64,128 --kernels a,b --budget-ms 50` and "
+                         "`python3 tools/bench_torch.py --pass backward` in the same call (`x.csv`, `y.csv`), merged "
+                         "by `tools/x_report.py`")
+        self.assertEqual(tables.code_commands("`pytest tests/python` (test_forward); A/B in one run"),
+                         "`pytest tests/python` (test_forward); A/B in one run")
+
+    def test_no_generated_table_has_a_flag_outside_code(self):
+        for name, text in tables.tables().items():
+            prose = re.sub(r"`[^`]*`", "", text)
+            self.assertNotRegex(prose, r"(?<![\w-])--\w", name)
+
+
+class SiteMarkdown(unittest.TestCase):
+    def test_bold_that_starts_with_a_parenthesis_or_code_becomes_a_tag(self):
+        self.assertEqual(docs.fix_lines("**(a) Students check.** Then **`x`** and **plain**, **b**."),
+                         "<b>(a) Students check.</b> Then <b>`x`</b> and **plain**, **b**.")
+
+    def test_a_record_mid_line_glues_no_words(self):
+        text = "it ran. <!-- record: NVIDIA H100, 2026-11-24, fa_bench -->It took 2 ms).<!-- /record --> Kept.\n"
+        self.assertEqual(docs.RECORD_MARK.sub("", text), "it ran. It took 2 ms). Kept.\n")
+        self.assertEqual(docs.RECORD_MARK.sub("", "a\n\n<!-- record: H200, 2026-11-28, x -->\n- b\n<!-- /record -->\n"),
+                         "a\n\n\n- b\n\n")
 
 
 # A figure the result files give: chapter 05's tuned kernel over SDPA FLASH at d128, 4k.
