@@ -205,7 +205,12 @@ BANNED_WORDS = (
     "mmap munmap mprotect getenv setenv putenv chdir malloc calloc realloc free new delete static "
     "thread_local extern ifstream ofstream fstream FILE thread jthread cudaMalloc cudaMallocManaged "
     "cudaMallocHost cudaHostAlloc cudaFree cudaMemcpy cudaMemcpyAsync cudaDeviceReset cudaSetDevice "
-    "goto friend namespace using typeid register volatile").split()
+    "goto friend namespace using typeid register volatile "
+    # libc's own state a region could keep something in between calls, and other allocators
+    "seed48 lcong48 initstate setstate srand48 srandom srand drand48 lrand48 mrand48 erand48 nrand48 jrand48 "
+    "random rand valloc pvalloc memalign aligned_alloc posix_memalign reallocarray asprintf vasprintf strdup "
+    "strndup wcsdup on_exit tmpfile tmpfile64 tmpnam tempnam posix_openpt fcloseall clearenv "
+    "canonicalize_file_name realpath getcwd setlocale tzset").split()
 GRADER_NAMESPACE = "grader"  # fa::grader: the runners' own code
 
 
@@ -332,16 +337,19 @@ def raw_text_problem(body):
     return ""
 
 
-# The headers' macros a region may name (the solutions name these); any other macro name is
-# refused: a macro expands only in the real build, where neither the lint nor the compiler's
-# reading of the region alone sees it (glibc's __CONCAT pastes any name, __END_DECLS is a '}').
+# The macros a region may name (the solutions name these); any other macro name, of the system
+# headers, the CUDA toolkit's or the project's own, is refused: a macro expands only in the real
+# build, where neither the lint nor the compiler's reading of the region alone sees it (glibc's
+# __CONCAT and the project's FA_CONCAT paste any name together, __END_DECLS is a '}').
 ALLOWED_MACROS = {"INFINITY", "NAN", "HUGE_VALF", "HUGE_VAL", "FLT_MAX", "FLT_MIN", "FLT_EPSILON", "DBL_MAX",
-                  "INT_MAX", "INT_MIN", "UINT_MAX", "INT64_MAX", "INT32_MAX", "SIZE_MAX"}
+                  "INT_MAX", "INT_MIN", "UINT_MAX", "INT64_MAX", "INT32_MAX", "SIZE_MAX", "__shared__", "CUDA_CHECK",
+                  "CUDA_CHECK_LAUNCH"}
 HEADER_MACROS = {}
 
 
 def header_macros():
-    """Every macro name the C++ standard library and the POSIX headers define (g++ -dM)."""
+    """Every macro name the C++ standard library and the POSIX headers define (g++ -dM), and the
+    names the project's sources and the CUDA toolkit's headers #define."""
     if "names" not in HEADER_MACROS:
         headers = ("bits/stdc++.h", "unistd.h", "fcntl.h", "sys/stat.h", "sys/types.h", "sys/mman.h", "sys/wait.h",
                    "sys/socket.h", "signal.h", "dlfcn.h", "pthread.h", "dirent.h", "spawn.h", "sys/syscall.h",
@@ -352,6 +360,20 @@ def header_macros():
         names = set(re.findall(r"^#define ([A-Za-z_][A-Za-z0-9_]*)", done.stdout, re.M))
         if done.returncode != 0 or len(names) < 500:
             raise RuntimeError("grade: g++ could not list the headers' macros: " + done.stderr[-300:])
+        # The project's own macros (FA_CONCAT pastes names too) and the CUDA toolkit's, read from
+        # their #define lines: g++ cannot read the CUDA headers, and a GPU region sees them.
+        trees = [os.path.join(ROOT, d) for d in ("common", "chapters", "classroom/grader")]
+        cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+        trees += [os.path.join(cuda, "include")] if os.path.isdir(os.path.join(cuda, "include")) else []
+        for top in trees:
+            for base, _, files in os.walk(top):
+                for name in files:
+                    if name.endswith((".h", ".hpp", ".cuh", ".cu", ".cpp", ".inl")):
+                        try:
+                            with open(os.path.join(base, name), encoding="utf-8", errors="replace") as f:
+                                names.update(re.findall(r"^\s*#\s*define\s+([A-Za-z_][A-Za-z0-9_]*)", f.read(), re.M))
+                        except OSError:
+                            continue
         HEADER_MACROS["names"] = names
     return HEADER_MACROS["names"]
 
@@ -433,10 +455,10 @@ def lint_region(body, chapter, enclosing=()):
     macros = header_macros()
     for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", code):
         if word in macros and word not in ALLOWED_MACROS:
-            return (f"'{word}' is a macro of the system headers; a region may name no macro but "
+            return (f"'{word}' is a macro (of the system, CUDA or project headers); a region may name no macro but "
                     + ", ".join(sorted(ALLOWED_MACROS)))
-        if word in enclosing and re.search(r"\b" + re.escape(word) + r"\s*\(", code):
-            return (f"'{word}' is the function this region is written in: a region may not call it (its loop is the "
+        if word in enclosing:
+            return (f"'{word}' is the function this region is written in: a region may not name it (its loop is the "
                     "frame the exercise's step runs in)")
         if word in BANNED_WORDS or BANNED_NAME_PATTERN.fullmatch(word):
             return f"'{word}' is not allowed in an exercise region (no processes, files, allocation, exits, asm or statics)"
@@ -1325,6 +1347,17 @@ def grade_files(exercises, student_files, work, sandbox, has_gpu, build_dir, tim
     return results_json(exercises, outcomes), None
 
 
+def cmake_args_joined(argv):
+    """argv with `--cmake-args VALUE` written as `--cmake-args=VALUE`: the value starts with '-'
+    ("-DFA_CUDA_ARCHITECTURES=90"), which argparse would take for an option."""
+    out = list(argv)
+    for i in range(len(out) - 1):
+        if out[i] == "--cmake-args":
+            out[i:i + 2] = ["--cmake-args=" + out[i + 1]]
+            break
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--submission", help="the student's tree, a zip of it, or the files they edited")
@@ -1342,7 +1375,7 @@ def main():
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--cmake-args", default=os.environ.get("CMAKE_ARGS", ""),
                         help='passed to CMake for the GPU runners, e.g. --cmake-args="-DFA_CUDA_ARCHITECTURES=90"')
-    args = parser.parse_args()
+    args = parser.parse_args(cmake_args_joined(sys.argv[1:]))
     if args.timeout < 1:
         print(f"grade: error: --timeout must be at least 1, got {args.timeout}", file=sys.stderr)
         return 1

@@ -288,7 +288,7 @@ def main():
     parser.add_argument("--cpu-only", action="store_true", help="grade the CPU exercises only, even with a GPU")
     parser.add_argument("--config", default=os.path.join(ROOT, "classroom", "exercises.json"),
                         help="the exercises to grade (as for grade.py): classroom/exercises.json or an assignment")
-    args = parser.parse_args()
+    args = parser.parse_args(grade.cmake_args_joined(sys.argv[1:]))
     if args.time_limit < 60:
         print(f"grade_batch: error: --time-limit must be at least 60 seconds, got {args.time_limit}", file=sys.stderr)
         return 2

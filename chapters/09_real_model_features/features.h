@@ -80,8 +80,10 @@ struct KeySpan {
 template <class Mask>
 FA_HD inline KeySpan tile_keys(const Mask& mask, int first_row, int last_row, int tile) {
   KeySpan span;
+  // BEGIN SOLUTION ch09_window_tiles_cpu: span.begin = the first row's first visible key (mask.keys(row).begin), rounded down to a multiple of tile; span.end = one past the last row's last visible key (mask.keys(row).end)
   span.begin = mask.keys(first_row).begin / tile * tile;
   span.end = mask.keys(last_row).end;
+  // END SOLUTION
   return span;
 }
 //! [tile_keys]
@@ -90,13 +92,14 @@ FA_HD inline KeySpan tile_keys(const Mask& mask, int first_row, int last_row, in
 /// moves right with the row at both ends, so these rows are one run too, found by two binary
 /// searches (the backward's K/V-side loop visits only them). Rows inside may still see none.
 FA_HD inline KeySpan rows_for_keys(const WindowMask& mask, int j0, int j1) {
+  KeySpan rows;
+  // BEGIN SOLUTION ch09_window_tiles_cpu: rows.begin = the first row whose run ends after j0 (mask.visible_keys(row) > j0), rows.end = the first row from there whose run starts at or after j1 (mask.first_visible_key(row) >= j1), each found by a binary search over rows 0 .. mask.seq_q (seq_q when there is none)
   int lo = 0, hi = mask.seq_q;  // the first row whose run ends after j0
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
     if (mask.visible_keys(mid) > j0) hi = mid;
     else lo = mid + 1;
   }
-  KeySpan rows;
   rows.begin = lo;
   hi = mask.seq_q;  // the first row whose run starts at or after j1
   while (lo < hi) {
@@ -105,7 +108,15 @@ FA_HD inline KeySpan rows_for_keys(const WindowMask& mask, int j0, int j1) {
     else lo = mid + 1;
   }
   rows.end = lo;
+  // END SOLUTION
   return rows;
+}
+
+/// A kernel cannot throw, so the launchers of this chapter's kernels call this first: in a
+/// student copy it says "not implemented" until tile_keys and rows_for_keys above are written.
+inline void require_window_tiles() {
+  // BEGIN SOLUTION ch09_window_tiles_cpu: write tile_keys and rows_for_keys above, then delete this line
+  // END SOLUTION
 }
 
 /// tanh on the special-function unit (one MUFU.TANH, about 2^-11 relative error: finer than the

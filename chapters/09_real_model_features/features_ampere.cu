@@ -181,6 +181,7 @@ void launch_mask(const ForwardParams& p) {
 
 template <class T>
 void launch_ampere(const ForwardParams& p) {
+  require_window_tiles();  // the tile ranges are this chapter's exercise
   const bool modify = p.features.softcap > 0.0 || p.features.alibi || p.features.bias;
   with_head_dim<64, 128>(p.shape.head_dim,
                          [&](auto d) { with_bool(modify, [&](auto m) { launch_mask<T, d.value, m.value>(p); }); });

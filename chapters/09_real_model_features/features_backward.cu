@@ -201,6 +201,7 @@ void launch_dim(const BackwardParams& p) {
 
 template <class T>
 void launch_backward(const BackwardParams& p) {
+  require_window_tiles();  // the tile ranges are this chapter's exercise
   with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) { launch_dim<T, d.value>(p); });
 }
 

@@ -36,8 +36,8 @@ struct Case {
   std::size_t expect_values = 0;
   Judge judge;
   double min_speed = 0;      // > 0: a speed case, run by both runners (checker.cpp's check_speed)
-  bool needs_steps = false;  // counts only when every row-step case of the exercise passed
-  bool is_step = false;      // a row-step case (row_step_cases)
+  bool needs_steps = false;  // counts only when every drawn-state case of the exercise passed
+  bool is_step = false;      // a step from a drawn state (row_step_cases, chapter 03's update)
 };
 
 // ---- the registry ----------------------------------------------------------------------------

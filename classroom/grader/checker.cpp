@@ -128,7 +128,7 @@ int check(const Options& opt) {
     const Case& c = cases[i];
     std::string why = whys[i];
     if (c.needs_steps && steps_failed && why.empty())
-      why = "not counted: the row step failed on a drawn state, so this output is not the online update's";
+      why = "not counted: the step from a drawn state failed, so this output is not the online update's";
     json += std::string(i ? ", " : "") + "{\"name\": " + json_string(c.name) + ", \"weight\": " + fmt(c.weight) +
             ", \"passed\": " + (why.empty() ? "true" : "false") + ", \"detail\": " + json_string(why.substr(0, 600)) +
             ", \"note\": " + json_string(notes[i]) + "}";

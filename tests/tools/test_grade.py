@@ -401,17 +401,23 @@ class HeaderMacroAndLinkTest(unittest.TestCase):
 
     def test_header_macros_are_refused(self):
         for body in ('  auto* f = __CONCAT(fo, pen)("x", "r");\n', "  return {state.m, state.l};\n__END_DECLS\n",
-                     "  __BEGIN_DECLS int x; __END_DECLS\n", "  (void)stdin;\n"):
-            self.assertIn("is a macro of the system headers", grade.lint_region(body, 3), body)
+                     "  __BEGIN_DECLS int x; __END_DECLS\n", "  (void)stdin;\n",
+                     "  std::FA_CONCAT(vec, tor)<float> hq;\n", "  float x = CUDART_INF_F;\n"):
+            self.assertIn("is a macro (of the system, CUDA or project headers)", grade.lint_region(body, 3), body)
         self.assertEqual(grade.lint_region("  float x = INFINITY;\n  (void)x;\n", 3), "")
 
     def test_a_region_may_not_call_the_function_it_is_in(self):
         with open(os.path.join(ROOT, "chapters/08_paged_attention/algorithm.h")) as f:
             text = f.read()
         self.assertIn({"split_kv_decode_cpu"}, grade.enclosing_functions(text))
-        why = grade.lint_region("  split_kv_decode_cpu(cache, heads_q, q, tables, lens, 4096, o, lse);\n", 8,
-                                {"split_kv_decode_cpu"})
-        self.assertIn("the function this region is written in", why)
+        for body in ("  split_kv_decode_cpu(cache, heads_q, q, tables, lens, 4096, o, lse);\n",
+                     "  (split_kv_decode_cpu)(cache, heads_q, q, tables, lens, 4096, o, lse);\n",
+                     "  auto f = &split_kv_decode_cpu;\n  f(cache, heads_q, q, tables, lens, 4096, o, lse);\n"):
+            self.assertIn("the function this region is written in", grade.lint_region(body, 8, {"split_kv_decode_cpu"}))
+
+    def test_libcs_own_state_and_other_allocators_are_refused(self):
+        for word in ("seed48", "initstate", "valloc", "reallocarray", "asprintf", "on_exit", "wcsdup"):
+            self.assertIn(f"'{word}' is not allowed", grade.lint_region(f"  (void){word};\n", 3), word)
 
     def test_every_region_knows_its_function(self):
         for rel in grade.exercise_files(ROOT):

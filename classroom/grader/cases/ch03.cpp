@@ -1,5 +1,6 @@
 // The checker's cases for chapter 03's exercises: the online update of (m, l) one score at a time,
 // and the merge of two partial states.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -9,7 +10,70 @@
 namespace fa::grader {
 namespace {
 
-std::vector<Case> online_update_cases(Rng& rng) { return softmax_row_cases(rng, "online_update"); }
+/// One update from states the checker draws: a running (m, l) that no score it saw produced, so
+/// only the update rule itself gives the answer (an answer that keeps the scores and recomputes
+/// the row cannot). Fresh states, scores under, over and equal to m, masked (-inf) scores, and
+/// shifts up to +-1e4. The whole rows' cases count only when these pass.
+std::vector<Case> update_from_states_cases(Rng& rng) {
+  std::vector<Case> cases;
+  for (int round = 0; round < 2; ++round) {
+    const int rows = 256;
+    Case c;
+    c.name = "online_update from drawn states, " + std::to_string(rows) + " rows";
+    c.is_step = true;
+    c.header.task = "online_update_from";
+    c.header.args = {{"rows", std::to_string(rows)}};
+    std::vector<double> want;
+    for (int r = 0; r < rows; ++r) {
+      const int kind = r % 6;
+      const double shift = kind == 5 ? double(uniform(rng, -10000, 10000)) : 0.0;
+      float m = float(shift + normal(rng, 1, 3.0f)[0]), l = float(1.0 + uniform(rng, 0, 500) / 10.0);
+      float score = float(shift + normal(rng, 1, 3.0f)[0]);
+      if (kind == 0) {  // fresh
+        m = -INFINITY;
+        l = 0.0f;
+      } else if (kind == 1) {
+        score = m - float(uniform(rng, 1, 20));  // under the max
+      } else if (kind == 2) {
+        score = m + float(uniform(rng, 1, 20));  // a new max
+      } else if (kind == 3) {
+        score = -INFINITY;  // masked
+      } else if (kind == 4) {
+        score = m;  // equal to the max
+      }
+      c.input.insert(c.input.end(), {m, l, score});
+      double m_new = std::max(double(m), double(score)), l_new = l;
+      if (m_new != -INFINITY) l_new = double(l) * std::exp(double(m) - m_new) + std::exp(double(score) - m_new);
+      if (m == -INFINITY && score == -INFINITY) l_new = 0.0;
+      want.push_back(m_new);
+      want.push_back(l_new);
+    }
+    c.expect_values = want.size();
+    c.judge = [want, rows](const std::vector<float>& out) -> std::string {
+      for (int r = 0; r < rows; ++r) {
+        const std::string why =
+            judge_state(out[2 * r], out[2 * r + 1], want[2 * r], want[2 * r + 1], "drawn state " + std::to_string(r));
+        if (!why.empty()) return why;
+      }
+      return "";
+    };
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+std::vector<Case> online_update_cases(Rng& rng) {
+  std::vector<Case> cases = update_from_states_cases(rng), rows = softmax_row_cases(rng, "online_update");
+  double steps = 0, whole = 0;
+  for (const Case& c : cases) steps += c.weight;
+  for (const Case& c : rows) whole += c.weight;
+  for (Case& c : rows) {
+    c.weight *= steps / whole;
+    c.needs_steps = true;
+  }
+  cases.insert(cases.end(), rows.begin(), rows.end());
+  return cases;
+}
 
 std::vector<Case> merge_cases(Rng& rng) {
   std::vector<Case> cases;

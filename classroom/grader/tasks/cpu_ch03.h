@@ -26,6 +26,17 @@ inline bool run_chapter_task(const Header& h, const std::vector<float>& in, std:
     }
     return true;
   }
+  if (h.task == "online_update_from") {  // (m, l, score) per row -> (m, l) after one update
+    const int rows = int(h.num("rows"));
+    pieces(in, {std::size_t(rows) * 3});
+    for (int r = 0; r < rows; ++r) {
+      const float* x = in.data() + std::size_t(r) * 3;
+      const online::MaxSum state = online::online_update({x[0], x[1]}, x[2]);
+      out.push_back(state.m);
+      out.push_back(state.l);
+    }
+    return true;
+  }
   if (h.task == "online_merge") {  // (m_a, l_a, m_b, l_b) per pair -> (m, l)
     const int pairs = int(h.num("pairs"));
     pieces(in, {std::size_t(pairs) * 4});
