@@ -56,9 +56,9 @@ std::vector<Case> window_tile_cases(Rng& rng) {
           if (out[4 * i + k] != float(want[4 * i + k])) {
             const float* x = input.data() + std::size_t(i) * 10;
             return "query " + std::to_string(i) + " (seq_q " + fmt(x[0]) + ", seq_kv " + fmt(x[1]) + ", causal " +
-                   fmt(x[2]) + ", window (" + fmt(x[3]) + ", " + fmt(x[4]) + "), rows " + fmt(x[5]) + ".." +
-                   fmt(x[6]) + ", tile " + fmt(x[7]) + ", keys " + fmt(x[8]) + ".." + fmt(x[9]) + "): " + what[k] +
-                   " is " + fmt(out[4 * i + k]) + ", expected " + std::to_string(want[4 * i + k]);
+                   fmt(x[2]) + ", window (" + fmt(x[3]) + ", " + fmt(x[4]) + "), rows " + fmt(x[5]) + ".." + fmt(x[6]) +
+                   ", tile " + fmt(x[7]) + ", keys " + fmt(x[8]) + ".." + fmt(x[9]) + "): " + what[k] + " is " +
+                   fmt(out[4 * i + k]) + ", expected " + std::to_string(want[4 * i + k]);
           }
       return "";
     };
