@@ -7,6 +7,7 @@
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 #include "compare.h"
 #include "reference.h"
@@ -381,17 +382,20 @@ std::vector<Case> row_step_cases(Rng& rng, bool normalized) {
   return cases;
 }
 
-std::vector<Case> steps_and_forward(Rng& rng, bool normalized, std::vector<Case> forward) {
-  std::vector<Case> cases = row_step_cases(rng, normalized);
-  double steps = 0, whole = 0;
-  for (const Case& c : cases) steps += c.weight;
-  for (const Case& c : forward) whole += c.weight;
-  for (Case& c : forward) {
-    c.weight *= steps / whole;
+std::vector<Case> gated(std::vector<Case> steps, std::vector<Case> whole) {
+  double step_weight = 0, whole_weight = 0;
+  for (const Case& c : steps) step_weight += c.weight;
+  for (const Case& c : whole) whole_weight += c.weight;
+  for (Case& c : whole) {
+    c.weight *= step_weight / whole_weight;
     c.needs_steps = true;
   }
-  cases.insert(cases.end(), forward.begin(), forward.end());
-  return cases;
+  steps.insert(steps.end(), whole.begin(), whole.end());
+  return steps;
+}
+
+std::vector<Case> steps_and_forward(Rng& rng, bool normalized, std::vector<Case> forward) {
+  return gated(row_step_cases(rng, normalized), std::move(forward));
 }
 
 }  // namespace fa::grader

@@ -127,9 +127,12 @@ std::vector<Case> with_speed(Rng& rng, std::vector<Case> cases, const std::strin
 /// normalized: O kept divided by l (FlashAttention-1), else the unnormalized accumulator.
 std::vector<Case> row_step_cases(Rng& rng, bool normalized);
 
-/// The CPU row steps: judged alone from drawn states (the algorithm) and through the chapter's
-/// whole loop (`forward`, the output), each half of the points; the whole loop's cases count
-/// only when the step passed every drawn state.
+/// `steps` (cases of a step alone from drawn states: is_step) and `whole` (the same code through
+/// its whole loop), each half of the points; the whole loop's cases count only when every step
+/// case passed, so an answer that is not the step's algorithm scores nothing.
+std::vector<Case> gated(std::vector<Case> steps, std::vector<Case> whole);
+
+/// The CPU row steps: row_step_cases gated before the chapter's whole loop (`forward`).
 std::vector<Case> steps_and_forward(Rng& rng, bool normalized, std::vector<Case> forward);
 
 }  // namespace fa::grader

@@ -63,16 +63,7 @@ std::vector<Case> update_from_states_cases(Rng& rng) {
 }
 
 std::vector<Case> online_update_cases(Rng& rng) {
-  std::vector<Case> cases = update_from_states_cases(rng), rows = softmax_row_cases(rng, "online_update");
-  double steps = 0, whole = 0;
-  for (const Case& c : cases) steps += c.weight;
-  for (const Case& c : rows) whole += c.weight;
-  for (Case& c : rows) {
-    c.weight *= steps / whole;
-    c.needs_steps = true;
-  }
-  cases.insert(cases.end(), rows.begin(), rows.end());
-  return cases;
+  return gated(update_from_states_cases(rng), softmax_row_cases(rng, "online_update"));
 }
 
 std::vector<Case> merge_cases(Rng& rng) {
