@@ -37,7 +37,8 @@ constexpr int kRows = 64, kKeys = 64, kThreads = 128;
 
 /// How many threads share a row of S (and of O): they split its 64 keys and its d columns.
 /// 16 at d = 128: 8 rows x 4 keys per thread. 8 at d = 64: 4 rows x 8 keys. Chosen by
-/// measurement (chapter doc: 8 at d = 128 is 0.97x, 16 at d = 64 is 0.93x).
+/// measurement: the other choice is slower at each d (performance_notes.md, "Variant 4: threads
+/// per row").
 constexpr int lanes_per_row(int d) { return d == 64 ? 8 : 16; }
 
 /// Steps 2-4 store Q, K and P unpadded, rows swizzled for float4 loads; step 1 reads single
