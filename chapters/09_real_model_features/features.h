@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "attention_features.h"
+#include "not_implemented.h"
 #include "problem.h"
 
 namespace fa::features {
