@@ -424,6 +424,7 @@ TRIVIAL_SHAPES = [re.compile(p) for p in (
     r"\w+ = \w+ ;",  # one name copied into another
     r"return (- )?[\w.]* ;",  # a constant returned
     r"if \( \w+ >= \w+ \) return ;",  # a bounds guard
+    r"FA_NOT_IMPLEMENTED \( .* \) ;",  # a stub (a student copy's regions hold them: not a solution)
 )]
 # Lines a solution shares on purpose with the code the student is given: a launch's check, the
 # CPU loops' shorthands for the shape, a kernel's block indices, branch heads. Kept short: each is
