@@ -45,7 +45,9 @@ bench="$build/bin/fa_bench"
 [ -x "$bench" ] || { echo "results_run: $bench not found; run 'make build' first" >&2; exit 2; }
 mkdir -p "$out"
 log="$out/commands.txt"
-note() { echo "$1: $2" >> "$log"; }
+# Each part's line names the GPU it ran on (its UUID), so run.txt shows the parts shared one machine.
+gpu_id() { local d=${CUDA_VISIBLE_DEVICES:-0}; nvidia-smi -i "${d%%,*}" --query-gpu=uuid --format=csv,noheader 2>/dev/null | head -n 1; }
+note() { echo "$1: $2 [$(gpu_id)]" >> "$log"; }
 
 part() {
   local start=$SECONDS
