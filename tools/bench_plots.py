@@ -24,6 +24,8 @@ import re
 import sys
 from collections import defaultdict
 
+from report_io import is_step_kernel
+
 
 def read(path):
     if not path or not os.path.exists(path):
@@ -52,7 +54,7 @@ def best_variants(ours):
     """{chapter: kernel name} with the highest geometric-mean TFLOP/s over its passing points."""
     by_kernel = defaultdict(list)
     for r in ours:
-        if ok(r) and r["device"] == "gpu":
+        if ok(r) and r["device"] == "gpu" and not is_step_kernel(r["kernel"]):
             by_kernel[(int(r["chapter"]), r["kernel"])].append(float(r["tflops"]))
     best = {}
     for (chapter, name), values in by_kernel.items():
@@ -119,7 +121,8 @@ def main():
     fig, ax = plt.subplots(figsize=(8.5, 5.5))
     chosen = {}
     for r in ours:
-        if int(r["head_dim"]) != 128 or int(r["causal"]) != 0 or r["device"] != "gpu" or not r.get("gbps"):
+        if (int(r["head_dim"]) != 128 or int(r["causal"]) != 0 or r["device"] != "gpu" or not r.get("gbps")
+                or is_step_kernel(r["kernel"])):
             continue
         seq = int(r["seq_q"])
         have = chosen.get(r["kernel"])

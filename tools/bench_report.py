@@ -16,6 +16,8 @@ import os
 import sys
 from collections import defaultdict
 
+from report_io import is_step_kernel
+
 
 def read(path):
     if not path or not os.path.exists(path):
@@ -96,7 +98,7 @@ def main():
     best = defaultdict(dict)  # point -> chapter -> (tflops, kernel)
     for key, row in tflops.items():
         for k in kernels:
-            if k in row and (k + "!") not in row:
+            if k in row and (k + "!") not in row and not is_step_kernel(k):
                 ch = chapter_of[k]
                 if ch not in best[key] or row[k] > best[key][ch][0]:
                     best[key][ch] = (row[k], k)

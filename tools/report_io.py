@@ -5,6 +5,17 @@ reads it)."""
 import argparse
 import contextlib
 import csv
+import re
+
+
+# A kernel registered only so that make bench times one step of a chapter's tuned kernel
+# (ch04_tuned_step1, ch05_tuned_undo_rows_bf16): it has a steps table of its own and never
+# stands for its chapter (in a chapter's table, as its best, or in a plot).
+STEP_KERNEL = re.compile(r"_(step\d+|undo_[a-z]+)(_|$)")
+
+
+def is_step_kernel(kernel):
+    return STEP_KERNEL.search(kernel) is not None
 
 
 def report_args(doc, second="torch_csv"):

@@ -12,7 +12,8 @@ test, run in CI) rewrites nothing and fails, naming the page and the table, when
 from what the result files give, or when a page asks for a table that does not exist. After a new
 run: copy its files into docs/results/h200/, update run.txt, run this script, commit.
 
-Tables: tour, progression, ceilings, ch01 ... ch06, ch06_fp8, ch07, ch08; python_errors and train_gpt
+Tables: tour, progression, ceilings, ch01 ... ch06, ch06_fp8, ch07, ch08, ch04_steps and
+ch05_steps (the kernels registered to time one change of a chapter's `tuned` each); python_errors and train_gpt
 (from the pytest suite's FA_RULE_CSV and examples/train_gpt.py), features (chapter 09 against
 FlexAttention, tools/features_report.py), head_dims (chapters 05 and 06 at head_dim 64 to 256
 against SDPA, tools/head_dims_report.py) and memory (fused against materialized attention, time
@@ -29,6 +30,7 @@ import sys
 
 import figures
 from check_snippets import doc_pages
+from report_io import is_step_kernel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The run the pages cite: one folder, named in figures.py.
@@ -97,12 +99,13 @@ class Forward:
         return self.ours.get((kernel, *point))
 
     def kernels(self, chapter):
-        return [k for k in self.order if self.chapter[k] == chapter]
+        """The chapter's variants (the kernels that time one step of a variant have their own table)."""
+        return [k for k in self.order if self.chapter[k] == chapter and not is_step_kernel(k)]
 
     def best(self, chapter, point, exclude=("fp8",)):
-        """The chapter's fastest kernel at a point (FP8 is its own comparison)."""
-        cands = [(self.get(k, point) or 0, k) for k in self.order
-                 if self.chapter[k] == chapter and not any(e in k for e in exclude) and not k.endswith("_fp16")]
+        """The chapter's fastest variant at a point (FP8 is its own comparison)."""
+        cands = [(self.get(k, point) or 0, k) for k in self.kernels(chapter)
+                 if not any(e in k for e in exclude) and not k.endswith("_fp16")]
         value, kernel = max(cands)
         return kernel, value
 
@@ -145,6 +148,43 @@ def chapter_table(fw, chapter):
         return forward_chapter(fw, chapter, fw.kernels(chapter), FP32_REF)
     kernels = [k for k in fw.kernels(chapter) if k.endswith("_bf16")]
     return forward_chapter(fw, chapter, kernels, BF16_REF)
+
+
+# Chapter 04's `tuned` built up one change at a time (each row adds one change to the row above),
+# and chapter 05's `tuned` with one change taken back at a time (each row against `tuned`). The
+# words say what each registered kernel changes (the registration in the chapter's *_tuned.cu).
+CH04_STEPS = [("ch04_registers", "variant 3, the starting point"),
+              ("ch04_tuned_step1", "+ 8 × 4 register patches (one float per shared-memory load)"),
+              ("ch04_tuned_step2", "+ float4 loads from swizzled rows"),
+              ("ch04_tuned_step3", "+ the row update by shuffles, in registers"),
+              ("ch04_tuned", "+ K/V copies that overlap the math (`tuned`)")]
+CH05_UNDONE = [("ch05_tuned_undo_rows_bf16", "16 rows per warp (64 per block), not 32"),
+               ("ch05_tuned_undo_keys_bf16", "64-key tiles at d = 64, not 128 (d = 128: the same kernel)"),
+               ("ch05_tuned_undo_waits_bf16", "K and V copied together after P V, one wait"),
+               ("ch05_tuned_undo_copies_bf16", "copy addresses computed per row"),
+               ("ch05_tuned_undo_scale_bf16", "the scale multiplied in before the max"),
+               ("ch05_tuned_undo_order_bf16", "the Q tiles in launch order, not the last first"),
+               ("ch05_tuned_undo_stores_bf16", "O stored from the registers, not through shared memory")]
+
+
+def steps_table(fw, chapter):
+    """Chapter 04: each step against the row above. Chapter 05: `tuned` against each undone change."""
+    header = ["kernel", "change"] + [f"{point_name(p)}: TFLOP/s" for p in POINTS]
+    rows = []
+    if chapter == 4:
+        header += [f"× the row above ({point_name(p)})" for p in POINTS]
+        for i, (k, change) in enumerate(CH04_STEPS):
+            cells = [fmt(fw.get(k, p)) for p in POINTS]
+            above = [ratio(fw.get(k, p), fw.get(CH04_STEPS[i - 1][0], p)) if i else "" for p in POINTS]
+            rows.append([f"`{k}`", change] + cells + above)
+    else:
+        header += [f"`tuned` ÷ this ({point_name(p)})" for p in POINTS]
+        rows.append(["`ch05_tuned_bf16`", "every change"] + [fmt(fw.get("ch05_tuned_bf16", p)) for p in POINTS] +
+                    [""] * len(POINTS))
+        for k, change in CH05_UNDONE:
+            rows.append([f"`{k}`", f"undone: {change}"] + [fmt(fw.get(k, p)) for p in POINTS] +
+                        [ratio(fw.get("ch05_tuned_bf16", p), fw.get(k, p)) for p in POINTS])
+    return table(header, rows)
 
 
 def fp8_table(fw):
@@ -398,7 +438,8 @@ def fused_backward_table():
 def tables():
     fw = Forward()
     out = {"tour": tour_table(), "progression": progression_table(fw), "ceilings": ceilings_table(),
-           "ch06_fp8": fp8_table(fw), "ch07": backward_table(), "ch08": decode_table()}
+           "ch06_fp8": fp8_table(fw), "ch07": backward_table(), "ch08": decode_table(),
+           "ch04_steps": steps_table(fw, 4), "ch05_steps": steps_table(fw, 5)}
     for chapter in range(1, 7):
         out[f"ch{chapter:02d}"] = chapter_table(fw, chapter)
     line = run_line()
