@@ -146,5 +146,45 @@ class Exports(unittest.TestCase):
         self.assertEqual({n for n in names if not n.startswith("fa_")}, set())
 
 
+class Install(unittest.TestCase):
+    """`pip install build/python` (setup.py's first route): a platform wheel with the library inside,
+    importable from another folder with nothing but the installed files on the path."""
+
+    def test_wheel_holds_the_library_and_imports_anywhere(self):
+        import importlib.util
+        import tempfile
+        import zipfile
+
+        if importlib.util.find_spec("pip") is None or importlib.util.find_spec("setuptools") is None:
+            self.skipTest("pip or setuptools is not importable here")
+        # Offline (--no-build-isolation), the wheel command comes from setuptools >= 70.1 or `wheel`.
+        probe_wheel = "try:\n import setuptools.command.bdist_wheel\nexcept ImportError:\n import wheel"
+        if subprocess.run([sys.executable, "-c", probe_wheel], capture_output=True).returncode != 0:
+            self.skipTest("no bdist_wheel here (setuptools < 70.1 and no `wheel` package): pip cannot build a wheel offline")
+        package = Path(ak.__file__).resolve().parent
+        with tempfile.TemporaryDirectory() as tmp:
+            built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                                    "--wheel-dir", tmp, str(package.parent)], capture_output=True, text=True)
+            self.assertEqual(built.returncode, 0, built.stdout + built.stderr)
+            wheels = list(Path(tmp).glob("attention_kernels-*.whl"))
+            self.assertEqual(len(wheels), 1, wheels)
+            tag = wheels[0].name.split("-")[-1]
+            self.assertNotEqual(tag, "any.whl", "the wheel holds a shared library: it must carry a platform tag")
+            with zipfile.ZipFile(wheels[0]) as wheel:
+                inside = wheel.read("attention_kernels/libfa_kernels.so")
+                wheel.extractall(Path(tmp) / "site")
+            self.assertEqual(inside, (package / "libfa_kernels.so").read_bytes())
+            env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FA_KERNELS_LIBRARY", "FA_BUILD_DIR")}
+            env["PYTHONPATH"] = str(Path(tmp) / "site")
+            probe = ("import attention_kernels as ak; lib = ak.load(); "
+                     "print(lib.path.parent == __import__('pathlib').Path(ak.__file__).resolve().parent, "
+                     "len(ak.list_kernels()))")
+            ran = subprocess.run([sys.executable, "-c", probe], cwd=tmp, env=env, capture_output=True, text=True)
+            self.assertEqual(ran.returncode, 0, ran.stderr)
+            same_folder, count = ran.stdout.split()
+            self.assertEqual(same_folder, "True")
+            self.assertEqual(int(count), len(ak.list_kernels()))
+
+
 if __name__ == "__main__":
     unittest.main()
