@@ -7,6 +7,8 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <type_traits>
 
 #include "cuda_check.h"
 #include "registry.h"
@@ -90,6 +92,46 @@ DecodeShape to_shape(const fa_decode_shape& c) {
   s.max_context = c.max_context;
   s.validate();
   return s;
+}
+
+// Chapter 09's features and their device inputs, from the C struct (null: none), validated
+// against the shape; the pointers are checked with the launch's others.
+struct FeatureInput {
+  AttentionFeatures features;
+  AttentionExtras extras;
+};
+
+FeatureInput to_features(const fa_features* c, const AttentionShape& shape) {
+  FeatureInput in;
+  if (c == nullptr) return in;
+  if (c->alibi != 0 && c->alibi != 1)
+    throw std::invalid_argument("alibi must be 0 or 1, got " + std::to_string(c->alibi));
+  in.features.window_left = c->window_left;
+  in.features.window_right = c->window_right;
+  in.features.softcap = c->softcap;
+  in.features.alibi = c->alibi == 1;
+  in.features.bias = c->bias != nullptr;
+  in.features.sequences = c->sequences;
+  in.features.validate(shape);
+  in.extras.bias = c->bias;
+  if (in.features.varlen()) {
+    if (c->cu_seqlens_q == nullptr || c->cu_seqlens_k == nullptr)
+      throw std::invalid_argument("a packed batch (sequences " + std::to_string(c->sequences) +
+                                  ") needs cu_seqlens_q and cu_seqlens_k; one is a null pointer");
+    for (const auto& [name, value, limit] :
+         {std::tuple<const char*, int, int>{"max_seqlen_q", c->max_seqlen_q, shape.seq_q},
+          {"max_seqlen_k", c->max_seqlen_k, shape.seq_kv}}) {
+      if (value < 1 || value > limit) {
+        throw std::invalid_argument(std::string(name) + " must be between 1 and " + std::to_string(limit) +
+                                    " (the packed total), got " + std::to_string(value));
+      }
+    }
+    in.extras.cu_seqlens_q = c->cu_seqlens_q;
+    in.extras.cu_seqlens_k = c->cu_seqlens_k;
+    in.extras.max_seqlen_q = c->max_seqlen_q;
+    in.extras.max_seqlen_k = c->max_seqlen_k;
+  }
+  return in;
 }
 
 // The probe shapes for the listing: one small problem per head_dim.
@@ -227,11 +269,16 @@ fa_status lookup(const std::vector<Entry>& list, fa_kind kind, const char* name,
 }
 
 // Shape and machine checks shared by the *_check functions and the launches.
-template <class Entry, class Shape>
-fa_status check_entry(const Entry& entry, const Shape& shape, std::size_t* workspace_bytes) {
-  const std::string reason = support_reason(entry, shape);
-  if (!reason.empty())
-    return fail(FA_ERR_UNSUPPORTED, entry.name + " does not take " + shape.to_string() + ": " + reason);
+template <class Entry, class Shape, class... Features>
+fa_status check_entry(const Entry& entry, const Shape& shape, std::size_t* workspace_bytes,
+                      const Features&... features) {
+  const std::string reason = support_reason(entry, shape, features...);
+  if (!reason.empty()) {
+    std::string what;
+    if constexpr (sizeof...(Features) == 1) what = describe(shape, features...);
+    else what = shape.to_string();
+    return fail(FA_ERR_UNSUPPORTED, entry.name + " does not take " + what + ": " + reason);
+  }
   if (workspace_bytes) *workspace_bytes = entry.workspace_bytes ? entry.workspace_bytes(shape) : 0;
   return FA_OK;
 }
@@ -295,15 +342,30 @@ fa_status check_by_name(const std::vector<Entry>& list, fa_kind kind, const char
   });
 }
 
+// The same with chapter 09's features.
+template <class Entry>
+fa_status check_features_by_name(const std::vector<Entry>& list, fa_kind kind, const char* name, const fa_shape* shape,
+                                 const fa_features* features, std::size_t* workspace_bytes) {
+  return guarded([&] {
+    const Entry* k = nullptr;
+    FA_RETURN_IF_FAILED(lookup(list, kind, name, &k));
+    if (shape == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "shape is a null pointer");
+    const AttentionShape s = to_shape(*shape);
+    FA_RETURN_IF_FAILED(check_entry(*k, s, workspace_bytes, to_features(features, s).features));
+    return ok();
+  });
+}
+
 // The body of every launch: the kernel by name, the shape, the pointers (`tensors` on 16 bytes,
-// `elements` -- LSE and the int arrays -- on 4), the GPU, the shape against the kernel, the
-// workspace; then `params`, its pointers filled in by the caller, gets the shape, the workspace
-// and the stream and is launched.
+// `elements` -- LSE and the int arrays -- on 4), the features (forward and backward), the GPU,
+// the shape against the kernel, the workspace; then `params`, its pointers filled in by the
+// caller, gets the shape, the features, the workspace and the stream and is launched.
 template <class Entry, class CShape, class Params>
 fa_status launch_by_name(const std::vector<Entry>& list, fa_kind kind, const char* name, const CShape* shape,
                          std::initializer_list<std::pair<const char*, const void*>> tensors,
                          std::initializer_list<std::pair<const char*, const void*>> elements, void* workspace,
-                         std::size_t workspace_bytes, void* stream, Params params) {
+                         std::size_t workspace_bytes, void* stream, Params params,
+                         const fa_features* features = nullptr) {
   return guarded([&] {
     const Entry* kernel = nullptr;
     FA_RETURN_IF_FAILED(lookup(list, kind, name, &kernel));
@@ -311,9 +373,22 @@ fa_status launch_by_name(const std::vector<Entry>& list, fa_kind kind, const cha
     const auto s = to_shape(*shape);
     FA_RETURN_IF_FAILED(require_pointers(tensors, kTensorAlignment));
     FA_RETURN_IF_FAILED(require_pointers(elements, kElementAlignment));
-    FA_RETURN_IF_FAILED(require_gpu());
     std::size_t needed = 0;
-    FA_RETURN_IF_FAILED(check_entry(*kernel, s, &needed));
+    if constexpr (std::is_same_v<CShape, fa_shape>) {
+      const FeatureInput in = to_features(features, s);
+      if (in.extras.bias) FA_RETURN_IF_FAILED(require_aligned("bias", in.extras.bias, kElementAlignment));
+      if (in.features.varlen()) {
+        FA_RETURN_IF_FAILED(require_aligned("cu_seqlens_q", in.extras.cu_seqlens_q, kElementAlignment));
+        FA_RETURN_IF_FAILED(require_aligned("cu_seqlens_k", in.extras.cu_seqlens_k, kElementAlignment));
+      }
+      FA_RETURN_IF_FAILED(require_gpu());
+      FA_RETURN_IF_FAILED(check_entry(*kernel, s, &needed, in.features));
+      params.features = in.features;
+      params.extras = in.extras;
+    } else {
+      FA_RETURN_IF_FAILED(require_gpu());
+      FA_RETURN_IF_FAILED(check_entry(*kernel, s, &needed));
+    }
     FA_RETURN_IF_FAILED(require_workspace(workspace, workspace_bytes, needed));
     params.shape = s;
     params.workspace = workspace;
@@ -433,6 +508,53 @@ fa_status fa_backward(const char* name, const fa_shape* shape, const void* q, co
   return launch_by_name(backward_kernels(), FA_KIND_BACKWARD, name, shape,
                         {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"d_o", d_o}, {"dq", dq}, {"dk", dk}, {"dv", dv}},
                         {{"lse", lse}}, workspace, workspace_bytes, stream, p);
+}
+
+fa_features fa_features_none(void) {
+  fa_features f{};
+  f.window_left = f.window_right = -1;
+  return f;
+}
+
+fa_status fa_forward_check_features(const char* name, const fa_shape* shape, const fa_features* features,
+                                    size_t* workspace_bytes) {
+  return check_features_by_name(forward_kernels(), FA_KIND_FORWARD, name, shape, features, workspace_bytes);
+}
+
+fa_status fa_backward_check_features(const char* name, const fa_shape* shape, const fa_features* features,
+                                     size_t* workspace_bytes) {
+  return check_features_by_name(backward_kernels(), FA_KIND_BACKWARD, name, shape, features, workspace_bytes);
+}
+
+fa_status fa_forward_features(const char* name, const fa_shape* shape, const fa_features* features, const void* q,
+                              const void* k, const void* v, void* o, float* lse, void* workspace,
+                              size_t workspace_bytes, void* stream) {
+  ForwardParams p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.o = o;
+  p.lse = lse;
+  return launch_by_name(forward_kernels(), FA_KIND_FORWARD, name, shape, {{"q", q}, {"k", k}, {"v", v}, {"o", o}},
+                        {{"lse", lse}}, workspace, workspace_bytes, stream, p, features);
+}
+
+fa_status fa_backward_features(const char* name, const fa_shape* shape, const fa_features* features, const void* q,
+                               const void* k, const void* v, const void* o, const void* d_o, const float* lse, void* dq,
+                               void* dk, void* dv, void* workspace, size_t workspace_bytes, void* stream) {
+  BackwardParams p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.o = o;
+  p.d_o = d_o;
+  p.lse = lse;
+  p.dq = dq;
+  p.dk = dk;
+  p.dv = dv;
+  return launch_by_name(backward_kernels(), FA_KIND_BACKWARD, name, shape,
+                        {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"d_o", d_o}, {"dq", dq}, {"dk", dk}, {"dv", dv}},
+                        {{"lse", lse}}, workspace, workspace_bytes, stream, p, features);
 }
 
 fa_status fa_decode(const char* name, const fa_decode_shape* shape, const void* q, const void* k_cache,

@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 /** Raised whenever a struct below or a function's meaning changes. */
-#define FA_API_VERSION 1
+#define FA_API_VERSION 2
 
 typedef enum fa_status {
   FA_OK = 0,
@@ -102,6 +102,39 @@ fa_status fa_backward(const char* name, const fa_shape* shape, const void* q, co
                       const void* o, const void* d_o, const float* lse, void* dq, void* dk, void* dv, void* workspace,
                       size_t workspace_bytes, void* stream);
 
+/** Chapter 09's features (attention_features.h), beside the shape; only the kernels that take
+ * them (chapter 09's) accept a problem with any on, the others answer FA_ERR_UNSUPPORTED naming
+ * the feature. fa_features_none() gives every feature off.
+ *   window_left, window_right: keys left / right of the (bottom-right aligned) diagonal a query
+ *     sees, -1 for no limit;
+ *   softcap: scores x become softcap * tanh(x / softcap), 0 for off;
+ *   alibi: 1 adds -slope(h) * |i + seq_kv - seq_q - j|, with attention_features.h's slopes;
+ *   bias: device float [batch, heads_q, seq_q, seq_kv] added to the scaled scores, or null;
+ *   sequences: a packed batch of this many sequences along the seq axis of a shape whose batch
+ *     is 1 (0: dense); cu_seqlens_q / cu_seqlens_k: device int [sequences + 1], from 0 to seq_q
+ *     (seq_kv); max_seqlen_q / max_seqlen_k: the longest sequence of each. */
+typedef struct fa_features {
+  int window_left, window_right;
+  double softcap;
+  int alibi;
+  const float* bias;
+  int sequences;
+  const int* cu_seqlens_q;
+  const int* cu_seqlens_k;
+  int max_seqlen_q, max_seqlen_k;
+} fa_features;
+fa_features fa_features_none(void);
+/** fa_forward_check / fa_forward / fa_backward_check / fa_backward with features (null: none). */
+fa_status fa_forward_check_features(const char* name, const fa_shape* shape, const fa_features* features,
+                                    size_t* workspace_bytes);
+fa_status fa_forward_features(const char* name, const fa_shape* shape, const fa_features* features, const void* q,
+                              const void* k, const void* v, void* o, float* lse, void* workspace,
+                              size_t workspace_bytes, void* stream);
+fa_status fa_backward_check_features(const char* name, const fa_shape* shape, const fa_features* features,
+                                     size_t* workspace_bytes);
+fa_status fa_backward_features(const char* name, const fa_shape* shape, const fa_features* features, const void* q,
+                               const void* k, const void* v, const void* o, const void* d_o, const float* lse, void* dq,
+                               void* dk, void* dv, void* workspace, size_t workspace_bytes, void* stream);
 /** Attention of query_len new tokens per sequence over a paged K/V cache (chapter 08).
  * block_tables int [num_seqs, max_blocks_per_seq], context_lens int [num_seqs], device memory. */
 fa_status fa_decode(const char* name, const fa_decode_shape* shape, const void* q, const void* k_cache,

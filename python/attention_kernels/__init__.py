@@ -5,6 +5,7 @@
     o, lse = ak.forward(q, k, v, kernel="ch05_tuned_bf16")           # no autograd
     o, lse = ak.decode(q, k_cache, v_cache, block_table, context_lens)
     ak.list_kernels("backward")
+    from attention_kernels import flash_attn_func, flash_attn_varlen_func   # flash-attn's interface
 
 attention() and decode() run as PyTorch operators (torch.ops.attention_kernels.forward,
 .backward, .decode; _ops.py), so torch.compile(fullgraph=True) traces through them and CUDA graphs
@@ -26,6 +27,10 @@ from ._library import (  # noqa: F401
 
 __all__ = [
     "attention",
+    "flash_attn_func",
+    "flash_attn_varlen_func",
+    "alibi_slopes",
+    "Features",
     "forward",
     "backward",
     "decode",
@@ -53,8 +58,12 @@ def list_kernels(kind=None):
 
 def __getattr__(name):
     # The tensor functions import torch on first use, so the package imports without it.
-    if name in ("attention", "forward", "backward", "decode", "check_backward"):
+    if name in ("attention", "forward", "backward", "decode", "check_backward", "Features"):
         from . import _torch
 
         return getattr(_torch, name)
+    if name in ("flash_attn_func", "flash_attn_varlen_func", "alibi_slopes"):
+        from . import _flash_attn
+
+        return getattr(_flash_attn, name)
     raise AttributeError(f"module 'attention_kernels' has no attribute {name!r}")

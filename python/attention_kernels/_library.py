@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-API_VERSION = 1
+API_VERSION = 2
 
 FORWARD, BACKWARD, DECODE = 0, 1, 2
 KIND_NAMES = {FORWARD: "forward", BACKWARD: "backward", DECODE: "decode"}
@@ -76,6 +76,23 @@ class _DecodeShape(ctypes.Structure):
     ]
 
 
+class _Features(ctypes.Structure):
+    """c_api.h's fa_features: chapter 09's features and their device pointers (as integers)."""
+
+    _fields_ = [
+        ("window_left", ctypes.c_int),
+        ("window_right", ctypes.c_int),
+        ("softcap", ctypes.c_double),
+        ("alibi", ctypes.c_int),
+        ("bias", ctypes.c_void_p),
+        ("sequences", ctypes.c_int),
+        ("cu_seqlens_q", ctypes.c_void_p),
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("max_seqlen_q", ctypes.c_int),
+        ("max_seqlen_k", ctypes.c_int),
+    ]
+
+
 class _KernelInfo(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_char_p),
@@ -113,6 +130,14 @@ class KernelInfo:
     @property
     def available(self):
         return not self.unavailable
+
+
+def _alibi_slope(heads, h):
+    """attention_features.h's AttentionFeatures::alibi_slope: the ALiBi paper's slope of head h."""
+    n = 1
+    while 2 * n <= heads:
+        n *= 2
+    return 2.0 ** (-8.0 * (h + 1) / n) if h < n else 2.0 ** (-4.0 * (2 * (h - n) + 1) / n)
 
 
 def _parse_head_dims(text):
@@ -158,8 +183,17 @@ class Library:
         lib.fa_forward.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Shape)] + [ptr] * 6 + [size, ptr]
         lib.fa_backward.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Shape)] + [ptr] * 10 + [size, ptr]
         lib.fa_decode.argtypes = [ctypes.c_char_p, ctypes.POINTER(_DecodeShape)] + [ptr] * 8 + [size, ptr]
+        features_p = ctypes.POINTER(_Features)
+        lib.fa_features_none.restype = _Features
+        lib.fa_forward_check_features.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Shape), features_p, size_p]
+        lib.fa_backward_check_features.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Shape), features_p, size_p]
+        lib.fa_forward_features.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Shape), features_p] + [ptr] * 6 + [
+            size, ptr]
+        lib.fa_backward_features.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Shape), features_p] + [ptr] * 10 + [
+            size, ptr]
         for fn in ("fa_kernel_at", "fa_kernel_find", "fa_forward_check", "fa_backward_check", "fa_decode_check",
-                   "fa_forward", "fa_backward", "fa_decode"):
+                   "fa_forward", "fa_backward", "fa_decode", "fa_forward_check_features",
+                   "fa_backward_check_features", "fa_forward_features", "fa_backward_features"):
             getattr(lib, fn).restype = ctypes.c_int
         version = lib.fa_api_version()
         if version != API_VERSION:
@@ -210,21 +244,48 @@ class Library:
     def decode_shape(**fields):
         return _DecodeShape(**fields)
 
-    def check(self, kind, name, shape):
-        """Workspace bytes the kernel needs for this shape; raises if it does not take it."""
+    def features(self, window=(-1, -1), softcap=0.0, alibi=False, bias=0, sequences=0, cu_seqlens_q=0,
+                 cu_seqlens_k=0, max_seqlen_q=0, max_seqlen_k=0):
+        """An fa_features: every feature off unless given (pointers as integers, 0 for none)."""
+        f = self._lib.fa_features_none()
+        f.window_left, f.window_right = int(window[0]), int(window[1])
+        f.softcap = float(softcap)
+        f.alibi = int(bool(alibi))
+        f.bias = bias or None
+        f.sequences = int(sequences)
+        f.cu_seqlens_q, f.cu_seqlens_k = cu_seqlens_q or None, cu_seqlens_k or None
+        f.max_seqlen_q, f.max_seqlen_k = int(max_seqlen_q), int(max_seqlen_k)
+        return f
+
+    def check(self, kind, name, shape, features=None):
+        """Workspace bytes the kernel needs for this shape (and features); raises if it does not take it."""
+        needed = ctypes.c_size_t(0)
+        if features is not None and kind in (FORWARD, BACKWARD):
+            fn = self._lib.fa_forward_check_features if kind == FORWARD else self._lib.fa_backward_check_features
+            self._raise_for(fn(name.encode(), ctypes.byref(shape), ctypes.byref(features), ctypes.byref(needed)))
+            return needed.value
         fn = {FORWARD: self._lib.fa_forward_check, BACKWARD: self._lib.fa_backward_check,
               DECODE: self._lib.fa_decode_check}[kind]
-        needed = ctypes.c_size_t(0)
         self._raise_for(fn(name.encode(), ctypes.byref(shape), ctypes.byref(needed)))
         return needed.value
 
-    def forward(self, name, shape, q, k, v, o, lse, workspace, workspace_bytes, stream):
-        self._raise_for(self._lib.fa_forward(name.encode(), ctypes.byref(shape), q, k, v, o, lse, workspace,
-                                             workspace_bytes, stream))
+    def forward(self, name, shape, q, k, v, o, lse, workspace, workspace_bytes, stream, features=None):
+        if features is None:
+            self._raise_for(self._lib.fa_forward(name.encode(), ctypes.byref(shape), q, k, v, o, lse, workspace,
+                                                 workspace_bytes, stream))
+        else:
+            self._raise_for(self._lib.fa_forward_features(name.encode(), ctypes.byref(shape), ctypes.byref(features),
+                                                          q, k, v, o, lse, workspace, workspace_bytes, stream))
 
-    def backward(self, name, shape, q, k, v, o, d_o, lse, dq, dk, dv, workspace, workspace_bytes, stream):
-        self._raise_for(self._lib.fa_backward(name.encode(), ctypes.byref(shape), q, k, v, o, d_o, lse, dq, dk, dv,
-                                              workspace, workspace_bytes, stream))
+    def backward(self, name, shape, q, k, v, o, d_o, lse, dq, dk, dv, workspace, workspace_bytes, stream,
+                 features=None):
+        if features is None:
+            self._raise_for(self._lib.fa_backward(name.encode(), ctypes.byref(shape), q, k, v, o, d_o, lse, dq, dk,
+                                                  dv, workspace, workspace_bytes, stream))
+        else:
+            self._raise_for(self._lib.fa_backward_features(name.encode(), ctypes.byref(shape),
+                                                           ctypes.byref(features), q, k, v, o, d_o, lse, dq, dk, dv,
+                                                           workspace, workspace_bytes, stream))
 
     def decode(self, name, shape, q, k_cache, v_cache, block_tables, context_lens, o, lse, workspace, workspace_bytes,
                stream):

@@ -5,6 +5,8 @@
     torch.ops.attention_kernels.backward(q, k, v, o, lse, d_o, causal, scale, kernel) -> (dq, dk, dv)
     torch.ops.attention_kernels.decode(q, k_cache, v_cache, block_table, context_lens, kernel,
                                        max_context, check) -> (o, lse)
+    torch.ops.attention_kernels.features_forward / features_backward: forward and backward with
+        chapter 09's features (window, softcap, ALiBi, bias, a packed batch) as arguments
 
 Each has a fake implementation (shapes and dtypes, no kernel), so torch.compile traces through
 it without a graph break, and the forward has its backward registered, so autograd,
@@ -78,6 +80,79 @@ def _backward_of_forward(ctx, d_o, d_lse):
 
 
 forward.register_autograd(_backward_of_forward, setup_context=_setup_forward)
+
+
+# Chapter 09's features: the same pair of operators with the features as arguments (an
+# operator's schema takes tensors, numbers and strings, so the Features fields travel one by one).
+def _features(window_left, window_right, softcap, alibi, bias, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+              max_seqlen_k):
+    return _torch.Features(window=(window_left, window_right), softcap=softcap, alibi=alibi, bias=bias,
+                           cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                           max_seqlen_k=max_seqlen_k)
+
+
+@torch.library.custom_op("attention_kernels::features_forward", mutates_args=(), device_types="cuda")
+def features_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optional[float], window_left: int,
+                     window_right: int, softcap: float, alibi: bool, bias: Optional[Tensor],
+                     cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
+                     max_seqlen_k: int, kernel: Optional[str], backward_kernel: Optional[str],
+                     check_backward: bool) -> Tuple[Tensor, Tensor]:
+    f = _features(window_left, window_right, softcap, alibi, bias, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                  max_seqlen_k)
+    o, lse = _torch.forward(q, k, v, causal=causal, scale=scale, kernel=kernel, features=f)
+    if check_backward:
+        _torch.check_backward(q, k, v, causal=causal, scale=scale, kernel=backward_kernel, features=f)
+    return o, lse
+
+
+@features_forward.register_fake
+def _(q, k, v, causal, scale, window_left, window_right, softcap, alibi, bias, cu_seqlens_q, cu_seqlens_k,
+      max_seqlen_q, max_seqlen_k, kernel, backward_kernel, check_backward):
+    _fake_attention_checks(q, k, v)
+    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+@torch.library.custom_op("attention_kernels::features_backward", mutates_args=(), device_types="cuda")
+def features_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, d_o: Tensor, causal: bool,
+                      scale: Optional[float], window_left: int, window_right: int, softcap: float, alibi: bool,
+                      bias: Optional[Tensor], cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+                      max_seqlen_q: int, max_seqlen_k: int, kernel: Optional[str]) -> Tuple[Tensor, Tensor, Tensor]:
+    f = _features(window_left, window_right, softcap, alibi, bias, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                  max_seqlen_k)
+    return _torch.backward(q, k, v, o, lse, d_o, causal=causal, scale=scale, kernel=kernel, features=f)
+
+
+@features_backward.register_fake
+def _(q, k, v, o, lse, d_o, causal, scale, window_left, window_right, softcap, alibi, bias, cu_seqlens_q,
+      cu_seqlens_k, max_seqlen_q, max_seqlen_k, kernel):
+    _fake_attention_checks(q, k, v)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+_FEATURE_ARGS = slice(5, 14)  # window_left .. max_seqlen_k in features_forward's arguments
+
+
+def _setup_features_forward(ctx, inputs, output):
+    q, k, v, causal, scale = inputs[:5]
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.causal, ctx.scale, ctx.backward_kernel = causal, scale, inputs[15]
+    ctx.features = inputs[_FEATURE_ARGS]
+    ctx.mark_non_differentiable(lse)
+    ctx.set_materialize_grads(False)
+
+
+def _backward_of_features_forward(ctx, d_o, d_lse):
+    q, k, v, o, lse = ctx.saved_tensors
+    none = (None,) * 14  # no gradient for causal .. check_backward (the bias gets none either)
+    if d_o is None:
+        return (None, None, None) + none
+    dq, dk, dv = features_backward(q, k, v, o, lse, d_o.contiguous(), ctx.causal, ctx.scale, *ctx.features,
+                                   ctx.backward_kernel)
+    return (dq, dk, dv) + none
+
+
+features_forward.register_autograd(_backward_of_features_forward, setup_context=_setup_features_forward)
 
 
 @torch.library.custom_op("attention_kernels::decode", mutates_args=(), device_types="cuda")

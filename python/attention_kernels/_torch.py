@@ -10,6 +10,8 @@ of the kernel's output (no copy); in the backward pass the gradients take the sa
 """
 import functools
 import math
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -19,6 +21,104 @@ _TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfl
 _DTYPE_NAMES = {v: k for k, v in _TORCH_DTYPES.items()}
 _ALLOWED_DTYPES = "torch.float32, torch.float16, torch.bfloat16"
 _LAYOUTS = ("bhsd", "bshd")
+
+
+@dataclass(frozen=True)
+class Features:
+    """Chapter 09's features of one call (c_api.h's fa_features), each off by default.
+
+    window: (left, right) keys a query sees on each side of its diagonal, -1 for no limit;
+    softcap: scores x become softcap * tanh(x / softcap) (0: off); alibi: the ALiBi paper's
+    slopes (attention_features.h); bias: float32 [batch, heads_q, seq_q, seq_kv] added to the
+    scaled scores (no gradient); cu_seqlens_q / cu_seqlens_k: int32 [sequences + 1] of a packed
+    batch whose q is [1, heads_q, total_q, head_dim], with max_seqlen_q / max_seqlen_k.
+    """
+
+    window: tuple = (-1, -1)
+    softcap: float = 0.0
+    alibi: bool = False
+    bias: Optional[torch.Tensor] = None
+    cu_seqlens_q: Optional[torch.Tensor] = None
+    cu_seqlens_k: Optional[torch.Tensor] = None
+    max_seqlen_q: int = 0
+    max_seqlen_k: int = 0
+
+    @property
+    def sequences(self):
+        return 0 if self.cu_seqlens_q is None else self.cu_seqlens_q.shape[0] - 1
+
+    def any(self):
+        return (tuple(self.window) != (-1, -1) or self.softcap != 0.0 or self.alibi or self.bias is not None
+                or self.cu_seqlens_q is not None)
+
+    def key(self):
+        """What the kernel's support check reads: every field but the tensors' contents."""
+        return (int(self.window[0]), int(self.window[1]), float(self.softcap), bool(self.alibi),
+                self.bias is not None, self.sequences, int(self.max_seqlen_q), int(self.max_seqlen_k))
+
+    def struct(self):
+        """The fa_features of this call, with the tensors' device pointers."""
+        return lib.load().features(
+            window=self.window, softcap=self.softcap, alibi=self.alibi,
+            bias=0 if self.bias is None else self.bias.data_ptr(), sequences=self.sequences,
+            cu_seqlens_q=0 if self.cu_seqlens_q is None else self.cu_seqlens_q.data_ptr(),
+            cu_seqlens_k=0 if self.cu_seqlens_k is None else self.cu_seqlens_k.data_ptr(),
+            max_seqlen_q=self.max_seqlen_q, max_seqlen_k=self.max_seqlen_k)
+
+
+def _check_features(features, q, k):
+    """The tensors of `features` against q [batch, heads_q, seq_q, d] and k; None when none is on."""
+    if features is None or not features.any():
+        return None
+    for name in ("window_left", "window_right"):
+        value = features.window[0 if name == "window_left" else 1]
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int (-1 for no limit), got {value!r}")
+    if not isinstance(features.softcap, (int, float)) or not math.isfinite(features.softcap) or features.softcap < 0:
+        raise ValueError(f"softcap must be a finite number >= 0 (0 for none), got {features.softcap!r}")
+    batch, heads_q, seq_q, _ = q.shape
+    seq_kv = k.shape[2]
+    if features.bias is not None:
+        b = features.bias
+        _check_tensor("bias", b, 4, "[batch, heads_q, seq_q, seq_kv]")
+        if b.dtype != torch.float32 or tuple(b.shape) != (batch, heads_q, seq_q, seq_kv):
+            raise ValueError(f"bias must be torch.float32 {(batch, heads_q, seq_q, seq_kv)}, got {b.dtype} "
+                             f"{tuple(b.shape)}")
+        _check_contiguous("bias", b, "pass .contiguous() (a copy)")
+        _same_device(("q", "bias"), (q, b))
+    if (features.cu_seqlens_q is None) != (features.cu_seqlens_k is None):
+        raise ValueError("a packed batch needs both cu_seqlens_q and cu_seqlens_k")
+    if features.cu_seqlens_q is not None:
+        if batch != 1:
+            raise ValueError(f"a packed batch lies along the seq axis of one batch: q's batch must be 1, got {batch}")
+        for name in ("cu_seqlens_q", "cu_seqlens_k"):
+            t = getattr(features, name)
+            _check_tensor(name, t, 1, "[sequences + 1]")
+            if t.dtype != torch.int32:
+                raise TypeError(f"{name} has dtype {t.dtype}; allowed: torch.int32")
+            _check_contiguous(name, t, "pass .contiguous() (a copy)")
+            _same_device(("q", name), (q, t))
+        if features.cu_seqlens_k.shape != features.cu_seqlens_q.shape:
+            raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have one length (sequences + 1), got "
+                             f"{features.cu_seqlens_q.shape[0]} and {features.cu_seqlens_k.shape[0]}")
+        for name in ("max_seqlen_q", "max_seqlen_k"):
+            value = getattr(features, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int, got {value!r}")
+    return features
+
+
+@functools.lru_cache(maxsize=4096)
+def _check_with_features(kind, name, shape_key, features_key):
+    """_check with features: the C library sees a non-null pointer wherever a tensor is given
+    (its contents are not part of the check)."""
+    library = lib.load()
+    wl, wr, softcap, alibi, has_bias, sequences, max_q, max_k = features_key
+    present = 1 << 8
+    f = library.features(window=(wl, wr), softcap=softcap, alibi=alibi, bias=present if has_bias else 0,
+                         sequences=sequences, cu_seqlens_q=present if sequences else 0,
+                         cu_seqlens_k=present if sequences else 0, max_seqlen_q=max_q, max_seqlen_k=max_k)
+    return library.check(kind, name, lib._Shape(*shape_key), f)
 
 # The kernel used when none is named: the first of each list this machine can run.
 _DEFAULT_FORWARD = {
@@ -33,7 +133,31 @@ _DEFAULT_BACKWARD = {
 }
 
 
-def _resolve(kind, name, dtype_name, what):
+# The kernels that take chapter 09's features, when none is named and a feature is on.
+_FEATURES_FORWARD = {"bf16": ("ch09_hopper_bf16", "ch09_ampere_bf16"), "fp16": ("ch09_ampere_fp16",)}
+_FEATURES_BACKWARD = {"bf16": ("ch09_ampere_backward_bf16",), "fp16": ("ch09_ampere_backward_fp16",)}
+
+
+def _resolve(kind, name, dtype_name, what, features=False):
+    """As _resolve_name; with features on and no name, chapter 09's kernels are the defaults."""
+    if name is None and features:
+        return _features_default(kind, dtype_name)
+    return _resolve_checked(kind, name, dtype_name, what)
+
+
+@functools.lru_cache(maxsize=None)
+def _features_default(kind, dtype_name):
+    """The first of chapter 09's kernels for the dtype that this machine runs (else the first)."""
+    table = _FEATURES_FORWARD if kind == lib.FORWARD else _FEATURES_BACKWARD
+    if dtype_name not in table:
+        raise TypeError(f"chapter 09's features take torch.float16 or torch.bfloat16 tensors, got "
+                        f"{_TORCH_DTYPES[dtype_name]}")
+    library = lib.load()
+    infos = [library.find(kind, n) for n in table[dtype_name]]
+    return next((i for i in infos if i.available), infos[0])
+
+
+def _resolve_checked(kind, name, dtype_name, what):
     """The KernelInfo to run: `name` exactly, or name + "_" + dtype ("ch06_pingpong" on bf16),
     or the default for the dtype when name is None."""
     if name is not None and not isinstance(name, str):
@@ -170,27 +294,34 @@ def _output(name, given, shape, dtype, device):
     return given
 
 
-def forward(q, k, v, *, causal=False, scale=None, kernel=None, out=None, lse=None):
+def forward(q, k, v, *, causal=False, scale=None, kernel=None, out=None, lse=None, features=None):
     """O and LSE of [batch, heads, seq, head_dim] tensors, no autograd; out/lse: tensors to
-    write into (O like q; LSE float32 [batch, heads_q, seq_q], natural log)."""
+    write into (O like q; LSE float32 [batch, heads_q, seq_q], natural log); features: a
+    Features (chapter 09's kernels only)."""
     shape = _attention_shape(q, k, v, causal, scale)
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_contiguous(name, t, _BHSD_HINT)
-    info = _resolve(lib.FORWARD, kernel, _DTYPE_NAMES[q.dtype], "kernel")
+    features = _check_features(features, q, k)
+    info = _resolve(lib.FORWARD, kernel, _DTYPE_NAMES[q.dtype], "kernel", features is not None)
     library = lib.load()
-    nbytes = _check(lib.FORWARD, info.name, _key(shape))
+    if features is None:
+        nbytes = _check(lib.FORWARD, info.name, _key(shape))
+    else:
+        nbytes = _check_with_features(lib.FORWARD, info.name, _key(shape), features.key())
     out = _output("out", out, q.shape, q.dtype, q.device)
     lse = _output("lse", lse, q.shape[:3], torch.float32, q.device)
     with torch.cuda.device(q.device):
         work, work_ptr = _workspace(nbytes, q.device)
         library.forward(info.name, shape, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-                        work_ptr, nbytes, _stream(q.device))
+                        work_ptr, nbytes, _stream(q.device), None if features is None else features.struct())
         del work  # returned to the caching allocator in stream order
     return out, lse
 
 
-def backward(q, k, v, o, lse, d_o, *, causal=False, scale=None, kernel=None, dq=None, dk=None, dv=None):
-    """dQ, dK, dV from a forward's O and LSE and the output gradient dO, no autograd."""
+def backward(q, k, v, o, lse, d_o, *, causal=False, scale=None, kernel=None, dq=None, dk=None, dv=None,
+             features=None):
+    """dQ, dK, dV from a forward's O and LSE and the output gradient dO, no autograd; features:
+    the forward's Features."""
     shape = _attention_shape(q, k, v, causal, scale)
     _check_tensor("o", o, 4, "[batch, heads, seq, head_dim]")
     _check_tensor("d_o", d_o, 4, "[batch, heads, seq, head_dim]")
@@ -203,9 +334,13 @@ def backward(q, k, v, o, lse, d_o, *, causal=False, scale=None, kernel=None, dq=
     _same_device(("q", "o", "d_o", "lse"), (q, o, d_o, lse))
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o), ("lse", lse)):
         _check_contiguous(name, t, _BHSD_HINT)
-    info = _resolve(lib.BACKWARD, kernel, _DTYPE_NAMES[q.dtype], "backward kernel")
+    features = _check_features(features, q, k)
+    info = _resolve(lib.BACKWARD, kernel, _DTYPE_NAMES[q.dtype], "backward kernel", features is not None)
     library = lib.load()
-    nbytes = _check(lib.BACKWARD, info.name, _key(shape))
+    if features is None:
+        nbytes = _check(lib.BACKWARD, info.name, _key(shape))
+    else:
+        nbytes = _check_with_features(lib.BACKWARD, info.name, _key(shape), features.key())
     dq = _output("dq", dq, q.shape, q.dtype, q.device)
     dk = _output("dk", dk, k.shape, k.dtype, k.device)
     dv = _output("dv", dv, v.shape, v.dtype, v.device)
@@ -213,16 +348,20 @@ def backward(q, k, v, o, lse, d_o, *, causal=False, scale=None, kernel=None, dq=
         work, work_ptr = _workspace(nbytes, q.device)
         library.backward(info.name, shape, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), d_o.data_ptr(),
                          lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), work_ptr, nbytes,
-                         _stream(q.device))
+                         _stream(q.device), None if features is None else features.struct())
         del work
     return dq, dk, dv
 
 
-def check_backward(q, k, v, *, causal=False, scale=None, kernel=None):
+def check_backward(q, k, v, *, causal=False, scale=None, kernel=None, features=None):
     """Raises now if the backward kernel does not take this shape (or does not exist for the dtype)."""
     shape = _attention_shape(q, k, v, causal, scale)
-    name = _resolve(lib.BACKWARD, kernel, _DTYPE_NAMES[q.dtype], "backward_kernel").name
-    _check(lib.BACKWARD, name, _key(shape))
+    features = _check_features(features, q, k)
+    name = _resolve(lib.BACKWARD, kernel, _DTYPE_NAMES[q.dtype], "backward_kernel", features is not None).name
+    if features is None:
+        _check(lib.BACKWARD, name, _key(shape))
+    else:
+        _check_with_features(lib.BACKWARD, name, _key(shape), features.key())
 
 
 def attention(q, k, v, *, causal=False, scale=None, kernel=None, backward_kernel=None, layout="bhsd"):

@@ -127,6 +127,38 @@ class Checks(unittest.TestCase):
             with self.assertRaisesRegex(ak.NoGpuError, "^no GPU: "):
                 self.lib.backward("ch07_fp32", shape, *([base] * 5), base + 4, *([base] * 3), 0, 0, None)
 
+    def test_features(self):
+        shape = self.lib.shape(1, 4, 2, 64, 64, 64, causal=True)
+        window = self.lib.features(window=(16, 0))
+        with self.assertRaisesRegex(ak.UnsupportedError, "^ch05_tuned_bf16 does not take .* window 16,0: takes no sliding window"):
+            self.lib.check(_library.FORWARD, "ch05_tuned_bf16", shape, window)
+        with self.assertRaisesRegex(ak.UnsupportedError, "^ch07_wgmma_bf16 does not take .* softcap 30: takes no softcap"):
+            self.lib.check(_library.BACKWARD, "ch07_wgmma_bf16", shape, self.lib.features(softcap=30.0))
+        # Every feature off is the plain check.
+        self.assertEqual(self.lib.check(_library.FORWARD, "ch01_naive", shape, self.lib.features()),
+                         self.lib.check(_library.FORWARD, "ch01_naive", shape))
+        cases = [
+            (self.lib.features(window=(-2, 0)), "window_left must be -1 .* got -2"),
+            (self.lib.features(softcap=-1.0), "softcap must be a finite number > 0 .* got -1"),
+            (self.lib.features(sequences=2), "needs cu_seqlens_q and cu_seqlens_k; one is a null pointer"),
+            (self.lib.features(sequences=2, cu_seqlens_q=1 << 20, cu_seqlens_k=1 << 20, max_seqlen_q=65,
+                               max_seqlen_k=8), r"max_seqlen_q must be between 1 and 64 \(the packed total\), got 65"),
+        ]
+        for features, message in cases:
+            with self.assertRaisesRegex(ak.InvalidArgumentError, message):
+                self.lib.check(_library.FORWARD, "ch09_ampere_bf16", shape, features)
+        bad = self.lib.features()
+        bad.alibi = 2
+        with self.assertRaisesRegex(ak.InvalidArgumentError, "^alibi must be 0 or 1, got 2$"):
+            self.lib.check(_library.FORWARD, "ch09_ampere_bf16", shape, bad)
+        base = 1 << 20
+        packed = self.lib.features(sequences=2, cu_seqlens_q=base + 2, cu_seqlens_k=base, max_seqlen_q=32,
+                                   max_seqlen_k=32)
+        with self.assertRaisesRegex(ak.InvalidArgumentError,
+                                    "^cu_seqlens_q must be 4-byte aligned, got an address 2 bytes past"):
+            self.lib.forward("ch09_ampere_bf16", self.lib.shape(1, 4, 2, 64, 64, 64), base, base, base, base, base, 0,
+                             0, None, packed)
+
     def test_error_text_is_per_call(self):
         with self.assertRaises(ak.UnknownKernelError):
             self.lib.find(_library.FORWARD, "nope")

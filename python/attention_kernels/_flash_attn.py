@@ -1,0 +1,143 @@
+"""flash-attn's interface over the tutorial's kernels: flash_attn_func and flash_attn_varlen_func
+with flash-attn 2's arguments, layouts and return values, so code written for flash-attn runs by
+changing its import:
+
+    from attention_kernels import flash_attn_func, flash_attn_varlen_func
+
+q [batch, seq_q, heads_q, head_dim] (varlen: [total_q, heads_q, head_dim]), k and v with heads_kv
+dividing heads_q; fp16 or bf16; causal aligned bottom-right; window_size (left, right) with -1 for
+no limit; softcap; alibi_slopes; deterministic. With any of window_size, softcap, alibi_slopes or a
+packed batch the call runs chapter 09's kernels (forward and backward); without, the fastest
+kernel of the dtype (ak.attention's defaults).
+
+Where this differs from flash-attn, on purpose (docs/python.md, tested in tests/python):
+  * dropout_p must be 0: no kernel here drops weights (a ValueError says so).
+  * A query row that sees no key (a window, or a causal row before the first key) gets O = 0 as in
+    flash-attn, and LSE = -inf where flash-attn writes +inf.
+  * alibi_slopes must be the ALiBi paper's slopes for heads_q (alibi_slopes(heads_q) gives them),
+    the ones chapter 09's kernels compute; other slopes are refused. Checking them reads the
+    slopes on the host once per distinct tensor.
+  * return_attn_probs=True returns (out, softmax_lse, None): there are no dropout masks to return.
+  * The (batch, seq, heads, head_dim) tensors are copied into the kernels' [batch, heads, seq,
+    head_dim] layout and the output comes back as a view; the varlen call the same with its
+    packed rows.
+"""
+import torch
+
+from . import _ops, _torch
+
+_slopes_seen = {}
+
+
+def alibi_slopes(heads, device="cuda"):
+    """The ALiBi paper's slopes for `heads` heads (float32 [heads]): what chapter 09's kernels use."""
+    from ._library import _alibi_slope
+
+    return torch.tensor([_alibi_slope(heads, h) for h in range(heads)], dtype=torch.float32, device=device)
+
+
+def _check_common(dropout_p, softmax_scale, window_size, softcap, deterministic):
+    if dropout_p != 0.0:
+        raise ValueError(f"dropout_p must be 0.0: no kernel of this library drops attention weights, got {dropout_p!r}")
+    if softmax_scale is not None and not isinstance(softmax_scale, (int, float)):
+        raise TypeError(f"softmax_scale must be a number or None (1/sqrt(head_dim)), got {softmax_scale!r}")
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise ValueError(f"window_size must be a pair (left, right), -1 for no limit, got {window_size!r}")
+    left, right = window_size
+    for name, value in (("window_size[0]", left), ("window_size[1]", right)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < -1:
+            raise ValueError(f"{name} must be an int >= -1 (-1: no limit), got {value!r}")
+    if not isinstance(softcap, (int, float)) or softcap < 0:
+        raise ValueError(f"softcap must be a number >= 0 (0: off), got {softcap!r}")
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be True or False, got {deterministic!r}")
+
+
+def _check_alibi(slopes, batch, heads):
+    """True when slopes are given (and are the kernels' own), False for None; raises otherwise."""
+    if slopes is None:
+        return False
+    if not isinstance(slopes, torch.Tensor):
+        raise TypeError(f"alibi_slopes must be a torch.Tensor or None, got {type(slopes).__name__}")
+    if slopes.dtype != torch.float32 or tuple(slopes.shape) not in ((heads,), (batch, heads)):
+        raise ValueError(f"alibi_slopes must be float32 ({heads},) or ({batch}, {heads}), got {slopes.dtype} "
+                         f"{tuple(slopes.shape)}")
+    key = (slopes.data_ptr(), slopes._version, tuple(slopes.shape), heads)
+    if key not in _slopes_seen:
+        expected = alibi_slopes(heads, device=slopes.device).expand_as(slopes)
+        _slopes_seen[key] = bool(torch.allclose(slopes, expected, rtol=1e-6, atol=0.0))
+    if not _slopes_seen[key]:
+        raise ValueError("alibi_slopes must be the ALiBi paper's slopes for heads_q (attention_kernels.alibi_slopes"
+                         f"({heads})): chapter 09's kernels compute those and take no others")
+    return True
+
+
+def _backward_kernel(deterministic, features_on, dtype):
+    """None (the default) unless deterministic gradients are asked for and the default does not give them."""
+    if not deterministic:
+        return None
+    from . import _library
+
+    dtype_name = _torch._DTYPE_NAMES[dtype]
+    info = _torch._resolve(_library.BACKWARD, None, dtype_name, "backward kernel", features_on)
+    if not info.deterministic:
+        raise ValueError(f"deterministic=True: the backward kernel for these arguments, {info.name}, adds dQ with "
+                         "atomics; no deterministic backward here takes "
+                         + ("chapter 09's features" if features_on else f"{dtype} tensors"))
+    return info.name
+
+
+def _run(q, k, v, causal, scale, window, softcap, alibi, cu_q, cu_k, max_q, max_k, deterministic):
+    """O and LSE of [batch, heads, seq, head_dim] q, k, v through the operators (differentiable)."""
+    features_on = tuple(window) != (-1, -1) or softcap != 0.0 or alibi or cu_q is not None
+    backward_kernel = _backward_kernel(deterministic, features_on, q.dtype)
+    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    scale = None if scale is None else float(scale)
+    if not features_on:
+        return _ops.forward(q, k, v, causal, scale, None, backward_kernel, needs_grad)
+    return _ops.features_forward(q, k, v, causal, scale, int(window[0]), int(window[1]), float(softcap), alibi, None,
+                                 cu_q, cu_k, int(max_q), int(max_k), None, backward_kernel, needs_grad)
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash-attn's flash_attn_func: q [batch, seq_q, heads_q, head_dim], k and v [batch, seq_kv,
+    heads_kv, head_dim]; returns out like q, or (out, softmax_lse [batch, heads_q, seq_q], None)
+    with return_attn_probs."""
+    _check_common(dropout_p, softmax_scale, window_size, softcap, deterministic)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _torch._check_tensor(name, t, 4, "[batch, seq, heads, head_dim]")
+    alibi = _check_alibi(alibi_slopes, q.shape[0], q.shape[2])
+    qh, kh, vh = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    o, lse = _run(qh, kh, vh, bool(causal), softmax_scale, window_size, softcap, alibi, None, None, 0, 0,
+                  deterministic)
+    out = o.transpose(1, 2)
+    return (out, lse, None) if return_attn_probs else out
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None):
+    """flash-attn's flash_attn_varlen_func: a packed batch, q [total_q, heads_q, head_dim], k and v
+    [total_k, heads_kv, head_dim], cu_seqlens_q / cu_seqlens_k int32 [batch + 1]; returns out like
+    q, or (out, softmax_lse [heads_q, total_q], None) with return_attn_probs."""
+    _check_common(dropout_p, softmax_scale, window_size, softcap, deterministic)
+    if block_table is not None:
+        raise ValueError("block_table: a paged K/V cache is attention_kernels.decode's (chapter 08), not the varlen "
+                         "call's; pass block_table=None")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _torch._check_tensor(name, t, 3, "[total, heads, head_dim]")
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        _torch._check_tensor(name, t, 1, "[batch + 1]")
+    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, got {value!r}")
+    alibi = _check_alibi(alibi_slopes, cu_seqlens_q.shape[0] - 1, q.shape[1])
+    qh, kh, vh = (t.transpose(0, 1).unsqueeze(0).contiguous() for t in (q, k, v))
+    o, lse = _run(qh, kh, vh, bool(causal), softmax_scale, window_size, softcap, alibi, cu_seqlens_q, cu_seqlens_k,
+                  max_seqlen_q, max_seqlen_k, deterministic)
+    out = o[0].transpose(0, 1)
+    return (out, lse[0], None) if return_attn_probs else out
+
+
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "alibi_slopes"]
