@@ -56,7 +56,7 @@ def run_line():
             key, value = line.split(":", 1)
             info[key.strip()] = value.strip()
     return (f"{info['gpu']}, driver {info['driver']}, CUDA {info['cuda']}, PyTorch {info['pytorch']}, "
-            f"{info['date']}; {info['commands']} (files in `{RESULTS_REL}`).")
+            f"{info['date']}, by `tools/results_run.sh` (its parts, machines and files: `{RESULTS_REL}README.md`).")
 
 
 def fmt(x):
