@@ -12,9 +12,20 @@ weights and the order of the batches:
                drift apart over training ("bf16 noise")
   ours         attention_kernels.attention with --kernel and --backward-kernel
 
+With --features gemma2 the attention is Gemma-2's: a sliding window (--window keys to the left,
+causal) and a logit softcap (--softcap) in every layer, and the three runs are
+
+  flex         FlexAttention (torch.compile'd) with the softcap as its score_mod and the window
+               as its block mask
+  eager        the same attention written out in PyTorch (the scores materialized in fp32): how far
+               two correct implementations drift apart
+  ours         attention_kernels.flash_attn_func(causal=True, window_size=(window, 0), softcap=...),
+               chapter 09's forward and backward kernels
+
 Weights are fp32 and the matrix products run under bf16 autocast, so attention sees bf16 Q, K, V.
 Writes train_losses.csv (every step's loss), train_runs.csv (final losses, tokens/s, the gap
-between curves) and, when matplotlib imports, train_loss_curves.png into --out.
+between curves) and, when matplotlib imports, train_loss_curves.png into --out (with --features
+gemma2: train_gemma2_losses.csv, train_gemma2_runs.csv, train_gemma2_loss_curves.png).
 """
 import argparse
 import csv
@@ -95,6 +106,54 @@ def our_attention(kernel, backward_kernel):
     return attend
 
 
+def gemma2_mask(seq, window, device):
+    """[seq, seq] bool: query i sees keys i - window .. i (causal, a window of `window` keys to the left)."""
+    i = torch.arange(seq, device=device)[:, None]
+    j = torch.arange(seq, device=device)[None, :]
+    return (j <= i) & (i - j <= window)
+
+
+def flex_attention_gemma2(window, softcap):
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    compiled = torch.compile(flex_attention)
+    masks = {}
+
+    def score_mod(score, b, h, i, j):  # the score is already scaled, as the kernels' softcap expects
+        return softcap * torch.tanh(score / softcap)
+
+    def mask_mod(b, h, i, j):
+        return (j <= i) & (i - j <= window)
+
+    def attend(q, k, v):
+        seq = q.shape[1]
+        if seq not in masks:
+            masks[seq] = create_block_mask(mask_mod, None, None, seq, seq, device=q.device)
+        o = compiled(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), score_mod=score_mod,
+                     block_mask=masks[seq])
+        return o.transpose(1, 2)
+
+    return attend
+
+
+def eager_attention_gemma2(window, softcap):
+    def attend(q, k, v):
+        qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
+        s = (qh.float() @ kh.float().transpose(-1, -2)) * qh.shape[-1] ** -0.5
+        s = softcap * torch.tanh(s / softcap)
+        s = s.masked_fill(~gemma2_mask(q.shape[1], window, q.device), float("-inf"))
+        return (torch.softmax(s, dim=-1).to(q.dtype) @ vh).transpose(1, 2)
+
+    return attend
+
+
+def our_attention_gemma2(window, softcap):
+    def attend(q, k, v):  # flash-attn's call on [b, s, h, d]: chapter 09's kernels
+        return ak.flash_attn_func(q, k, v, causal=True, window_size=(window, 0), softcap=softcap)
+
+    return attend
+
+
 def batches(data, steps, batch, context, seed):
     """The same (input, target) batches for every run: offsets from a seeded generator."""
     g = torch.Generator().manual_seed(seed)
@@ -162,6 +221,10 @@ def main():
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--out", type=Path, default=ROOT / "build" / "train_gpt")
+    p.add_argument("--features", choices=("none", "gemma2"), default="none",
+                   help="gemma2: a sliding window and a logit softcap in every layer (chapter 09's kernels)")
+    p.add_argument("--window", type=int, default=64, help="with --features gemma2: keys to the left a query sees")
+    p.add_argument("--softcap", type=float, default=30.0, help="with --features gemma2: the logit softcap")
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("train_gpt: torch sees no CUDA device; this example trains on the GPU")
@@ -177,38 +240,50 @@ def main():
     print(f"data: {len(text):,} characters from {files} files, vocabulary {len(chars)}; model: {params}; "
           f"{args.steps} steps of {args.batch} x {args.context} tokens")
 
-    runs = [
-        train("sdpa-flash", sdpa_attention(SDPBackend.FLASH_ATTENTION), args, train_data, val_data, len(chars)),
-        train("sdpa-cudnn", sdpa_attention(SDPBackend.CUDNN_ATTENTION), args, train_data, val_data, len(chars)),
-        train("ours", our_attention(args.kernel, args.backward_kernel), args, train_data, val_data, len(chars)),
-    ]
-    flash, cudnn, ours = runs
+    if args.features == "gemma2":
+        if args.window < 0 or args.softcap <= 0:
+            raise SystemExit(f"train_gpt: --window must be >= 0 and --softcap > 0, got {args.window} and {args.softcap}")
+        params += f", window {args.window}, softcap {args.softcap:g}"
+        prefix = "train_gemma2_"
+        specs = [("flex", "FlexAttention", flex_attention_gemma2(args.window, args.softcap)),
+                 ("eager", "eager PyTorch", eager_attention_gemma2(args.window, args.softcap)),
+                 ("ours", "flash_attn_func (chapter 09)", our_attention_gemma2(args.window, args.softcap))]
+        noise_what = "eager vs flex (two PyTorch implementations: the bf16 noise)"
+        command = f"examples/train_gpt.py --features gemma2 --window {args.window} --softcap {args.softcap:g}"
+    else:
+        prefix = "train_"
+        specs = [("sdpa-flash", "SDPA FLASH_ATTENTION", sdpa_attention(SDPBackend.FLASH_ATTENTION)),
+                 ("sdpa-cudnn", "SDPA CUDNN_ATTENTION", sdpa_attention(SDPBackend.CUDNN_ATTENTION)),
+                 ("ours", f"{args.kernel} + {args.backward_kernel}", our_attention(args.kernel, args.backward_kernel))]
+        noise_what = "sdpa-cudnn vs sdpa-flash (two PyTorch backends: the bf16 noise)"
+        command = f"examples/train_gpt.py --kernel {args.kernel} --backward-kernel {args.backward_kernel}"
+    runs = [train(name, attend, args, train_data, val_data, len(chars)) for name, _, attend in specs]
+    base, noise, ours = runs
+    names = {name: label for name, label, _ in specs}
     tail = slice(args.steps // 2, None)
 
     def gap(a, b):  # largest gap between two smoothed curves over the second half of training
         return max(abs(x - y) for x, y in zip(smoothed(a["losses"])[tail], smoothed(b["losses"])[tail]))
 
     args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "train_losses.csv", "w", newline="") as f:
+    with open(args.out / f"{prefix}losses.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["step"] + [r["name"] for r in runs])
         for step in range(args.steps):
             w.writerow([step] + [f"{r['losses'][step]:.5f}" for r in runs])
-    names = {"sdpa-flash": "SDPA FLASH_ATTENTION", "sdpa-cudnn": "SDPA CUDNN_ATTENTION",
-             "ours": f"{args.kernel} + {args.backward_kernel}"}
-    gaps = {"sdpa-flash": 0.0, "sdpa-cudnn": gap(cudnn, flash), "ours": gap(ours, flash)}
-    with open(args.out / "train_runs.csv", "w", newline="") as f:
+    gaps = {base["name"]: 0.0, noise["name"]: gap(noise, base), ours["name"]: gap(ours, base)}
+    with open(args.out / f"{prefix}runs.csv", "w", newline="") as f:
         gpu = torch.cuda.get_device_name()
-        f.write(f"# {gpu}, PyTorch {torch.__version__}, {datetime.date.today()}: examples/train_gpt.py --kernel "
-                f"{args.kernel} --backward-kernel {args.backward_kernel}; {params}, context {args.context}, batch "
-                f"{args.batch}, {args.steps} steps, bf16 autocast, {len(text):,} characters of the repository's text\n")
+        f.write(f"# {gpu}, PyTorch {torch.__version__}, {datetime.date.today()}: {command}; {params}, context "
+                f"{args.context}, batch {args.batch}, {args.steps} steps, bf16 autocast, {len(text):,} characters of "
+                f"the repository's text\n")
         w = csv.writer(f)
-        w.writerow(["run", "attention", "final_train_loss", "val_loss", "tokens_per_s", "gap_to_sdpa_flash"])
+        w.writerow(["run", "attention", "final_train_loss", "val_loss", "tokens_per_s", "gap_to_" + base["name"].replace("-", "_")])
         for r in runs:
             w.writerow([r["name"], names[r["name"]], f"{r['losses'][-1]:.4f}", f"{r['val_loss']:.4f}",
                         f"{r['tokens_per_s']:.0f}", f"{gaps[r['name']]:.4f}"])
-    print(f"largest gap between the smoothed curves over the second half: ours vs sdpa-flash {gaps['ours']:.4f}, "
-          f"sdpa-cudnn vs sdpa-flash {gaps['sdpa-cudnn']:.4f} (two PyTorch backends: the bf16 noise)")
+    print(f"largest gap between the smoothed curves over the second half: ours vs {base['name']} {gaps['ours']:.4f}, "
+          f"{noise_what} {gaps[noise['name']]:.4f}")
     try:
         import matplotlib
 
@@ -218,21 +293,21 @@ def main():
         print("matplotlib is not installed: no plot")
         return
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
-    base = smoothed(flash["losses"])
+    first = smoothed(base["losses"])
     for r, style in zip(runs, ("-", ":", "--")):
         curve = smoothed(r["losses"])
         label = f"{names[r['name']]} ({r['tokens_per_s'] / 1e3:,.0f}k tokens/s)"
         top.plot(curve, style, label=label)
-        bottom.plot([c - b for c, b in zip(curve, base)], style, label=label)
+        bottom.plot([c - b for c, b in zip(curve, first)], style, label=label)
     top.set_ylabel("training loss (20-step mean)")
     top.set_yscale("log")
     top.set_title(f"Small GPT on the repository's own text, {gpu}")
     top.legend()
-    bottom.set_ylabel("minus SDPA FLASH")
+    bottom.set_ylabel(f"minus {names[base['name']]}")
     bottom.set_xlabel("step")
     fig.tight_layout()
-    fig.savefig(args.out / "train_loss_curves.png", dpi=110)
-    print(f"wrote {args.out / 'train_loss_curves.png'}")
+    fig.savefig(args.out / f"{prefix}loss_curves.png", dpi=110)
+    print(f"wrote {args.out / f'{prefix}loss_curves.png'}")
 
 
 if __name__ == "__main__":

@@ -22,8 +22,8 @@
 #   memory    fused against materialized attention (chapter 04)          memory.csv
 #   fp32      chapter 04's fp32 table, from forward's files                fp32.csv
 #   python    the pytest suite's closeness to flash-attention's rule      python_errors.csv
-#   train     examples/train_gpt.py                                       train_runs.csv, train_losses.csv,
-#                                                                         train_loss_curves.png
+#   train     examples/train_gpt.py, then with --features gemma2           train_runs.csv, train_losses.csv,
+#                                                                         train_loss_curves.png (train_gemma2_*)
 #   stamp     run.txt: the GPU, driver, CUDA, PyTorch, date and the parts' commands (FA_RUN_NOTE: a
 #             line on how the parts were spread over the machine's GPUs, if they were)
 # FA_BUDGET_MS (default 150): the timing budget per point of make bench's phases. Each part says
@@ -136,7 +136,8 @@ part() {
       note python "FA_RULE_CSV=python_errors.csv pytest tests/python (test_forward, test_backward, test_decode)" ;;
     train)
       PYTHONPATH="$build/python" python3 examples/train_gpt.py --out "$out"
-      note train "examples/train_gpt.py (its defaults)" ;;
+      PYTHONPATH="$build/python" python3 examples/train_gpt.py --out "$out" --features gemma2
+      note train "examples/train_gpt.py (its defaults), then the same with --features gemma2" ;;
     stamp)
       {
         echo "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)"
