@@ -125,6 +125,8 @@ def regions_in(text, rel):
 
 
 UNPACKED = []  # folders zips were unpacked into
+REFERENCE_BOXES = []  # the second sandbox user of a grading's speed parts (the reference runs as it)
+REFERENCE_FOLDERS = []  # the folder the reference runners are run from
 
 
 def linked(base, path):
@@ -764,6 +766,39 @@ class SandboxError(Exception):
     pass
 
 
+# The shared writable places a sandbox user can leave files in (the checker's sweep_user after
+# each case goes through the same ones).
+SHARED_PLACES = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock")
+
+
+def remove_tree(path):
+    """`path` and everything under it, at any depth, links not followed (GNU rm walks any depth,
+    where shutil.rmtree's recursion stops at Python's limit and leaves the rest)."""
+    if os.path.isabs(path) and os.path.lexists(path):
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", path], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+
+
+def sweep_user_files(uid):
+    """As root: every file and folder of `uid` in the shared writable places, whole, at any depth
+    (what a grading killed before its own sweep left there)."""
+    for place in SHARED_PLACES:
+        if os.path.isdir(place):
+            # The user's own entries go whole; another's folder is searched only where the user could
+            # have written in it (open to others, or to the user's group), as the checker's sweep does.
+            subprocess.run(["find", place, "-xdev", "-mindepth", "1",
+                            "(", "-user", str(uid), "-prune", "-exec", "rm", "-rf", "--one-file-system", "--", "{}", "+",
+                            ")", "-o", "(", "-type", "d", "!", "-perm", "-0002", "!", "(", "-perm", "-0020", "-group",
+                            str(uid), ")", "-prune", ")"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stale_folder(path):
+    """Whether `path` is a grading's own folder (tempfile's fa_grade_, fa_sandbox_ or
+    fa_reference_), the only kind a lock's record may name for removal."""
+    return (os.path.dirname(path) == tempfile.gettempdir() and not os.path.islink(path) and
+            re.fullmatch(r"fa_(grade|sandbox|reference)_[A-Za-z0-9_]+", os.path.basename(path)) is not None)
+
+
 class Sandbox:
     """The user that builds and runs a submission's code. Active as root (a uid of its own);
     otherwise the grader's own user, which is no sandbox (a student checking their own work)."""
@@ -883,6 +918,13 @@ class Sandbox:
                 raise SandboxError(f"{path} is still readable by the sandbox's user (uid {self.uid}) after chmod go-rwx "
                                    "(an ACL?); make it readable by its owner only")
 
+    def record(self, folder):
+        """Notes `folder` in this sandbox's lock file: if this grading is killed before it removes
+        it, the next grading to claim this user removes it before running anything."""
+        if self.lock is not None:
+            os.lseek(self.lock, 0, os.SEEK_END)
+            os.write(self.lock, f"folder {folder}\n".encode())
+
     def close(self):
         if self.lock is not None:
             self.kill_all()
@@ -931,10 +973,17 @@ def claim_sandbox(ids=SANDBOX_IDS, state=None):
         except OSError:
             os.close(fd)
             continue
+        # What a grading of this user that was killed midway left: its processes, its folders (the
+        # lock file names them) and its files in the shared places.
+        stale = os.pread(fd, 1 << 16, 0).decode("utf-8", "replace").splitlines()
+        box = Sandbox(n, fd)
+        box.kill_all()
+        for line in stale:
+            if line.startswith("folder ") and stale_folder(line[len("folder "):]):
+                remove_tree(line[len("folder "):])
+        sweep_user_files(n)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
-        box = Sandbox(n, fd)
-        box.kill_all()  # what a grading that stopped midway may have left
         return box
     raise SandboxError(f"no sandbox user is free: every id from {ids.start} to {ids.stop - 1} is an account's or "
                        "another grading's; wait for a grading to end")
@@ -1180,6 +1229,8 @@ def grade_in_sandbox(exercises, submission, build_dir, cpu_only, timeout, cmake_
     student's tree made from the handout, their runners' build)."""
     work = tempfile.mkdtemp(prefix="fa_grade_")
     sandbox = tempfile.mkdtemp(prefix="fa_sandbox_")
+    box.record(work)
+    box.record(sandbox)
     if box.active:
         os.chown(sandbox, 0, box.uid)
         os.chmod(sandbox, 0o750)
@@ -1193,9 +1244,13 @@ def grade_in_sandbox(exercises, submission, build_dir, cpu_only, timeout, cmake_
                            box)
     finally:
         box.kill_all()
-        for folder in UNPACKED + [work, sandbox]:
-            shutil.rmtree(folder, ignore_errors=True)
+        for ref_box in REFERENCE_BOXES:
+            ref_box.close()
+        REFERENCE_BOXES.clear()
+        for folder in UNPACKED + REFERENCE_FOLDERS + [work, sandbox]:
+            remove_tree(folder)
         UNPACKED.clear()
+        REFERENCE_FOLDERS.clear()
 
 
 def open_tree(path):
@@ -1253,6 +1308,7 @@ def grade_files(exercises, student_files, work, sandbox, has_gpu, build_dir, tim
                                    "FA_EXERCISE_CASES in classroom/grader/cases/chNN.cpp (known: "
                                    f"{', '.join(known)})")
     runners, build_errors, reference_runners = {}, {}, {}
+    reference_uid = None
     # Runners only for chapters with an exercise the submission holds code for.
     wanted = [ex for ex in exercises if ex["id"] in taken and ex["id"] not in broken]
     cpu_chapters = sorted({ex["chapter"] for ex in wanted if ex["device"] == "cpu"})
@@ -1292,14 +1348,26 @@ def grade_files(exercises, student_files, work, sandbox, has_gpu, build_dir, tim
             ok, out = gpu_runner_builder(ROOT, ref_build, timed, cmake_args)()
             if not ok:
                 raise RuntimeError("the reference runners do not build (an instructor's tree problem):\n" + out[-3000:])
-            shown = os.path.join(sandbox, "reference")
-            os.makedirs(shown)
-            os.chmod(shown, 0o755)
+            # As root the reference runs as a second user of this grading's, from a folder only
+            # that user's group may enter: the student's runners (the first user) can neither
+            # read nor run it, so they cannot hand its answers or its speed on as their own.
+            shown = tempfile.mkdtemp(prefix="fa_reference_")
+            box.record(shown)
+            REFERENCE_FOLDERS.append(shown)
+            ref_box = claim_sandbox() if box.active else Sandbox()
+            REFERENCE_BOXES.append(ref_box)
+            if ref_box.active:
+                os.chown(shown, 0, ref_box.uid)
+            os.chmod(shown, 0o750 if ref_box.active else 0o700)
             for chapter in timed:
                 exe = os.path.join(shown, f"reference_gpu_ch{chapter:02d}")
                 shutil.copyfile(os.path.join(ref_build, "bin", f"fa_runner_ch{chapter:02d}"), exe)
-                os.chmod(exe, 0o711 if box.active else 0o700)
+                if ref_box.active:
+                    os.chown(exe, 0, ref_box.uid)
+                os.chmod(exe, 0o750 if ref_box.active else 0o700)
                 reference_runners[chapter] = exe
+            if ref_box.active:
+                reference_uid = ref_box.uid
     # The sandbox's user wrote its builds; from here on it owns nothing the grader uses.
     for folder in (check_dir, cpu_build) + ((gpu_build,) if has_gpu and gpu_chapters else ()):
         box.take_back(folder)
@@ -1326,6 +1394,8 @@ def grade_files(exercises, student_files, work, sandbox, has_gpu, build_dir, tim
             cmd += ["--uid", str(box.uid)]
         if ex["device"] == "gpu" and ex["chapter"] in reference_runners:
             cmd += ["--reference-runner", reference_runners[ex["chapter"]]]
+            if reference_uid is not None:
+                cmd += ["--reference-uid", str(reference_uid)]
         if STUDENT_COPY:
             cmd.append("--student-copy")
         turn = gpu_turn(log=log) if ex["device"] == "gpu" else None
@@ -1380,6 +1450,9 @@ def main():
         print(f"grade: error: --timeout must be at least 1, got {args.timeout}", file=sys.stderr)
         return 1
     start = time.time()
+    # A stop (grade_batch.py's time limit sends SIGTERM first) ends the grading through its
+    # cleanup: the sandbox user's processes killed, its folders removed.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"grade: stopped by signal {signum}"))
     try:
         results, refused = grade(args.submission, args.build_dir, args.config, args.cpu_only, args.timeout,
                                  args.cmake_args, args.seed, private=args.private)

@@ -34,6 +34,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STOP_GRACE_S = 60  # seconds a grading stopped at its time limit has to clean up
 sys.path.insert(0, os.path.join(ROOT, "classroom"))
 
 import grade  # noqa: E402
@@ -217,8 +218,15 @@ def grade_one(path, out_dir, args, private):
         try:
             proc.wait(timeout=args.time_limit)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            # SIGTERM first, so that grade.py cleans up (its sandbox user's processes and folders);
+            # SIGKILL if it has not ended after a grace period. What a killed grading leaves, the
+            # next grading to claim its sandbox user removes before it runs anything.
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
             results = failed_results(exercises, f"grading stopped: it ran past the time limit of {args.time_limit} s "
                                                  "(build and every exercise together)", args.cpu_only)
             with open(results_path, "w") as f:

@@ -6,13 +6,15 @@
 // code, not its words, not its files. Its verdict (JSON on stdout) is what classroom/grade.py
 // scores.
 //
-//   fa_check --exercise ID --runner PATH [--reference-runner PATH] [--seed N] [--timeout S]
+//   fa_check --exercise ID --runner PATH [--reference-runner PATH [--reference-uid N]] [--seed N] [--timeout S]
 //            [--uid U] [--student-copy]
 //   fa_check --list      the exercise ids it has cases for
 //
 // Each exercise's cases come from the generator registered under its id (cases.h; one file per
 // chapter in cases/). The runner runs as runner_process.h says: as root as user U (default
-// 65534, "nobody"), every process of which is killed after each case. The checker itself is not
+// 65534, "nobody"), every process of which is killed after each case. The reference runner (the
+// speed parts) runs as user N, a second user of the grading's, so that the student's runner,
+// which runs as U, can neither read nor run the reference solution. The checker itself is not
 // dumpable, so a runner of the same user cannot read its memory, and is a subreaper, so the
 // orphans it adopts are killed too.
 #include <signal.h>
@@ -36,6 +38,7 @@ struct Options {
   std::string exercise, runner, reference_runner;
   uint64_t seed = 0;
   RunLimits limits;
+  int reference_uid = -1;  // as root, the user the reference runner runs as (not the student's)
   bool student_copy = false;  // built from a handout: no reference solution in it
 };
 
@@ -79,7 +82,9 @@ std::string check_speed(const Options& opt, const Case& c, Rng& rng, std::string
       Header h = c.header;
       h.args["time"] = "1";
       h.args["iters"] = std::to_string(uniform(rng, 20, 40));
-      const Reply r = ask(opt.limits, who == 0 ? opt.reference_runner : opt.runner, h, c.input, c.expect_values);
+      RunLimits limits = opt.limits;
+      if (who == 0 && opt.reference_uid >= 0) limits.uid = opt.reference_uid;
+      const Reply r = ask(limits, who == 0 ? opt.reference_runner : opt.runner, h, c.input, c.expect_values);
       const std::string why = judged(c, r);
       if (!why.empty()) return who == 0 ? "the reference solution failed here (an instructor's problem): " + why : why;
       if (!(r.ms > 0) || r.iters < 20 || r.wall_ms < 0.9 * r.ms * r.iters)
@@ -163,6 +168,7 @@ int main(int argc, char** argv) {
     else if (a == "--seed") opt.seed = std::strtoull(value().c_str(), nullptr, 10);
     else if (a == "--timeout") opt.limits.timeout_s = std::atof(value().c_str());
     else if (a == "--uid") opt.limits.uid = std::atoi(value().c_str());
+    else if (a == "--reference-uid") opt.reference_uid = std::atoi(value().c_str());
     else if (a == "--student-copy") opt.student_copy = true;
     else {
       std::fprintf(stderr, "fa_check: unknown argument '%s'\n", a.c_str());

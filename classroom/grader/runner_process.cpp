@@ -29,11 +29,25 @@
 namespace fa::grader {
 namespace {
 
+/// Removes `name` in the open folder `dir` and everything under it, at any depth: `rm -rf`
+/// run from `dir` (GNU rm walks a tree of any depth without following links, where a recursion
+/// here would stop at some depth and leave the rest).
+void remove_tree(int dir, const char* name) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (fchdir(dir) != 0) _exit(1);
+    execl("/bin/rm", "rm", "-rf", "--one-file-system", "--", name, static_cast<char*>(nullptr));
+    _exit(1);
+  }
+  if (pid > 0) waitpid(pid, nullptr, 0);
+}
+
 /// As root, after the runner's user has no process left: what that user made in the shared
 /// writable places (empty files, folders, FIFOs, links: RLIMIT_FSIZE 0 stops only data), at any
-/// depth, and its System V IPC objects go, so nothing a runner leaves outlives its case.
-/// `dir` is an open folder; with `all`, everything in it goes (it is the user's own folder).
-void sweep_dir(int dir, uid_t uid, bool all, int depth) {
+/// depth, and its System V IPC objects go, so nothing a runner leaves outlives its case. A
+/// folder of the user's goes whole (remove_tree); a folder of another's is searched, since the
+/// user may have written into it when it is open to others.
+void sweep_dir(int dir, uid_t uid, int depth) {
   const int listing = dup(dir);
   DIR* d = listing >= 0 ? fdopendir(listing) : nullptr;
   if (!d) {
@@ -47,15 +61,21 @@ void sweep_dir(int dir, uid_t uid, bool all, int depth) {
   for (const std::string& name : names) {
     struct stat st;
     if (fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    const bool mine = all || st.st_uid == uid;
-    if (S_ISDIR(st.st_mode) && depth < 800) {  // one open folder per level
+    if (st.st_uid == uid) {
+      if (S_ISDIR(st.st_mode)) remove_tree(dir, name.c_str());
+      else unlinkat(dir, name.c_str(), 0);
+      continue;
+    }
+    // Another user's folder: the runner's user can have written in it only where it is open
+    // to others (or to the user's group), and only a sandbox user can make such folders deep.
+    const bool open_to_user = (st.st_mode & S_IWOTH) || ((st.st_mode & S_IWGRP) && st.st_gid == gid_t(uid));
+    if (S_ISDIR(st.st_mode) && open_to_user && depth < 64) {
       const int sub = openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (sub >= 0) {
-        sweep_dir(sub, uid, mine, depth + 1);
+        sweep_dir(sub, uid, depth + 1);
         close(sub);
       }
     }
-    if (mine) unlinkat(dir, name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
   }
 }
 
@@ -63,7 +83,7 @@ void sweep_user(uid_t uid) {
   for (const char* place : {"/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock"}) {
     const int dir = open(place, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dir < 0) continue;
-    sweep_dir(dir, uid, false, 0);
+    sweep_dir(dir, uid, 0);
     close(dir);
   }
   // System V shared memory, semaphores and message queues the user made or owns (/proc/sysvipc

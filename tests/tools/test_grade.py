@@ -172,6 +172,41 @@ class SandboxTest(unittest.TestCase):
         self.assertFalse(box.active)
 
     @needs_root
+    def test_what_a_killed_grading_left_goes_before_the_next_runs(self):
+        # A grading killed midway (grade_batch.py's time limit) leaves its folders, which name
+        # its student's code, and its user's files in the shared places, here a tree deeper than
+        # any recursion would go. The next grading to claim that user removes both first.
+        first = grade.claim_sandbox(state=self.state)
+        uid = first.uid
+        stale = tempfile.mkdtemp(prefix="fa_sandbox_")
+        with open(os.path.join(stale, "secret"), "w") as f:
+            f.write("the previous student's region\n")
+        keep = tempfile.mkdtemp(prefix="kept_")  # not a grading's folder: a record may not name it
+        first.record(stale)
+        first.record(keep)
+        deep = os.path.join("/tmp", f"fa_test_deep_{uid}")
+        nest = ("import os\n"
+                f"os.mkdir({deep!r}); fd = os.open({deep!r}, os.O_RDONLY)\n"
+                "for _ in range(1500):\n"
+                "    os.mkdir('a', dir_fd=fd); inner = os.open('a', os.O_RDONLY, dir_fd=fd); os.close(fd); fd = inner\n")
+        made = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable, "-c",
+                               nest])
+        self.assertEqual(made.returncode, 0)
+        os.close(first.lock)  # killed: no cleanup of its own, the lock file keeps its record
+        first.lock = None
+        try:
+            again = grade.claim_sandbox(state=self.state)
+            self.assertEqual(again.uid, uid)
+            self.assertFalse(os.path.exists(stale), "a killed grading's sandbox folder outlived the next claim")
+            self.assertFalse(os.path.exists(deep), "the sandbox user's deep tree outlived the next claim")
+            self.assertTrue(os.path.isdir(keep), "a record removed a folder that is not a grading's")
+            again.close()
+        finally:
+            shutil.rmtree(keep, ignore_errors=True)
+            grade.remove_tree(stale)
+            grade.remove_tree(deep)
+
+    @needs_root
     def test_each_grading_has_a_user_of_its_own_and_kills_only_its_own(self):
         first = grade.claim_sandbox(state=self.state)
         second = grade.claim_sandbox(state=self.state)
