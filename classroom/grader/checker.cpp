@@ -38,7 +38,7 @@ struct Options {
   std::string exercise, runner, reference_runner;
   uint64_t seed = 0;
   RunLimits limits;
-  int reference_uid = -1;  // as root, the user the reference runner runs as (not the student's)
+  int reference_uid = -1;     // as root, the user the reference runner runs as (not the student's)
   bool student_copy = false;  // built from a handout: no reference solution in it
 };
 
