@@ -212,7 +212,9 @@ BANNED_WORDS = (
     "seed48 lcong48 initstate setstate srand48 srandom srand drand48 lrand48 mrand48 erand48 nrand48 jrand48 "
     "random rand valloc pvalloc memalign aligned_alloc posix_memalign reallocarray asprintf vasprintf strdup "
     "strndup wcsdup on_exit tmpfile tmpfile64 tmpnam tempnam posix_openpt fcloseall clearenv "
-    "canonicalize_file_name realpath getcwd setlocale tzset").split()
+    "canonicalize_file_name realpath getcwd setlocale tzset set_new_handler set_terminate set_unexpected "
+    "get_temporary_buffer return_temporary_buffer ecvt fcvt qecvt qfcvt l64a localeconv "
+    "__errno_location errno strtok ctime asctime gmtime localtime getpwnam getlogin").split()
 GRADER_NAMESPACE = "grader"  # fa::grader: the runners' own code
 
 
