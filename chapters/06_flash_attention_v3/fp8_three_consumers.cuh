@@ -20,7 +20,7 @@ namespace {
 //! [three_consumers]
 // Three consumer warpgroups at head_dim 128. The register file sets the terms: 4 warpgroups
 // share 64K registers, so a consumer gets 160 (the producer keeps 24), and O (64) + S (64) fill
-// most of them. P_j, which in variant 4 sits in 16 more registers while S_{j+1} is computed,
+// most of them. P_j, which in variant 4 sits in 32 more registers while S_{j+1} is computed,
 // goes to shared memory instead (wgmma reads A from there too), in two buffers per warpgroup,
 // so that P_{j+1} can be stored while P_j V_j still reads P_j. Q is read from shared memory.
 // At head_dim 256, O alone is 128 registers: two consumers of 240 registers each (kConsumers8),
