@@ -154,7 +154,7 @@ def chapter_table(fw, chapter):
 # and chapter 05's `tuned` with one change taken back at a time (each row against `tuned`). The
 # words say what each registered kernel changes (the registration in the chapter's *_tuned.cu).
 CH04_STEPS = [("ch04_registers", "variant 3, the starting point"),
-              ("ch04_tuned_step1", "+ 8 × 4 register patches (one float per shared-memory load)"),
+              ("ch04_tuned_step1", "+ 8 × 4 register patches (4 × 8 at d = 64; one float per shared-memory load)"),
               ("ch04_tuned_step2", "+ float4 loads from swizzled rows"),
               ("ch04_tuned_step3", "+ the row update by shuffles, in registers"),
               ("ch04_tuned", "+ K/V copies that overlap the math (`tuned`)")]
