@@ -480,36 +480,6 @@ fa_status fa_decode_check(const char* name, const fa_decode_shape* shape, size_t
   return check_by_name(decode_kernels(), FA_KIND_DECODE, name, shape, workspace_bytes);
 }
 
-fa_status fa_forward(const char* name, const fa_shape* shape, const void* q, const void* k, const void* v, void* o,
-                     float* lse, void* workspace, size_t workspace_bytes, void* stream) {
-  ForwardParams p;
-  p.q = q;
-  p.k = k;
-  p.v = v;
-  p.o = o;
-  p.lse = lse;
-  return launch_by_name(forward_kernels(), FA_KIND_FORWARD, name, shape, {{"q", q}, {"k", k}, {"v", v}, {"o", o}},
-                        {{"lse", lse}}, workspace, workspace_bytes, stream, p);
-}
-
-fa_status fa_backward(const char* name, const fa_shape* shape, const void* q, const void* k, const void* v,
-                      const void* o, const void* d_o, const float* lse, void* dq, void* dk, void* dv, void* workspace,
-                      size_t workspace_bytes, void* stream) {
-  BackwardParams p;
-  p.q = q;
-  p.k = k;
-  p.v = v;
-  p.o = o;
-  p.d_o = d_o;
-  p.lse = lse;
-  p.dq = dq;
-  p.dk = dk;
-  p.dv = dv;
-  return launch_by_name(backward_kernels(), FA_KIND_BACKWARD, name, shape,
-                        {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"d_o", d_o}, {"dq", dq}, {"dk", dk}, {"dv", dv}},
-                        {{"lse", lse}}, workspace, workspace_bytes, stream, p);
-}
-
 fa_features fa_features_none(void) {
   fa_features f{};
   f.window_left = f.window_right = -1;
@@ -555,6 +525,18 @@ fa_status fa_backward_features(const char* name, const fa_shape* shape, const fa
   return launch_by_name(backward_kernels(), FA_KIND_BACKWARD, name, shape,
                         {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"d_o", d_o}, {"dq", dq}, {"dk", dk}, {"dv", dv}},
                         {{"lse", lse}}, workspace, workspace_bytes, stream, p, features);
+}
+
+fa_status fa_forward(const char* name, const fa_shape* shape, const void* q, const void* k, const void* v, void* o,
+                     float* lse, void* workspace, size_t workspace_bytes, void* stream) {
+  return fa_forward_features(name, shape, nullptr, q, k, v, o, lse, workspace, workspace_bytes, stream);
+}
+
+fa_status fa_backward(const char* name, const fa_shape* shape, const void* q, const void* k, const void* v,
+                      const void* o, const void* d_o, const float* lse, void* dq, void* dk, void* dv, void* workspace,
+                      size_t workspace_bytes, void* stream) {
+  return fa_backward_features(name, shape, nullptr, q, k, v, o, d_o, lse, dq, dk, dv, workspace, workspace_bytes,
+                              stream);
 }
 
 fa_status fa_decode(const char* name, const fa_decode_shape* shape, const void* q, const void* k_cache,
