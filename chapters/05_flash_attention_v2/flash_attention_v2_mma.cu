@@ -6,7 +6,7 @@
 // tile of 64 keys, each warp computes its 16 x 64 slice of S in registers (8 mma n-blocks x
 // head_dim/16 k-steps), runs the online softmax on it (a row's 64 scores live in the 4 lanes of
 // a quad: two shuffles finish a row max), turns the S accumulators into P *in registers* and
-// feeds them straight back as the A operand of P V_j. exp2 with scale * log2(e) folded in. l is
+// feeds them straight back as the A operand of P V_j. exp2 of the scores multiplied by scale * log2(e) first. l is
 // kept per thread and summed over the quad once, at the end.
 //
 // Fragment layouts and the PTX wrappers (mma, cp.async, ldmatrix): common/ampere.cuh.
