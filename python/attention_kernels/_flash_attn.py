@@ -24,16 +24,14 @@ Where this differs from flash-attn, on purpose (docs/python.md, tested in tests/
 """
 import torch
 
-from . import _ops, _torch
+from . import _library, _ops, _torch
 
 _slopes_seen = {}
 
 
 def alibi_slopes(heads, device="cuda"):
     """The ALiBi paper's slopes for `heads` heads (float32 [heads]): what chapter 09's kernels use."""
-    from ._library import _alibi_slope
-
-    return torch.tensor([_alibi_slope(heads, h) for h in range(heads)], dtype=torch.float32, device=device)
+    return torch.tensor([_library._alibi_slope(heads, h) for h in range(heads)], dtype=torch.float32, device=device)
 
 
 def _check_common(dropout_p, softmax_scale, window_size, softcap, deterministic):
@@ -76,8 +74,6 @@ def _backward_kernel(deterministic, features_on, dtype):
     """None (the default) unless deterministic gradients are asked for and the default does not give them."""
     if not deterministic:
         return None
-    from . import _library
-
     dtype_name = _torch._DTYPE_NAMES[dtype]
     info = _torch._resolve(_library.BACKWARD, None, dtype_name, "backward kernel", features_on)
     if not info.deterministic:

@@ -140,6 +140,11 @@ def _alibi_slope(heads, h):
     return 2.0 ** (-8.0 * (h + 1) / n) if h < n else 2.0 ** (-4.0 * (2 * (h - n) + 1) / n)
 
 
+def _ref(features):
+    """An fa_features by reference, or NULL (no features: the C interface's plain call)."""
+    return None if features is None else ctypes.byref(features)
+
+
 def _parse_head_dims(text):
     dims = []
     for part in filter(None, text.split(",")):
@@ -258,34 +263,24 @@ class Library:
         return f
 
     def check(self, kind, name, shape, features=None):
-        """Workspace bytes the kernel needs for this shape (and features); raises if it does not take it."""
+        """Workspace bytes the kernel needs for this shape (and features, an fa_features or None,
+        forward and backward only); raises if it does not take it."""
         needed = ctypes.c_size_t(0)
-        if features is not None and kind in (FORWARD, BACKWARD):
+        if kind == DECODE:
+            self._raise_for(self._lib.fa_decode_check(name.encode(), ctypes.byref(shape), ctypes.byref(needed)))
+        else:
             fn = self._lib.fa_forward_check_features if kind == FORWARD else self._lib.fa_backward_check_features
-            self._raise_for(fn(name.encode(), ctypes.byref(shape), ctypes.byref(features), ctypes.byref(needed)))
-            return needed.value
-        fn = {FORWARD: self._lib.fa_forward_check, BACKWARD: self._lib.fa_backward_check,
-              DECODE: self._lib.fa_decode_check}[kind]
-        self._raise_for(fn(name.encode(), ctypes.byref(shape), ctypes.byref(needed)))
+            self._raise_for(fn(name.encode(), ctypes.byref(shape), _ref(features), ctypes.byref(needed)))
         return needed.value
 
     def forward(self, name, shape, q, k, v, o, lse, workspace, workspace_bytes, stream, features=None):
-        if features is None:
-            self._raise_for(self._lib.fa_forward(name.encode(), ctypes.byref(shape), q, k, v, o, lse, workspace,
-                                                 workspace_bytes, stream))
-        else:
-            self._raise_for(self._lib.fa_forward_features(name.encode(), ctypes.byref(shape), ctypes.byref(features),
-                                                          q, k, v, o, lse, workspace, workspace_bytes, stream))
+        self._raise_for(self._lib.fa_forward_features(name.encode(), ctypes.byref(shape), _ref(features), q, k, v, o,
+                                                      lse, workspace, workspace_bytes, stream))
 
     def backward(self, name, shape, q, k, v, o, d_o, lse, dq, dk, dv, workspace, workspace_bytes, stream,
                  features=None):
-        if features is None:
-            self._raise_for(self._lib.fa_backward(name.encode(), ctypes.byref(shape), q, k, v, o, d_o, lse, dq, dk,
-                                                  dv, workspace, workspace_bytes, stream))
-        else:
-            self._raise_for(self._lib.fa_backward_features(name.encode(), ctypes.byref(shape),
-                                                           ctypes.byref(features), q, k, v, o, d_o, lse, dq, dk, dv,
-                                                           workspace, workspace_bytes, stream))
+        self._raise_for(self._lib.fa_backward_features(name.encode(), ctypes.byref(shape), _ref(features), q, k, v, o,
+                                                       d_o, lse, dq, dk, dv, workspace, workspace_bytes, stream))
 
     def decode(self, name, shape, q, k_cache, v_cache, block_tables, context_lens, o, lse, workspace, workspace_bytes,
                stream):

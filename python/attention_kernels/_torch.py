@@ -70,8 +70,7 @@ def _check_features(features, q, k):
     """The tensors of `features` against q [batch, heads_q, seq_q, d] and k; None when none is on."""
     if features is None or not features.any():
         return None
-    for name in ("window_left", "window_right"):
-        value = features.window[0 if name == "window_left" else 1]
+    for name, value in zip(("window_left", "window_right"), features.window):
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"{name} must be an int (-1 for no limit), got {value!r}")
     if not isinstance(features.softcap, (int, float)) or not math.isfinite(features.softcap) or features.softcap < 0:
@@ -108,18 +107,6 @@ def _check_features(features, q, k):
     return features
 
 
-@functools.lru_cache(maxsize=4096)
-def _check_with_features(kind, name, shape_key, features_key):
-    """_check with features: the C library sees a non-null pointer wherever a tensor is given
-    (its contents are not part of the check)."""
-    library = lib.load()
-    wl, wr, softcap, alibi, has_bias, sequences, max_q, max_k = features_key
-    present = 1 << 8
-    f = library.features(window=(wl, wr), softcap=softcap, alibi=alibi, bias=present if has_bias else 0,
-                         sequences=sequences, cu_seqlens_q=present if sequences else 0,
-                         cu_seqlens_k=present if sequences else 0, max_seqlen_q=max_q, max_seqlen_k=max_k)
-    return library.check(kind, name, lib._Shape(*shape_key), f)
-
 # The kernel used when none is named: the first of each list this machine can run.
 _DEFAULT_FORWARD = {
     "bf16": ("ch06_pingpong_bf16", "ch05_tuned_bf16"),
@@ -138,11 +125,6 @@ _FEATURES_FORWARD = {"bf16": ("ch09_hopper_bf16", "ch09_ampere_bf16"), "fp16": (
 _FEATURES_BACKWARD = {"bf16": ("ch09_ampere_backward_bf16",), "fp16": ("ch09_ampere_backward_fp16",)}
 
 
-def _resolve(kind, name, dtype_name, what, features=False):
-    """As _resolve_name; with features on and no name, chapter 09's kernels are the defaults."""
-    if name is None and features:
-        return _features_default(kind, dtype_name)
-    return _resolve_checked(kind, name, dtype_name, what)
 
 
 @functools.lru_cache(maxsize=None)
@@ -157,9 +139,11 @@ def _features_default(kind, dtype_name):
     return next((i for i in infos if i.available), infos[0])
 
 
-def _resolve_checked(kind, name, dtype_name, what):
+def _resolve(kind, name, dtype_name, what, features=False):
     """The KernelInfo to run: `name` exactly, or name + "_" + dtype ("ch06_pingpong" on bf16),
-    or the default for the dtype when name is None."""
+    or the default for the dtype when name is None (chapter 09's kernels when `features`)."""
+    if name is None and features:
+        return _features_default(kind, dtype_name)
     if name is not None and not isinstance(name, str):
         raise TypeError(f"{what} must be a kernel name (str) or None, got {type(name).__name__}")
     return _resolve_name(kind, name, dtype_name, what)
@@ -195,12 +179,22 @@ def _resolve_name(kind, name, dtype_name, what):
 
 
 @functools.lru_cache(maxsize=4096)
-def _check(kind, name, shape_key):
-    """Workspace bytes for a shape (a tuple of fa_shape's fields); raises if the kernel does not
-    take it. Cached: a model calls the same kernel on the same shape at every step."""
+def _check(kind, name, shape_key, features_key=None):
+    """Workspace bytes for a shape (a tuple of fa_shape's fields) and features (Features.key(),
+    or None); raises if the kernel does not take them. Cached: a model calls the same kernel on
+    the same shape at every step. The C library sees a non-null pointer wherever a feature's
+    tensor is given (its contents are not part of the check)."""
     library = lib.load()
     shape = (lib._DecodeShape if kind == lib.DECODE else lib._Shape)(*shape_key)
-    return library.check(kind, name, shape)
+    features = None
+    if features_key is not None:
+        wl, wr, softcap, alibi, has_bias, sequences, max_q, max_k = features_key
+        present = 1 << 8
+        features = library.features(window=(wl, wr), softcap=softcap, alibi=alibi, bias=present if has_bias else 0,
+                                    sequences=sequences, cu_seqlens_q=present if sequences else 0,
+                                    cu_seqlens_k=present if sequences else 0, max_seqlen_q=max_q,
+                                    max_seqlen_k=max_k)
+    return library.check(kind, name, shape, features)
 
 
 def _key(shape):
@@ -304,10 +298,7 @@ def forward(q, k, v, *, causal=False, scale=None, kernel=None, out=None, lse=Non
     features = _check_features(features, q, k)
     info = _resolve(lib.FORWARD, kernel, _DTYPE_NAMES[q.dtype], "kernel", features is not None)
     library = lib.load()
-    if features is None:
-        nbytes = _check(lib.FORWARD, info.name, _key(shape))
-    else:
-        nbytes = _check_with_features(lib.FORWARD, info.name, _key(shape), features.key())
+    nbytes = _check(lib.FORWARD, info.name, _key(shape), None if features is None else features.key())
     out = _output("out", out, q.shape, q.dtype, q.device)
     lse = _output("lse", lse, q.shape[:3], torch.float32, q.device)
     with torch.cuda.device(q.device):
@@ -337,10 +328,7 @@ def backward(q, k, v, o, lse, d_o, *, causal=False, scale=None, kernel=None, dq=
     features = _check_features(features, q, k)
     info = _resolve(lib.BACKWARD, kernel, _DTYPE_NAMES[q.dtype], "backward kernel", features is not None)
     library = lib.load()
-    if features is None:
-        nbytes = _check(lib.BACKWARD, info.name, _key(shape))
-    else:
-        nbytes = _check_with_features(lib.BACKWARD, info.name, _key(shape), features.key())
+    nbytes = _check(lib.BACKWARD, info.name, _key(shape), None if features is None else features.key())
     dq = _output("dq", dq, q.shape, q.dtype, q.device)
     dk = _output("dk", dk, k.shape, k.dtype, k.device)
     dv = _output("dv", dv, v.shape, v.dtype, v.device)
@@ -358,10 +346,7 @@ def check_backward(q, k, v, *, causal=False, scale=None, kernel=None, features=N
     shape = _attention_shape(q, k, v, causal, scale)
     features = _check_features(features, q, k)
     name = _resolve(lib.BACKWARD, kernel, _DTYPE_NAMES[q.dtype], "backward_kernel", features is not None).name
-    if features is None:
-        _check(lib.BACKWARD, name, _key(shape))
-    else:
-        _check_with_features(lib.BACKWARD, name, _key(shape), features.key())
+    _check(lib.BACKWARD, name, _key(shape), None if features is None else features.key())
 
 
 def attention(q, k, v, *, causal=False, scale=None, kernel=None, backward_kernel=None, layout="bhsd"):
