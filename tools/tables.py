@@ -13,8 +13,8 @@ from what the result files give, or when a page asks for a table that does not e
 run: copy its files into docs/results/h200/, update run.txt, run this script, commit.
 
 Tables: tour, progression, ceilings, ch01 ... ch06, ch06_fp8, ch07, ch08, ch04_steps and
-ch05_steps (the kernels registered to time one change of a chapter's `tuned` each); python_errors and train_gpt
-(from the pytest suite's FA_RULE_CSV and examples/train_gpt.py), features (chapter 09 against
+ch05_steps (the kernels registered to time one change of a chapter's `tuned` each); python_errors, train_gpt and
+train_gemma2 (from the pytest suite's FA_RULE_CSV and examples/train_gpt.py, plain and --features gemma2), features (chapter 09 against
 FlexAttention, tools/features_report.py), head_dims (chapters 05 and 06 at head_dim 64 to 256
 against SDPA, tools/head_dims_report.py) and memory (fused against materialized attention, time
 and peak device memory, tools/memory_report.py), fp32 (chapter 04's tuned kernel against chapters
@@ -342,6 +342,18 @@ def train_gpt_table():
             f"over the second half of training.\n\n{measured_on(line)}.\n")
 
 
+def train_gemma2_table():
+    line, rows = load_with_line("train_gemma2_runs.csv")
+    flex = next(float(r["tokens_per_s"]) for r in rows if r["run"] == "flex")
+    body = table(["run", "attention (forward + backward)", "final train loss", "validation loss", "tokens/s",
+                  "× FlexAttention", "largest gap to FlexAttention"],
+                 [[r["run"], r["attention"], r["final_train_loss"], r["val_loss"], f"{float(r['tokens_per_s']):,.0f}",
+                   f"{float(r['tokens_per_s']) / flex:.2f}×", r["gap_to_flex"] if r["run"] != "flex" else "–"]
+                  for r in rows])
+    return (body + "\n\nEager PyTorch: the scores materialized, the window as a mask and the softcap as a tanh, "
+            f"in the same call. The gap is measured as in the table above.\n\n{measured_on(line)}.\n")
+
+
 def features_table():
     line, rows = load_with_line("features.csv")
     body = table(["feature", "seq × batch", "ours (kernel)", "TFLOP/s", "FlexAttention", "× Flex", "SDPA (backend)",
@@ -446,6 +458,7 @@ def tables():
     out = {name: f"{body}\n\nMeasured on {line}\n" for name, body in out.items()}
     out["python_errors"] = python_errors_table()
     out["train_gpt"] = train_gpt_table()
+    out["train_gemma2"] = train_gemma2_table()
     out["features"] = features_table()
     out["head_dims"] = head_dims_table()
     out["memory"] = memory_table()
