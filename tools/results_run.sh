@@ -22,6 +22,7 @@
 #   memory    fused against materialized attention (chapter 04)          memory.csv
 #   fp32      chapter 04's fp32 table, from forward's files                fp32.csv
 #   python    the pytest suite's closeness to flash-attention's rule      python_errors.csv
+#   overhead  a call from PyTorch against SDPA FLASH, per call             python_overhead.csv
 #   train     examples/train_gpt.py, then with --features gemma2           train_runs.csv, train_losses.csv,
 #                                                                         train_loss_curves.png (train_gemma2_*)
 #   stamp     run.txt: the GPU, driver, CUDA, PyTorch, date and the parts' commands (FA_RUN_NOTE: a
@@ -34,7 +35,7 @@ build=${1:?usage: results_run.sh BUILD OUT PART ...}
 out=${2:?usage: results_run.sh BUILD OUT PART ...}
 shift 2
 parts=("$@")
-all=(tour forward backward decode features head_dims dims fused bulk memory fp32 python train stamp)
+all=(tour forward backward decode features head_dims dims fused bulk memory fp32 python overhead train stamp)
 [ ${#parts[@]} -eq 0 ] && { echo "results_run: name the parts to run (or all): ${all[*]}" >&2; exit 2; }
 [ "${parts[*]}" = all ] && parts=("${all[@]}")
 for p in "${parts[@]}"; do
@@ -134,6 +135,9 @@ part() {
       PYTHONPATH="$(abs "$build")/python" FA_BENCH="$(abs "$build")/bin/fa_bench" FA_RULE_CSV="$(abs "$out")/python_errors.csv" \
         python3 -m pytest -q tests/python/test_forward.py tests/python/test_backward.py tests/python/test_decode.py
       note python "FA_RULE_CSV=python_errors.csv pytest tests/python (test_forward, test_backward, test_decode)" ;;
+    overhead)
+      PYTHONPATH="$(abs "$build")/python" python3 tools/bench_python.py --csv "$out/python_overhead.csv"
+      note overhead "tools/bench_python.py (a call from PyTorch against SDPA FLASH, wall time per call)" ;;
     train)
       PYTHONPATH="$build/python" python3 examples/train_gpt.py --out "$out"
       PYTHONPATH="$build/python" python3 examples/train_gpt.py --out "$out" --features gemma2

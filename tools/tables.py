@@ -13,8 +13,9 @@ from what the result files give, or when a page asks for a table that does not e
 run: copy its files into docs/results/h200/, update run.txt, run this script, commit.
 
 Tables: tour, progression, ceilings, ch01 ... ch06, ch06_fp8, ch07, ch08, ch04_steps and
-ch05_steps (the kernels registered to time one change of a chapter's `tuned` each); python_errors, train_gpt and
-train_gemma2 (from the pytest suite's FA_RULE_CSV and examples/train_gpt.py, plain and --features gemma2), features (chapter 09 against
+ch05_steps (the kernels registered to time one change of a chapter's `tuned` each); python_errors, python_overhead,
+train_gpt and train_gemma2 (from the pytest suite's FA_RULE_CSV, tools/bench_python.py and
+examples/train_gpt.py, plain and --features gemma2), features (chapter 09 against
 FlexAttention, tools/features_report.py), head_dims (chapters 05 and 06 at head_dim 64 to 256
 against SDPA, tools/head_dims_report.py) and memory (fused against materialized attention, time
 and peak device memory, tools/memory_report.py), fp32 (chapter 04's tuned kernel against chapters
@@ -342,6 +343,22 @@ def train_gpt_table():
             f"over the second half of training.\n\n{measured_on(line)}.\n")
 
 
+def python_overhead_table():
+    line, rows = load_with_line("python_overhead.csv")
+    what = {"sdpa_flash": "SDPA FLASH", "ours": "ours", "ours_no_op": "ours, without autograd",
+            "ours_launch": "the launch alone (ctypes)"}
+    call = {"bhsd": "`ak.attention`", "bshd": "`ak.flash_attn_func`"}
+    body = table(["shape (b × h × s × d, causal)", "pass", "layout", "call", "µs per call", "× SDPA FLASH"],
+                 [[f"{r['batch']} × {r['heads']} × {r['seq']} × {r['head_dim']}", r["pass_"], r["layout"],
+                   "SDPA FLASH" if r["variant"] == "sdpa_flash" else
+                   (call[r["layout"]] if r["variant"] == "ours" else what[r["variant"]]),
+                   r["us_per_call"], f"{r['over_sdpa']}×"] for r in rows])
+    return (body + "\n\nWall time per call: calls back to back, one synchronize, divided by the calls; the median of "
+            "7 rounds in which the calls of a shape take turns. bf16. Ours runs `ch06_pingpong_bf16` forward and "
+            "`ch07_wgmma_bf16` backward; in the bshd layout SDPA reads the transposed views and ours copies "
+            f"Q, K and V (and dO, dQ, dK, dV).\n\n{measured_on(line)}.\n")
+
+
 def train_gemma2_table():
     line, rows = load_with_line("train_gemma2_runs.csv")
     flex = next(float(r["tokens_per_s"]) for r in rows if r["run"] == "flex")
@@ -459,6 +476,7 @@ def tables():
     out["python_errors"] = python_errors_table()
     out["train_gpt"] = train_gpt_table()
     out["train_gemma2"] = train_gemma2_table()
+    out["python_overhead"] = python_overhead_table()
     out["features"] = features_table()
     out["head_dims"] = head_dims_table()
     out["memory"] = memory_table()

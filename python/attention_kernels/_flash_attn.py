@@ -89,10 +89,12 @@ def _run(q, k, v, causal, scale, window, softcap, alibi, cu_q, cu_k, max_q, max_
     backward_kernel = _backward_kernel(deterministic, features_on, q.dtype)
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     scale = None if scale is None else float(scale)
-    if not features_on:
-        return _ops.forward(q, k, v, causal, scale, None, backward_kernel, needs_grad)
-    return _ops.features_forward(q, k, v, causal, scale, int(window[0]), int(window[1]), float(softcap), alibi, None,
-                                 cu_q, cu_k, int(max_q), int(max_k), None, backward_kernel, needs_grad)
+    features = None
+    if features_on:
+        features = _torch.Features(window=(int(window[0]), int(window[1])), softcap=float(softcap), alibi=alibi,
+                                   cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=int(max_q),
+                                   max_seqlen_k=int(max_k))
+    return _ops.attention_forward(q, k, v, causal, scale, None, backward_kernel, needs_grad, features)
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,

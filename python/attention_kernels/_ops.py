@@ -155,6 +155,50 @@ def _backward_of_features_forward(ctx, d_o, d_lse):
 features_forward.register_autograd(_backward_of_features_forward, setup_context=_setup_features_forward)
 
 
+class _Eager(torch.autograd.Function):
+    """The forward operators' eager twin: the same launches and the same backward, taken through
+    torch.autograd.Function rather than the dispatcher. An eager call through a Python custom
+    operator costs tens of microseconds of CPU time more (docs/python.md, the overhead table),
+    which at a training shape is longer than the kernel; torch.compile, export and opcheck see
+    the operators (attention_forward picks)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, kernel, backward_kernel, check_backward, features):
+        o, lse = _torch.forward(q, k, v, causal=causal, scale=scale, kernel=kernel, features=features)
+        if check_backward:
+            _torch.check_backward(q, k, v, causal=causal, scale=scale, kernel=backward_kernel, features=features)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.scale, ctx.backward_kernel, ctx.features = causal, scale, backward_kernel, features
+        ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, d_o, d_lse):
+        if d_o is None:
+            return (None,) * 9
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = _torch.backward(q, k, v, o, lse, d_o.contiguous(), causal=ctx.causal, scale=ctx.scale,
+                                     kernel=ctx.backward_kernel, features=ctx.features)
+        return (dq, dk, dv) + (None,) * 6
+
+
+def attention_forward(q, k, v, causal, scale, kernel, backward_kernel, needs_grad, features=None):
+    """O and LSE, differentiable: under torch.compile (or export) the forward operators, so the
+    graph holds them; in eager mode their twin _Eager when a gradient is needed, else the launch
+    alone. features: a _torch.Features with a feature on, or None."""
+    if torch.compiler.is_compiling():
+        if features is None:
+            return forward(q, k, v, causal, scale, kernel, backward_kernel, needs_grad)
+        f = features
+        return features_forward(q, k, v, causal, scale, int(f.window[0]), int(f.window[1]), float(f.softcap),
+                                bool(f.alibi), f.bias, f.cu_seqlens_q, f.cu_seqlens_k, int(f.max_seqlen_q),
+                                int(f.max_seqlen_k), kernel, backward_kernel, needs_grad)
+    if needs_grad:
+        return _Eager.apply(q, k, v, causal, scale, kernel, backward_kernel, True, features)
+    return _torch.forward(q, k, v, causal=causal, scale=scale, kernel=kernel, features=features)
+
+
 @torch.library.custom_op("attention_kernels::decode", mutates_args=(), device_types="cuda")
 def decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, context_lens: Tensor,
            kernel: Optional[str], max_context: Optional[int], check: bool) -> Tuple[Tensor, Tensor]:

@@ -8,6 +8,8 @@ linear projection's .view(B, S, H, D) gives): Q, K and V are copied into [batch,
 head_dim] before the launch and the output comes back as a [batch, seq, heads, head_dim] view
 of the kernel's output (no copy); in the backward pass the gradients take the same copies.
 """
+import contextlib
+import ctypes
 import functools
 import math
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ _TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfl
 _DTYPE_NAMES = {v: k for k, v in _TORCH_DTYPES.items()}
 _ALLOWED_DTYPES = "torch.float32, torch.float16, torch.bfloat16"
 _LAYOUTS = ("bhsd", "bshd")
+_NO_GUARD = contextlib.nullcontext()
 
 
 @dataclass(frozen=True)
@@ -288,23 +291,83 @@ def _output(name, given, shape, dtype, device):
     return given
 
 
+# A model calls the same kernel with tensors of the same shapes at every step, so what the checks
+# find for one signature of the arguments (every tensor's shape, strides, dtype and device, and
+# the other arguments) is kept: the kernel, its fa_shape and its workspace bytes. A call with a
+# known signature skips the checks, which passed for it before; one that raises is not kept.
+_PLANS = {}
+_PLANS_MAX = 4096
+
+
+def _sig(t):
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
+def _signature(kind, tensors, causal, scale, kernel, features):
+    """The key of a call's plan, or None when an argument is not what the checks take (the slow
+    path then raises the right error)."""
+    try:
+        key = (kind, causal, scale, kernel, *(_sig(t) for t in tensors))
+        if features is not None:
+            key += (features.key(), _sig(features.bias), _sig(features.cu_seqlens_q), _sig(features.cu_seqlens_k))
+        hash(key)
+        return key
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _plan(key, make):
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is None:
+        plan = make()
+        if key is not None:
+            if len(_PLANS) >= _PLANS_MAX:
+                _PLANS.clear()
+            _PLANS[key] = plan
+    return plan
+
+
+def _device_index(device):
+    """The CUDA device to launch on, made current by the caller only when it is not already."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def _raw_stream(index):
+    return torch._C._cuda_getCurrentRawStream(index)
+
+
 def forward(q, k, v, *, causal=False, scale=None, kernel=None, out=None, lse=None, features=None):
     """O and LSE of [batch, heads, seq, head_dim] tensors, no autograd; out/lse: tensors to
     write into (O like q; LSE float32 [batch, heads_q, seq_q], natural log); features: a
     Features (chapter 09's kernels only)."""
-    shape = _attention_shape(q, k, v, causal, scale)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        _check_contiguous(name, t, _BHSD_HINT)
-    features = _check_features(features, q, k)
-    info = _resolve(lib.FORWARD, kernel, _DTYPE_NAMES[q.dtype], "kernel", features is not None)
-    library = lib.load()
-    nbytes = _check(lib.FORWARD, info.name, _key(shape), None if features is None else features.key())
-    out = _output("out", out, q.shape, q.dtype, q.device)
-    lse = _output("lse", lse, q.shape[:3], torch.float32, q.device)
-    with torch.cuda.device(q.device):
-        work, work_ptr = _workspace(nbytes, q.device)
-        library.forward(info.name, shape, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-                        work_ptr, nbytes, _stream(q.device), None if features is None else features.struct())
+    if features is not None and not features.any():
+        features = None
+    key = _signature(lib.FORWARD, (q, k, v, out, lse), causal, scale, kernel, features)
+
+    def make():
+        shape = _attention_shape(q, k, v, causal, scale)
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            _check_contiguous(name, t, _BHSD_HINT)
+        checked = _check_features(features, q, k)
+        info = _resolve(lib.FORWARD, kernel, _DTYPE_NAMES[q.dtype], "kernel", checked is not None)
+        nbytes = _check(lib.FORWARD, info.name, _key(shape), None if checked is None else checked.key())
+        _output("out", out, q.shape, q.dtype, q.device)
+        _output("lse", lse, q.shape[:3], torch.float32, q.device)
+        return info.name.encode(), shape, nbytes
+
+    name, shape, nbytes = _plan(key, make)
+    if out is None:
+        out = torch.empty_like(q)
+    if lse is None:
+        lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    index = _device_index(q.device)
+    with torch.cuda.device(index) if index != torch.cuda.current_device() else _NO_GUARD:
+        work = torch.empty(nbytes, dtype=torch.uint8, device=q.device) if nbytes else None
+        library = lib.load()
+        library._raise_for(library._lib.fa_forward_features(
+            name, ctypes.byref(shape), None if features is None else ctypes.byref(features.struct()),
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+            None if work is None else work.data_ptr(), nbytes, _raw_stream(index)))
         del work  # returned to the caching allocator in stream order
     return out, lse
 
@@ -313,40 +376,60 @@ def backward(q, k, v, o, lse, d_o, *, causal=False, scale=None, kernel=None, dq=
              features=None):
     """dQ, dK, dV from a forward's O and LSE and the output gradient dO, no autograd; features:
     the forward's Features."""
-    shape = _attention_shape(q, k, v, causal, scale)
-    _check_tensor("o", o, 4, "[batch, heads, seq, head_dim]")
-    _check_tensor("d_o", d_o, 4, "[batch, heads, seq, head_dim]")
-    _check_tensor("lse", lse, 3, "[batch, heads_q, seq_q]")
-    for name, t in (("o", o), ("d_o", d_o)):
-        if t.shape != q.shape or t.dtype != q.dtype:
-            raise ValueError(f"{name} must be {q.dtype} {tuple(q.shape)} like q, got {t.dtype} {tuple(t.shape)}")
-    if lse.shape != q.shape[:3] or lse.dtype != torch.float32:
-        raise ValueError(f"lse must be torch.float32 {tuple(q.shape[:3])}, got {lse.dtype} {tuple(lse.shape)}")
-    _same_device(("q", "o", "d_o", "lse"), (q, o, d_o, lse))
-    for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o), ("lse", lse)):
-        _check_contiguous(name, t, _BHSD_HINT)
-    features = _check_features(features, q, k)
-    info = _resolve(lib.BACKWARD, kernel, _DTYPE_NAMES[q.dtype], "backward kernel", features is not None)
-    library = lib.load()
-    nbytes = _check(lib.BACKWARD, info.name, _key(shape), None if features is None else features.key())
-    dq = _output("dq", dq, q.shape, q.dtype, q.device)
-    dk = _output("dk", dk, k.shape, k.dtype, k.device)
-    dv = _output("dv", dv, v.shape, v.dtype, v.device)
-    with torch.cuda.device(q.device):
-        work, work_ptr = _workspace(nbytes, q.device)
-        library.backward(info.name, shape, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), d_o.data_ptr(),
-                         lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), work_ptr, nbytes,
-                         _stream(q.device), None if features is None else features.struct())
+    if features is not None and not features.any():
+        features = None
+    key = _signature(lib.BACKWARD, (q, k, v, o, lse, d_o, dq, dk, dv), causal, scale, kernel, features)
+
+    def make():
+        shape = _attention_shape(q, k, v, causal, scale)
+        _check_tensor("o", o, 4, "[batch, heads, seq, head_dim]")
+        _check_tensor("d_o", d_o, 4, "[batch, heads, seq, head_dim]")
+        _check_tensor("lse", lse, 3, "[batch, heads_q, seq_q]")
+        for name, t in (("o", o), ("d_o", d_o)):
+            if t.shape != q.shape or t.dtype != q.dtype:
+                raise ValueError(f"{name} must be {q.dtype} {tuple(q.shape)} like q, got {t.dtype} {tuple(t.shape)}")
+        if lse.shape != q.shape[:3] or lse.dtype != torch.float32:
+            raise ValueError(f"lse must be torch.float32 {tuple(q.shape[:3])}, got {lse.dtype} {tuple(lse.shape)}")
+        _same_device(("q", "o", "d_o", "lse"), (q, o, d_o, lse))
+        for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o), ("lse", lse)):
+            _check_contiguous(name, t, _BHSD_HINT)
+        checked = _check_features(features, q, k)
+        info = _resolve(lib.BACKWARD, kernel, _DTYPE_NAMES[q.dtype], "backward kernel", checked is not None)
+        nbytes = _check(lib.BACKWARD, info.name, _key(shape), None if checked is None else checked.key())
+        _output("dq", dq, q.shape, q.dtype, q.device)
+        _output("dk", dk, k.shape, k.dtype, k.device)
+        _output("dv", dv, v.shape, v.dtype, v.device)
+        return info.name.encode(), shape, nbytes
+
+    name, shape, nbytes = _plan(key, make)
+    dq = torch.empty_like(q) if dq is None else dq
+    dk = torch.empty_like(k) if dk is None else dk
+    dv = torch.empty_like(v) if dv is None else dv
+    index = _device_index(q.device)
+    with torch.cuda.device(index) if index != torch.cuda.current_device() else _NO_GUARD:
+        work = torch.empty(nbytes, dtype=torch.uint8, device=q.device) if nbytes else None
+        library = lib.load()
+        library._raise_for(library._lib.fa_backward_features(
+            name, ctypes.byref(shape), None if features is None else ctypes.byref(features.struct()),
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), d_o.data_ptr(), lse.data_ptr(), dq.data_ptr(),
+            dk.data_ptr(), dv.data_ptr(), None if work is None else work.data_ptr(), nbytes, _raw_stream(index)))
         del work
     return dq, dk, dv
 
 
 def check_backward(q, k, v, *, causal=False, scale=None, kernel=None, features=None):
     """Raises now if the backward kernel does not take this shape (or does not exist for the dtype)."""
-    shape = _attention_shape(q, k, v, causal, scale)
-    features = _check_features(features, q, k)
-    name = _resolve(lib.BACKWARD, kernel, _DTYPE_NAMES[q.dtype], "backward_kernel", features is not None).name
-    _check(lib.BACKWARD, name, _key(shape), None if features is None else features.key())
+    if features is not None and not features.any():
+        features = None
+
+    def make():
+        shape = _attention_shape(q, k, v, causal, scale)
+        checked = _check_features(features, q, k)
+        name = _resolve(lib.BACKWARD, kernel, _DTYPE_NAMES[q.dtype], "backward_kernel", checked is not None).name
+        _check(lib.BACKWARD, name, _key(shape), None if checked is None else checked.key())
+        return True
+
+    _plan(_signature("check_backward", (q, k, v), causal, scale, kernel, features), make)
 
 
 def attention(q, k, v, *, causal=False, scale=None, kernel=None, backward_kernel=None, layout="bhsd"):
@@ -380,7 +463,8 @@ def attention(q, k, v, *, causal=False, scale=None, kernel=None, backward_kernel
     if scale is not None and not isinstance(scale, (int, float)):
         raise ValueError(f"scale must be a finite number > 0 or None (1/sqrt(head_dim)), got {scale!r}")
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    o, _ = _ops.forward(q, k, v, causal, None if scale is None else float(scale), kernel, backward_kernel, needs_grad)
+    o, _ = _ops.attention_forward(q, k, v, causal, None if scale is None else float(scale), kernel, backward_kernel,
+                                  needs_grad)
     return o.transpose(1, 2) if layout == "bshd" else o
 
 
