@@ -405,7 +405,9 @@ def head_dims_table():
             "quantizing passes included), the standard sweep's 16k tokens (batch = 16384 / seq) and hidden 2048 "
             "(heads = 2048 / d, 21 at d = 96); seq 4k and 16k shown, 512 to 16k in `" + RESULTS_REL + "head_dims.csv`. "
             "FP8 runs at 64, 128 and 256. At d = 96 the FLOPs are counted at 96, though the Hopper kernel multiplies "
-            "128 columns in P V."
+            "128 columns in P V. The rows of head_dim 64 and 128 come from the forward part of the run, those of 96 and "
+            "256 from its head_dims part, on another H200 of the same kind: a ratio within a row compares figures of "
+            "one call; across head_dims, of two machines."
             f"\n\n{measured_on(line)}.\n")
 
 

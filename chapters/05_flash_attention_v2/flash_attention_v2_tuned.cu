@@ -12,7 +12,7 @@
 //     one shared-memory buffer each. Two blocks share an SM, so one block's barriers are the
 //     other block's issue slots.
 //   * The scale is folded into the exponent: p = exp2(s * scale * log2 e - m), one FFMA and one
-//     MUFU.EX2 per score.
+//     exp2f (MUFU.EX2 inside a range check) per score.
 //   * Blocks start with the last Q tile: under a causal mask it has the most K/V tiles, so the
 //     longest blocks start first and the short ones fill the tail.
 //   * O is staged through shared memory (the block's own Q rows) and written with 16-byte stores.

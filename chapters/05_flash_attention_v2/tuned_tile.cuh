@@ -118,7 +118,7 @@ __device__ inline void tuned_mask(float (&s)[kMt][kKeys / 8][4], const Mask& sha
 
 /// Online softmax on raw scores, S replaced by P, O rescaled. The max commutes with the
 /// (positive) scale, so the scale goes into the exponent, p = exp2(s * scale_log2 - m): one FFMA
-/// and one EX2 per score.
+/// and one exp2f (MUFU.EX2 inside a range check) per score.
 template <int kD, int kKeys, int kMt>
 __device__ inline void tuned_softmax(float (&s)[kMt][kKeys / 8][4], float (&out)[kMt][kD / 8][4], float (&m)[2 * kMt],
                                      float (&l)[2 * kMt], float scale_log2) {

@@ -71,16 +71,22 @@ def _check_alibi(slopes, batch, heads):
 
 
 def _backward_kernel(deterministic, features_on, dtype):
-    """None (the default) unless deterministic gradients are asked for and the default does not give them."""
+    """The backward kernel's name: None (the default) unless deterministic gradients are asked
+    for; then the default when it is deterministic (ch07_wgmma_bf16 on sm_90), else chapter 07's
+    deterministic variant for the dtype (ch07_deterministic_*)."""
     if not deterministic:
         return None
-    dtype_name = _torch._DTYPE_NAMES[dtype]
+    dtype_name = _torch._DTYPE_NAMES.get(dtype)
+    if dtype_name is None:
+        return None  # the forward's checks name the dtypes allowed
     info = _torch._resolve(_library.BACKWARD, None, dtype_name, "backward kernel", features_on)
-    if not info.deterministic:
-        raise ValueError(f"deterministic=True: the backward kernel for these arguments, {info.name}, adds dQ with "
-                         "atomics; no deterministic backward here takes "
-                         + ("chapter 09's features" if features_on else f"{dtype} tensors"))
-    return info.name
+    if info.deterministic:
+        return info.name
+    if not features_on and _torch._exists(_library.BACKWARD, f"ch07_deterministic_{dtype_name}"):
+        return f"ch07_deterministic_{dtype_name}"
+    raise ValueError(f"deterministic=True: the backward kernel for these arguments, {info.name}, adds dQ with "
+                     "atomics, and no deterministic backward takes "
+                     + ("chapter 09's features" if features_on else f"{dtype} tensors"))
 
 
 def _run(q, k, v, causal, scale, window, softcap, alibi, cu_q, cu_k, max_q, max_k, deterministic):
