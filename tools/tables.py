@@ -218,7 +218,9 @@ def tour_table():
                      fmt(float(r["tflops"])), fmt(base / ms) + "×", where])
     return (f"Every chapter program at its default shape ({shape}; `make run`):\n\n" +
             table(["chapter", "kernel", "rel. error", "time (ms)", "TFLOP/s", "× ch01_naive", "where the time goes"],
-                  rows))
+                  rows) +
+            "\n\nKernels named `_stepN` or `_undo_*` are chapters 04 and 05's `tuned` with one change made or "
+            "undone, each timed alone (each chapter's \"What each change of `tuned` is worth\").")
 
 
 def progression_table(fw):
