@@ -698,6 +698,9 @@ def checker_exercises(checker):
 
 
 BUILD_TIMEOUT = 300  # seconds for one chapter's CPU runner (a compile-time loop cannot hold the grader)
+# The address space a CPU exercise's runner may take (the largest case needs well under 1 GiB). A
+# GPU runner has no such limit: the CUDA driver reserves more address space than any useful limit.
+CPU_RUNNER_MEMORY_MB = 4096
 
 
 def run_build(cmd, timeout, tmp, box=None, cwd=None):
@@ -1392,6 +1395,8 @@ def grade_files(exercises, student_files, work, sandbox, has_gpu, build_dir, tim
         run_seed = seed if seed is not None else secrets.randbits(63)
         log(f"grade: checking {ex['id']}")
         cmd = [checker, "--exercise", ex["id"], "--runner", runners[key], "--timeout", str(timeout)]
+        if ex["device"] == "cpu":
+            cmd += ["--memory-mb", str(CPU_RUNNER_MEMORY_MB)]
         if box.active:
             cmd += ["--uid", str(box.uid)]
         if ex["device"] == "gpu" and ex["chapter"] in reference_runners:

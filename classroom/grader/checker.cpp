@@ -7,6 +7,7 @@
 // scores.
 //
 //   fa_check --exercise ID --runner PATH [--reference-runner PATH [--reference-uid N]] [--seed N] [--timeout S]
+//            [--memory-mb N]
 //            [--uid U] [--student-copy]
 //   fa_check --list      the exercise ids it has cases for
 //
@@ -167,6 +168,7 @@ int main(int argc, char** argv) {
     else if (a == "--reference-runner") opt.reference_runner = value();
     else if (a == "--seed") opt.seed = std::strtoull(value().c_str(), nullptr, 10);
     else if (a == "--timeout") opt.limits.timeout_s = std::atof(value().c_str());
+    else if (a == "--memory-mb") opt.limits.memory_mb = std::strtoull(value().c_str(), nullptr, 10);
     else if (a == "--uid") opt.limits.uid = std::atoi(value().c_str());
     else if (a == "--reference-uid") opt.reference_uid = std::atoi(value().c_str());
     else if (a == "--student-copy") opt.student_copy = true;

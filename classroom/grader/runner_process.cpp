@@ -221,6 +221,11 @@ Reply ask(const RunLimits& limits, const std::string& runner, const Header& head
     setrlimit(RLIMIT_CORE, &no_core);
     setrlimit(RLIMIT_FSIZE, &no_files);
     setrlimit(RLIMIT_CPU, &cpu_limit);
+    if (limits.memory_mb > 0) {
+      const rlim_t bytes = rlim_t(limits.memory_mb) << 20;
+      const rlimit address_space{bytes, bytes};
+      if (setrlimit(RLIMIT_AS, &address_space) != 0) _exit(124);
+    }
     if (geteuid() == 0) {
       const rlimit procs{256, 256};
       if (setgroups(0, nullptr) != 0 || setgid(gid_t(limits.uid)) != 0 || setuid(uid_t(limits.uid)) != 0) _exit(125);
@@ -325,6 +330,8 @@ Reply ask(const RunLimits& limits, const std::string& runner, const Header& head
     std::string how = WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
                                           : "exited with status " + std::to_string(WEXITSTATUS(status));
     reply.error = "the runner " + how + " without an answer" + tail();
+    if (limits.memory_mb > 0)
+      reply.error += " (a runner may use " + std::to_string(limits.memory_mb) + " MiB of address space)";
     return reply;
   }
   try {

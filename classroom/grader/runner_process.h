@@ -17,6 +17,10 @@ namespace fa::grader {
 struct RunLimits {
   double timeout_s = 60;  // wall clock per runner process; the CPU-time limit is this + 5 s
   int uid = 65534;        // as root, the user the runner runs as (the grading's sandbox user)
+  // The runner's address space in MiB (RLIMIT_AS; 0: no limit). For CPU runners only: the CUDA
+  // driver reserves more address space than the device has memory, so a GPU runner under any
+  // such limit fails in its first CUDA call.
+  std::size_t memory_mb = 0;
 };
 
 struct Reply {

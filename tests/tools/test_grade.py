@@ -570,6 +570,31 @@ class GpuTurnTest(unittest.TestCase):
             os.close(second[0])
 
 
+class RunnerLimitsTest(unittest.TestCase):
+    def test_a_cpu_runner_gets_its_address_space_limit(self):
+        # A runner that maps 6 GiB without touching it: allowed with no limit, refused under the
+        # CPU exercises' 4 GiB. The checker's verdict says which.
+        with tempfile.TemporaryDirectory() as tmp:
+            os.chmod(tmp, 0o755)
+            checker = grade.build_checker(tmp)
+            runner = os.path.join(tmp, "runner")
+            with open(runner, "w") as f:
+                # The system's python: as root the runner runs as another user, who may not reach ours.
+                python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+                f.write(f"#!{python}\nimport mmap, sys\nsys.stdin.buffer.read()\n"
+                        "m = mmap.mmap(-1, 6 << 30)\nprint('error the runner mapped 6 GiB')\n")
+            os.chmod(runner, 0o755)
+
+            def verdict(*extra):
+                done = subprocess.run([checker, "--exercise", "ch03_online_update", "--runner", runner, "--timeout",
+                                       "20", *extra], capture_output=True, text=True)
+                return done.stdout
+            self.assertIn("the runner mapped 6 GiB", verdict())
+            limited = verdict("--memory-mb", str(grade.CPU_RUNNER_MEMORY_MB))
+            self.assertNotIn("the runner mapped 6 GiB", limited)
+            self.assertIn(f"a runner may use {grade.CPU_RUNNER_MEMORY_MB} MiB of address space", limited)
+
+
 class ResultsTest(unittest.TestCase):
     def test_weights_and_a_gpu_exercise_not_graded_here(self):
         verdict = {"cases": [{"name": "one row", "weight": 0, "passed": True, "detail": ""},
