@@ -82,7 +82,7 @@ mkdir -p "$work/solved"
 cp -a "$work/handout" "$work/solved/handout"
 solved_files=$(python3 - "$src" "$exercise" <<'PY'
 import os, sys
-sys.path.insert(0, os.path.join(sys.argv[1], "tools"))
+sys.path.insert(0, os.path.join(sys.argv[1], "classroom"))
 import handout
 files = handout.exercise_files(sys.argv[1]).get(sys.argv[2])
 if not files:
@@ -117,7 +117,7 @@ echo "== scores"
 # shellcheck disable=SC2086  # one argument per file
 python3 - "$src" "$work" "$exercise" $solved_files <<'PY'
 import json, os, sys
-sys.path.insert(0, os.path.join(sys.argv[1], "tools"))
+sys.path.insert(0, os.path.join(sys.argv[1], "classroom"))
 import handout
 src, work, exercise, solved = sys.argv[1], sys.argv[2], sys.argv[3], set(sys.argv[4:])
 exercises = handout.load_config(os.path.join(src, "classroom", "exercises.json"))
