@@ -384,7 +384,9 @@ def features_table():
     return (body + "\n\nhead_dim 128, 16 heads, bf16, 16k tokens per point; causal except the bias row. TFLOP/s count "
             "only the (query, key) pairs the mask leaves (half the square for causal, exact for windows). SDPA runs "
             "where it takes the feature: the plain causal mask, and ALiBi and the bias as a materialized bf16 mask. "
-            "The last column is variant 1, the path for GPUs before Hopper, on the same points. "
+            "The last column is variant 1, the path for GPUs before Hopper, on the same points. This table is "
+            "the run's features part, on a machine of its own: its causal and SDPA figures differ by a few percent "
+            "from the same points in chapter 06's tables (the forward part, another H200). "
             f"\n\n{measured_on(line)}.\n")
 
 

@@ -106,9 +106,9 @@ inline void fp8_attention_cpu(const AttentionShape& s, const float* q, const flo
 /// for a whole block's time. Splitting each of those tail blocks into f pieces, each over 1 / f
 /// of the K/V tiles, makes the last wave ceil(tail f / slots) waves of 1 / f of a block. The f
 /// in 1..4 with the shortest end, the smaller on a tie; each piece keeps at least kMinTiles
-/// tiles of `tiles`: a piece pays its own pipeline start and the merge, and with 5-8 tiles per
-/// piece (2k keys in 3 or 4 pieces) the split was slower than no split at all (the chapter's
-/// performance notes).
+/// tiles of `tiles`: a piece pays its own pipeline start and the merge, and with 4 to 8 tiles per
+/// piece (2k keys, 16 tiles, in 2 to 4 pieces) the split was slower than no split at all (the
+/// chapter's performance notes).
 inline int tail_pieces(int blocks, int slots, int tiles) {
   // BEGIN SOLUTION ch06_tail_pieces: 1 when slots or blocks <= 0 or the last wave is full (blocks % slots == 0); otherwise the f in 1..kMaxPieces, with tiles >= kMinTiles * f, whose tail time ceil(tail f / slots) / f (in blocks) is shortest, the smaller f on a tie (compare with a 1e-9 margin)
   constexpr int kMaxPieces = 4, kMinTiles = 16;
