@@ -117,8 +117,8 @@ def warp_split():
             lines = ["each warp: its rows' max, sum and", "P V for all keys; no exchange", "between warps until the end",
                      "(chapter 05 variant 3 onward)"]
         else:
-            lines = ["each warp: a partial P V over its", "keys for every row; the maxima and", "outputs meet in shared memory every",
-                     "tile, the sums once at the end (variant 2)"]
+            lines = ["each warp: a partial P V over its", "keys for every row; the maxima", "and outputs meet in shared",
+                     "memory every tile, the sums once", "at the end (variant 2)"]
         for n, line in enumerate(lines):
             s.text(x + 150, 95 + n * 18, line, 11, anchor="start")
         s.text(x + 165, 260, "warps never exchange partial results" if k == 0 else "a merge through shared memory every tile", 12,

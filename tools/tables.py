@@ -220,7 +220,7 @@ def tour_table():
             table(["chapter", "kernel", "rel. error", "time (ms)", "TFLOP/s", "× ch01_naive", "where the time goes"],
                   rows) +
             "\n\nKernels named `_stepN` or `_undo_*` are chapters 04 and 05's `tuned` with one change made or "
-            "undone, each timed alone (each chapter's \"What each change of `tuned` is worth\").")
+            "undone, each timed alone: the step tables of chapters 04 and 05.")
 
 
 def progression_table(fw):
