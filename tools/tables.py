@@ -333,16 +333,24 @@ def python_errors_table():
             f"listed.\n\n{measured_on(line)}.\n")
 
 
-def train_gpt_table():
-    line, rows = load_with_line("train_runs.csv")
-    flash = next(float(r["tokens_per_s"]) for r in rows if r["run"] == "sdpa-flash")
+def train_table(name, baseline, baseline_name, note):
+    """A training example's runs (examples/train_gpt.py): loss, tokens/s against `baseline`'s, and
+    each run's largest gap to its curve."""
+    line, rows = load_with_line(name)
+    gap = next(c for c in rows[0] if c.startswith("gap_to_"))
+    base = next(float(r["tokens_per_s"]) for r in rows if r["run"] == baseline)
     body = table(["run", "attention (forward + backward)", "final train loss", "validation loss", "tokens/s",
-                  "× SDPA FLASH", "largest gap to SDPA FLASH"],
+                  f"× {baseline_name}", f"largest gap to {baseline_name}"],
                  [[r["run"], r["attention"], r["final_train_loss"], r["val_loss"], f"{float(r['tokens_per_s']):,.0f}",
-                   f"{float(r['tokens_per_s']) / flash:.2f}×", r["gap_to_sdpa_flash"] if r["run"] != "sdpa-flash" else "–"]
+                   f"{float(r['tokens_per_s']) / base:.2f}×", r[gap] if r["run"] != baseline else "–"]
                   for r in rows])
-    return (body + "\n\nThe gap is the largest difference between two runs' training-loss curves (20-step means) "
-            f"over the second half of training.\n\n{measured_on(line)}.\n")
+    return body + f"\n\n{note}\n\n{measured_on(line)}.\n"
+
+
+def train_gpt_table():
+    return train_table("train_runs.csv", "sdpa-flash", "SDPA FLASH",
+                       "The gap is the largest difference between two runs' training-loss curves (20-step means) "
+                       "over the second half of training.")
 
 
 def python_overhead_table():
@@ -362,15 +370,9 @@ def python_overhead_table():
 
 
 def train_gemma2_table():
-    line, rows = load_with_line("train_gemma2_runs.csv")
-    flex = next(float(r["tokens_per_s"]) for r in rows if r["run"] == "flex")
-    body = table(["run", "attention (forward + backward)", "final train loss", "validation loss", "tokens/s",
-                  "× FlexAttention", "largest gap to FlexAttention"],
-                 [[r["run"], r["attention"], r["final_train_loss"], r["val_loss"], f"{float(r['tokens_per_s']):,.0f}",
-                   f"{float(r['tokens_per_s']) / flex:.2f}×", r["gap_to_flex"] if r["run"] != "flex" else "–"]
-                  for r in rows])
-    return (body + "\n\nEager PyTorch: the scores materialized, the window as a mask and the softcap as a tanh, "
-            f"in the same call. The gap is measured as in the table above.\n\n{measured_on(line)}.\n")
+    return train_table("train_gemma2_runs.csv", "flex", "FlexAttention",
+                       "Eager PyTorch: the scores materialized in fp32, the window as a mask and the softcap as a "
+                       "tanh. The gap is measured as in the table above.")
 
 
 def features_table():
