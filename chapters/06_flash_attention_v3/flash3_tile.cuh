@@ -73,6 +73,14 @@ __device__ inline void init_ring(uint64_t* q_full, uint64_t* k_full, uint64_t* v
   //! [init_ring]
 }
 
+/// A kernel cannot throw, so every launcher of a kernel whose producer runs produce_kv below
+/// (variants 3-5 and chapter 09's Hopper kernel) calls this first: in a student copy it says
+/// "not implemented" until produce_kv is written, where the kernel would wait forever for tiles.
+inline void require_produce_kv() {
+  // BEGIN SOLUTION ch06_producer: write produce_kv (the producer's loop on the mbarrier ring) just below, then delete this line
+  // END SOLUTION
+}
+
 /// The producer's loop (variants 3-5): K/V tile j goes into stage j % kStages. Before refilling a
 /// stage it waits on that stage's empty barrier for the consumers' arrivals from its previous use
 /// (the first kStages tiles go into fresh stages and wait for nothing; see hopper::Ring).

@@ -126,8 +126,7 @@ std::size_t fp8_workspace_bytes(const AttentionShape& s) { return carve_workspac
 
 template <int kD, bool kRotate>
 void launch_fp8_dim(const ForwardParams& p) {
-  // BEGIN SOLUTION ch06_producer: write produce_kv (the producer's loop on the mbarrier ring) in flash3_tile.cuh, then delete this line
-  // END SOLUTION
+  require_produce_kv();  // the producer's loop is this chapter's exercise
   const AttentionShape& s = p.shape;
   const Fp8Workspace w = carve_workspace(s, p.workspace);
   const int planes_q = s.batch * s.heads_q, planes_kv = s.batch * s.heads_kv;

@@ -324,7 +324,8 @@ void launch_dim(const ForwardParams& p) {
 }
 
 void launch_hopper(const ForwardParams& p) {
-  require_window_tiles();  // the tile ranges are this chapter's exercise
+  require_window_tiles();        // the tile ranges are this chapter's exercise
+  flash3::require_produce_kv();  // the producer's loop is chapter 06's
   const AttentionShape& s = p.shape;
   // The bias is staged in shared memory when each of its rows starts on a 16-byte boundary.
   const AttentionFeatures& f = p.features;

@@ -340,33 +340,32 @@ class SubmissionTest(unittest.TestCase):
         self.assertIn("unsafe path", str(caught.exception))
 
     def test_launcher_markers_follow_the_exercise(self):
-        # Chapter 06's producer: the device region is in flash3_tile.cuh; the launchers' regions
-        # are blank in the solution. Handing in only the device file leaves those blank (they are
-        # never the student's: code put there is dropped); handing in nothing keeps their stubs.
+        # Chapter 06's producer: the device region (produce_kv) and the host region its launchers
+        # call (require_produce_kv, blank in the solution) are both in flash3_tile.cuh. Handing in
+        # the file with produce_kv written leaves the host region blank (it is never the
+        # student's: code put there is dropped); handing in nothing keeps its stub.
         if grade.STUDENT_COPY:
             self.skipTest("a student copy has no solution, so no region is blank in it")
         producer = [{"id": "ch06_producer", "chapter": 6, "device": "gpu", "title": "p", "points": 10, "tests": "z"}]
         tile = "chapters/06_flash_attention_v3/flash3_tile.cuh"
-        launcher = "chapters/06_flash_attention_v3/flash_attention_v3_specialized_sm90a.cu"
         with open(os.path.join(ROOT, tile)) as f:
             source = f.read()
         # A body of the student's own (the same in the instructor's tree and in a handout).
-        begin = source.index("\n", source.index("// BEGIN SOLUTION ch06_producer")) + 1
+        device = source.index("// BEGIN SOLUTION ch06_producer (device)")
+        begin = source.index("\n", device) + 1
         end = source.rindex("\n", 0, source.index("// END SOLUTION", begin)) + 1
         solved = source[:begin] + "  for (int j = 0; j < n_tiles; ++j) load_k(j, 0);\n" + source[end:]
-        with open(os.path.join(ROOT, launcher)) as f:
-            text = f.read()
-        marker = text.index("\n", text.index("// BEGIN SOLUTION ch06_producer")) + 1
-        injected = text[:marker] + "  p.shape.causal = false;\n" + text[marker:]
-        files = {tile: self.write("p/" + tile, solved), launcher: self.write("p/" + launcher, injected)}
+        host = solved.index("\n", solved.index("// BEGIN SOLUTION ch06_producer:")) + 1
+        injected = solved[:host] + "  static int calls = 0;\n" + solved[host:]
+        files = {tile: self.write("p/" + tile, injected)}
         for given, taken_expected in ((files, True), ({}, False)):
             tree = os.path.join(self.tmp.name, f"graded_{taken_expected}")
             problems, taken = grade.splice(ROOT, tree, given, producer)
             self.assertEqual(problems, {})
             self.assertEqual(bool(taken.get("ch06_producer")), taken_expected)
-            with open(os.path.join(tree, launcher)) as f:
+            with open(os.path.join(tree, tile)) as f:
                 graded = f.read()
-            self.assertNotIn("p.shape.causal = false", graded)
+            self.assertNotIn("static int calls", graded)
             self.assertEqual("FA_NOT_IMPLEMENTED" in graded, not taken_expected)
 
     def test_only_region_bodies_are_taken(self):
