@@ -789,11 +789,12 @@ def sweep_user_files(uid):
     (what a grading killed before its own sweep left there)."""
     for place in SHARED_PLACES:
         if os.path.isdir(place):
-            # The user's own entries go whole; another's folder is searched only where the user could
-            # have written in it (open to others, or to the user's group), as the checker's sweep does.
+            # The user's own entries go whole; another's folder is searched wherever the user could
+            # enter it (open to others, or to the user's group), so that a folder open to writes
+            # below one that is closed to them (a chroot's tmp) is searched too.
             subprocess.run(["find", place, "-xdev", "-mindepth", "1",
                             "(", "-user", str(uid), "-prune", "-exec", "rm", "-rf", "--one-file-system", "--", "{}", "+",
-                            ")", "-o", "(", "-type", "d", "!", "-perm", "-0002", "!", "(", "-perm", "-0020", "-group",
+                            ")", "-o", "(", "-type", "d", "!", "-perm", "-0001", "!", "(", "-perm", "-0010", "-group",
                             str(uid), ")", "-prune", ")"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

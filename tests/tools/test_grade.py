@@ -194,6 +194,16 @@ class SandboxTest(unittest.TestCase):
         made = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable, "-c",
                                nest])
         self.assertEqual(made.returncode, 0)
+        # A folder open to all under one that is root's and closed to writes (a chroot's tmp, say).
+        parent = tempfile.mkdtemp(prefix="fa_test_parent_")
+        os.chmod(parent, 0o755)
+        public = os.path.join(parent, "tmp")
+        os.mkdir(public)
+        os.chmod(public, 0o1777)
+        hidden = os.path.join(public, "left_for_the_next_student")
+        made = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable, "-c",
+                               f"open({hidden!r}, 'w').write('x')"])
+        self.assertEqual(made.returncode, 0)
         os.close(first.lock)  # killed: no cleanup of its own, the lock file keeps its record
         first.lock = None
         try:
@@ -201,12 +211,14 @@ class SandboxTest(unittest.TestCase):
             self.assertEqual(again.uid, uid)
             self.assertFalse(os.path.exists(stale), "a killed grading's sandbox folder outlived the next claim")
             self.assertFalse(os.path.exists(deep), "the sandbox user's deep tree outlived the next claim")
+            self.assertFalse(os.path.exists(hidden), "a file in a public folder under a closed one outlived the claim")
             self.assertTrue(os.path.isdir(keep), "a record removed a folder that is not a grading's")
             again.close()
         finally:
             shutil.rmtree(keep, ignore_errors=True)
             grade.remove_tree(stale)
             grade.remove_tree(deep)
+            grade.remove_tree(parent)
 
     @needs_root
     def test_each_grading_has_a_user_of_its_own_and_kills_only_its_own(self):
