@@ -128,30 +128,30 @@ def main():
 
 
 def measure(shape, args):
-    rows = []
-    for batch, heads, seq, dim in [shape]:
-        runs, kernel = variants(batch, heads, seq, dim)
-        calls = {}
-        for _, _, _, fn in runs:  # warm up (and the compile of nothing: the first calls load and check)
-            for _ in range(5):
-                fn()
-        for key in range(len(runs)):
-            once = per_call_us(runs[key][3], 10)
-            calls[key] = max(10, int(args.ms * 1000 / once))
-        times = {key: [] for key in range(len(runs))}
-        for _ in range(args.rounds):
-            for key, (_, _, _, fn) in enumerate(runs):
-                times[key].append(per_call_us(fn, calls[key]))
-        sdpa_us = {(r[0], r[1]): statistics.median(times[i]) for i, r in enumerate(runs) if r[2] == "sdpa_flash"}
-        for key, (pas, layout, name, _) in enumerate(runs):
-            us = statistics.median(times[key])
-            gpu = gpu_us(runs[key][3])
-            row = dict(batch=batch, heads=heads, seq=seq, head_dim=dim, causal=1, pass_=pas, layout=layout,
-                       variant=name, kernel="" if name.startswith("sdpa") else kernel, us_per_call=f"{us:.1f}",
-                       over_sdpa=f"{us / sdpa_us[(pas, layout)]:.2f}", gpu_us_alone=f"{gpu:.1f}")
-            rows.append(row)
-            print(f"{batch}x{heads}x{seq}x{dim} {pas:17s} {layout} {name:12s} {us:9.1f} us  {row['over_sdpa']}x SDPA"
-                  f"   one call alone on the GPU {gpu:8.1f} us")
+    """The rows of one shape: every variant's wall time per call, the variants taking turns."""
+    batch, heads, seq, dim = shape
+    runs, kernel = variants(batch, heads, seq, dim)
+    rows, calls = [], {}
+    for _, _, _, fn in runs:  # warm up: the first calls load the library and run the checks
+        for _ in range(5):
+            fn()
+    for key in range(len(runs)):
+        once = per_call_us(runs[key][3], 10)
+        calls[key] = max(10, int(args.ms * 1000 / once))
+    times = {key: [] for key in range(len(runs))}
+    for _ in range(args.rounds):
+        for key, (_, _, _, fn) in enumerate(runs):
+            times[key].append(per_call_us(fn, calls[key]))
+    sdpa_us = {(r[0], r[1]): statistics.median(times[i]) for i, r in enumerate(runs) if r[2] == "sdpa_flash"}
+    for key, (pas, layout, name, _) in enumerate(runs):
+        us = statistics.median(times[key])
+        gpu = gpu_us(runs[key][3])
+        row = dict(batch=batch, heads=heads, seq=seq, head_dim=dim, causal=1, pass_=pas, layout=layout,
+                   variant=name, kernel="" if name.startswith("sdpa") else kernel, us_per_call=f"{us:.1f}",
+                   over_sdpa=f"{us / sdpa_us[(pas, layout)]:.2f}", gpu_us_alone=f"{gpu:.1f}")
+        rows.append(row)
+        print(f"{batch}x{heads}x{seq}x{dim} {pas:17s} {layout} {name:12s} {us:9.1f} us  {row['over_sdpa']}x SDPA"
+              f"   one call alone on the GPU {gpu:8.1f} us")
     return rows
 
 

@@ -353,6 +353,12 @@ def train_gpt_table():
                        "over the second half of training.")
 
 
+def train_gemma2_table():
+    return train_table("train_gemma2_runs.csv", "flex", "FlexAttention",
+                       "Eager PyTorch: the scores materialized in fp32, the window as a mask and the softcap as a "
+                       "tanh. The gap is measured as in the table above.")
+
+
 def python_overhead_table():
     line, rows = load_with_line("python_overhead.csv")
     what = {"sdpa_flash": "SDPA FLASH", "ours": "ours", "ours_no_op": "ours, without autograd",
@@ -367,12 +373,6 @@ def python_overhead_table():
             "7 rounds in which the calls of a shape take turns. bf16. Ours runs `ch06_pingpong_bf16` forward and "
             "`ch07_wgmma_bf16` backward; in the bshd layout SDPA reads the transposed views and ours copies "
             f"Q, K and V (and dO, dQ, dK, dV).\n\n{measured_on(line)}.\n")
-
-
-def train_gemma2_table():
-    return train_table("train_gemma2_runs.csv", "flex", "FlexAttention",
-                       "Eager PyTorch: the scores materialized in fp32, the window as a mask and the softcap as a "
-                       "tanh. The gap is measured as in the table above.")
 
 
 def features_table():
