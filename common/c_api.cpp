@@ -221,12 +221,14 @@ void fill(const ForwardKernel& k, fa_kernel_info* info) {
   info->unavailable = listing.unavailable.c_str();
   fill_tolerance(k.tolerance ? *k.tolerance : tolerance_for(k.dtype), info);
   info->coarse_arithmetic = k.tolerance ? 1 : 0;
+  info->strided = k.strided ? 1 : 0;
 }
 
 void fill(const BackwardKernel& k, fa_kernel_info* info) {
   fill_common(k, info);
   info->dtype = to_c(k.dtype);
   info->deterministic = k.deterministic ? 1 : 0;
+  info->strided = k.strided ? 1 : 0;
   const Listing& listing = listing_of(k, probe_shape);
   info->head_dims = listing.head_dims.c_str();
   info->unavailable = listing.unavailable.c_str();
@@ -356,6 +358,16 @@ fa_status check_features_by_name(const std::vector<Entry>& list, fa_kind kind, c
   });
 }
 
+TensorStrides from_c(const fa_strides& c) { return {c.batch, c.head, c.row}; }
+/// The C array of strides in the order c_api.h gives (q, k, v, o[, d_o, dq, dk, dv]).
+ForwardStrides from_c(const fa_strides* c, const ForwardStrides&) {
+  return {from_c(c[0]), from_c(c[1]), from_c(c[2]), from_c(c[3])};
+}
+BackwardStrides from_c(const fa_strides* c, const BackwardStrides&) {
+  return {from_c(c[0]), from_c(c[1]), from_c(c[2]), from_c(c[3]),
+          from_c(c[4]), from_c(c[5]), from_c(c[6]), from_c(c[7])};
+}
+
 // The body of every launch: the kernel by name, the shape, the pointers (`tensors` on 16 bytes,
 // `elements` -- LSE and the int arrays -- on 4), the features (forward and backward), the GPU,
 // the shape against the kernel, the workspace; then `params`, its pointers filled in by the
@@ -365,12 +377,25 @@ fa_status launch_by_name(const std::vector<Entry>& list, fa_kind kind, const cha
                          std::initializer_list<std::pair<const char*, const void*>> tensors,
                          std::initializer_list<std::pair<const char*, const void*>> elements, void* workspace,
                          std::size_t workspace_bytes, void* stream, Params params,
-                         const fa_features* features = nullptr) {
+                         const fa_features* features = nullptr, const fa_strides* strides = nullptr) {
   return guarded([&] {
     const Entry* kernel = nullptr;
     FA_RETURN_IF_FAILED(lookup(list, kind, name, &kernel));
     if (shape == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "shape is a null pointer");
     const auto s = to_shape(*shape);
+    // Strides (strides.h), for the kernels that take them; kept alive until the launch returns.
+    using Strides = std::conditional_t<std::is_same_v<Params, BackwardParams>, BackwardStrides, ForwardStrides>;
+    Strides given{};
+    if constexpr (!std::is_same_v<Params, DecodeParams>) {
+      if (strides != nullptr) {
+        if (!kernel->strided)
+          return fail(FA_ERR_UNSUPPORTED, std::string(name) + " takes packed [batch, heads, seq, head_dim] tensors "
+                                                              "only; copy strided ones first");
+        given = from_c(strides, given);
+        if (std::string why = strides_reason(given); !why.empty()) return fail(FA_ERR_INVALID_ARGUMENT, why);
+        params.strides = &given;
+      }
+    }
     FA_RETURN_IF_FAILED(require_pointers(tensors, kTensorAlignment));
     FA_RETURN_IF_FAILED(require_pointers(elements, kElementAlignment));
     std::size_t needed = 0;
@@ -525,6 +550,40 @@ fa_status fa_backward_features(const char* name, const fa_shape* shape, const fa
   return launch_by_name(backward_kernels(), FA_KIND_BACKWARD, name, shape,
                         {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"d_o", d_o}, {"dq", dq}, {"dk", dk}, {"dv", dv}},
                         {{"lse", lse}}, workspace, workspace_bytes, stream, p, features);
+}
+
+fa_status fa_forward_strided(const char* name, const fa_shape* shape, const fa_features* features,
+                             const fa_strides* strides, const void* q, const void* k, const void* v, void* o,
+                             float* lse, void* workspace, size_t workspace_bytes, void* stream) {
+  if (strides == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "strides is a null pointer");
+  ForwardParams p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.o = o;
+  p.lse = lse;
+  return launch_by_name(forward_kernels(), FA_KIND_FORWARD, name, shape, {{"q", q}, {"k", k}, {"v", v}, {"o", o}},
+                        {{"lse", lse}}, workspace, workspace_bytes, stream, p, features, strides);
+}
+
+fa_status fa_backward_strided(const char* name, const fa_shape* shape, const fa_features* features,
+                              const fa_strides* strides, const void* q, const void* k, const void* v, const void* o,
+                              const void* d_o, const float* lse, void* dq, void* dk, void* dv, void* workspace,
+                              size_t workspace_bytes, void* stream) {
+  if (strides == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "strides is a null pointer");
+  BackwardParams p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.o = o;
+  p.d_o = d_o;
+  p.lse = lse;
+  p.dq = dq;
+  p.dk = dk;
+  p.dv = dv;
+  return launch_by_name(backward_kernels(), FA_KIND_BACKWARD, name, shape,
+                        {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"d_o", d_o}, {"dq", dq}, {"dk", dk}, {"dv", dv}},
+                        {{"lse", lse}}, workspace, workspace_bytes, stream, p, features, strides);
 }
 
 fa_status fa_forward(const char* name, const fa_shape* shape, const void* q, const void* k, const void* v, void* o,

@@ -19,13 +19,14 @@
 #define FA_C_API_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /** Raised whenever a struct below or a function's meaning changes. */
-#define FA_API_VERSION 2
+#define FA_API_VERSION 3
 
 typedef enum fa_status {
   FA_OK = 0,
@@ -75,6 +76,8 @@ typedef struct fa_kernel_info {
   /** 1 when the arithmetic inside is coarser than the dtype (chapter 06's FP8 kernels: e4m3 inside,
    * bf16 in and out), so its tolerance is its own rather than the dtype's. */
   int coarse_arithmetic;
+  /** 1 when it takes tensors that are not packed (fa_forward_strided / fa_backward_strided). */
+  int strided;
 } fa_kernel_info;
 
 int fa_api_version(void);
@@ -135,6 +138,24 @@ fa_status fa_backward_check_features(const char* name, const fa_shape* shape, co
 fa_status fa_backward_features(const char* name, const fa_shape* shape, const fa_features* features, const void* q,
                                const void* k, const void* v, const void* o, const void* d_o, const float* lse, void* dq,
                                void* dk, void* dv, void* workspace, size_t workspace_bytes, void* stream);
+/** A [batch, heads, rows, head_dim] tensor that is not packed (strides.h): head_dim is
+ * contiguous and row r of head h of batch b starts at element b * batch + h * head + r * row.
+ * (batch, seq, heads, head_dim) tensors, flash-attn's layout, and the Q, K, V views of one
+ * [batch, seq, 3, heads, head_dim] projection are such tensors. */
+typedef struct fa_strides {
+  int64_t batch, head, row;
+} fa_strides;
+/** fa_forward_features / fa_backward_features with strides: an array of 4 fa_strides (q, k, v,
+ * o) for the forward, of 8 (q, k, v, o, d_o, dq, dk, dv) for the backward; lse stays packed
+ * [batch, heads_q, seq_q]. Only a kernel whose fa_kernel_info has strided = 1 takes them (the
+ * others answer FA_ERR_UNSUPPORTED); every stride must be a non-negative multiple of 8. */
+fa_status fa_forward_strided(const char* name, const fa_shape* shape, const fa_features* features,
+                             const fa_strides* strides, const void* q, const void* k, const void* v, void* o,
+                             float* lse, void* workspace, size_t workspace_bytes, void* stream);
+fa_status fa_backward_strided(const char* name, const fa_shape* shape, const fa_features* features,
+                              const fa_strides* strides, const void* q, const void* k, const void* v, const void* o,
+                              const void* d_o, const float* lse, void* dq, void* dk, void* dv, void* workspace,
+                              size_t workspace_bytes, void* stream);
 /** Attention of query_len new tokens per sequence over a paged K/V cache (chapter 08).
  * block_tables int [num_seqs, max_blocks_per_seq], context_lens int [num_seqs], device memory. */
 fa_status fa_decode(const char* name, const fa_decode_shape* shape, const void* q, const void* k_cache,

@@ -103,6 +103,17 @@ __device__ inline void tma_load_3d(void* dst, const CUtensorMap* map, int c0, in
       : "memory");
 }
 
+/// The same for a 4-D tensor map (make_tensor_map_heads): the box at column c0, row `row` of head
+/// `plane` (= batch * heads + head) of a [batch][heads][rows][cols] tensor with any strides.
+__device__ inline void tma_load_head(void* dst, const CUtensorMap* map, int c0, int row, int plane, int heads,
+                                     uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(smem_addr(dst)),
+      "l"(map), "r"(c0), "r"(row), "r"(plane % heads), "r"(plane / heads), "r"(smem_addr(bar))
+      : "memory");
+}
+
 /// dst[0 .. bytes / 4) += src[0 .. bytes / 4) in fp32, done by the TMA unit, no tensor map: one
 /// contiguous run of global memory (both addresses 16-byte aligned, bytes a multiple of 16). It
 /// reads src through the async proxy (fence_proxy_async_shared after writing it) and joins this
@@ -335,7 +346,7 @@ __device__ inline void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
 /// 8n + 2t and 8n + 2t + 1 (see the accumulator layout above).
 template <int kN, int kCols = 2 * kN>
 __device__ inline void store_rows_bf16(const float (&acc)[kN], __nv_bfloat16* base, int r0, int rows, int t,
-                                       const float (&scale)[2]) {
+                                       const float (&scale)[2], int64_t row_stride = kCols) {
   static_assert(kCols % 8 == 0 && kCols <= 2 * kN, "whole 8-column blocks of the accumulator");
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -343,7 +354,7 @@ __device__ inline void store_rows_bf16(const float (&acc)[kN], __nv_bfloat16* ba
     if (row >= rows) continue;
 #pragma unroll
     for (int n = 0; n < kCols / 8; ++n)
-      *reinterpret_cast<__nv_bfloat162*>(base + int64_t(row) * kCols + 8 * n + 2 * t) =
+      *reinterpret_cast<__nv_bfloat162*>(base + int64_t(row) * row_stride + 8 * n + 2 * t) =
           __floats2bfloat162_rn(acc[4 * n + 2 * h] * scale[h], acc[4 * n + 2 * h + 1] * scale[h]);
   }
 }

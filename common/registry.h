@@ -38,6 +38,7 @@
 #include "compare.h"
 #include "dtype.h"
 #include "problem.h"
+#include "strides.h"
 
 namespace fa {
 
@@ -72,6 +73,9 @@ struct ForwardParams {
   /// (the registry turns any other kernel away from a problem that has them).
   AttentionFeatures features;
   AttentionExtras extras;
+  /// The tensors' strides when they are not packed (strides.h); null means packed. Read only by
+  /// kernels that declare `strided`; the C API copies for any other.
+  const ForwardStrides* strides = nullptr;
 };
 
 using ShapeCheck = std::function<std::string(const AttentionShape&)>;
@@ -89,6 +93,7 @@ struct ForwardKernel {
   std::function<std::string(const AttentionShape&)> memory_note;
   std::optional<Tolerance> tolerance;
   unsigned features = 0;  // the Feature bits it takes
+  bool strided = false;   // reads ForwardParams::strides (strides.h)
 };
 
 /// A chapter's algorithm.h on the CPU, in float, same loops as its kernel. Outputs O [B,H,Nq,d]
@@ -121,6 +126,7 @@ struct BackwardParams {
   cudaStream_t stream = nullptr;
   AttentionFeatures features;  // as in ForwardParams
   AttentionExtras extras;
+  const BackwardStrides* strides = nullptr;  // as in ForwardParams
 };
 
 struct BackwardKernel {
@@ -137,6 +143,7 @@ struct BackwardKernel {
   /// tests hold it to that.
   bool deterministic = false;
   unsigned features = 0;
+  bool strided = false;  // reads BackwardParams::strides
 };
 
 /// What a decode launcher receives (chapter 08; DecodeShape in problem.h has the layouts).

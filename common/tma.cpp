@@ -26,8 +26,9 @@ CUtensorMap make_tensor_map_sw128(const void* base, int element_bytes, int cols,
   return make_tensor_map_swizzled(base, element_bytes, cols, rows, planes, box_rows, 128);
 }
 
-CUtensorMap make_tensor_map_swizzled(const void* base, int element_bytes, int cols, int rows, int planes, int box_rows,
-                                     int row_bytes) {
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -37,6 +38,14 @@ CUtensorMap make_tensor_map_swizzled(const void* base, int element_bytes, int co
       throw std::runtime_error("cuTensorMapEncodeTiled is not available from this CUDA driver");
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
+  return encode;
+}
+
+}  // namespace
+
+CUtensorMap make_tensor_map_swizzled(const void* base, int element_bytes, int cols, int rows, int planes, int box_rows,
+                                     int row_bytes) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (element_bytes != 1 && element_bytes != 2)
     throw std::invalid_argument("make_tensor_map_swizzled: element_bytes must be 1 or 2, got " +
                                 std::to_string(element_bytes));
@@ -58,6 +67,29 @@ CUtensorMap make_tensor_map_swizzled(const void* base, int element_bytes, int co
     throw std::runtime_error("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ") for a [" +
                              std::to_string(planes) + "][" + std::to_string(rows) + "][" + std::to_string(cols) +
                              "] tensor with boxes of " + std::to_string(box_rows) + " rows");
+  return map;
+}
+
+CUtensorMap make_tensor_map_heads(const void* base, int cols, int rows, int heads, int batch,
+                                  const TensorStrides& strides, int box_rows) {
+  // A dimension of extent 1 is never stepped over, but the encoder still wants a valid stride.
+  const int64_t row = strides.row, head = heads > 1 ? strides.head : int64_t(rows) * row,
+                batch_stride = batch > 1 ? strides.batch : int64_t(heads) * head;
+  const cuuint64_t dims[4] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(batch)};
+  const cuuint64_t byte_strides[3] = {cuuint64_t(row) * 2, cuuint64_t(head) * 2, cuuint64_t(batch_stride) * 2};
+  const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  CUtensorMap map{};
+  const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims,
+                                          byte_strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ") for a [" +
+                             std::to_string(batch) + "][" + std::to_string(heads) + "][" + std::to_string(rows) +
+                             "][" + std::to_string(cols) + "] tensor with strides (" + std::to_string(batch_stride) +
+                             ", " + std::to_string(head) + ", " + std::to_string(row) + ") and boxes of " +
+                             std::to_string(box_rows) + " rows");
   return map;
 }
 

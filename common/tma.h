@@ -9,6 +9,7 @@
 #include <string>
 
 #include "problem.h"
+#include "strides.h"
 
 namespace fa {
 
@@ -28,5 +29,11 @@ CUtensorMap make_tensor_map_sw128(const void* base, int element_bytes, int cols,
 /// The same with box rows of `row_bytes` (64 or 128) and the matching swizzle (64- or 128-byte).
 CUtensorMap make_tensor_map_swizzled(const void* base, int element_bytes, int cols, int rows, int planes, int box_rows,
                                      int row_bytes);
+/// A 4-D tensor map over a bf16 [batch][heads][rows][cols] tensor with any strides (cols
+/// contiguous; TensorStrides in elements, multiples of 8), in boxes of box_rows x 64 columns with
+/// the 128-byte swizzle: the same boxes as make_tensor_map_sw128 for a packed tensor, addressed
+/// by (column, row, head, batch) (hopper::tma_load_head). Rows past `rows` read as zeros.
+CUtensorMap make_tensor_map_heads(const void* base, int cols, int rows, int heads, int batch,
+                                  const TensorStrides& strides, int box_rows);
 
 }  // namespace fa

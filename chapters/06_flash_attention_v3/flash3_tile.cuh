@@ -23,6 +23,7 @@
 #include "online_softmax.cuh"
 #include "problem.h"
 #include "registry.h"
+#include "strides.h"
 #include "tma.h"
 
 namespace fa::flash3 {
@@ -209,8 +210,8 @@ __device__ inline void row_totals(const float (&m)[2], const float (&l)[2], floa
 template <int kD>
 __device__ inline void store_output(const float (&out)[kPaddedDim<kD> / 2], const float (&inv)[2],
                                     const float (&lse_log2)[2], const AttentionShape& shape, int bh, int row0, int t,
-                                    __nv_bfloat16* o, float* lse) {
-  hopper::store_rows_bf16<kPaddedDim<kD> / 2, kD>(out, o + shape.q_head_offset(bh), row0, shape.seq_q, t, inv);
+                                    StridedRows<__nv_bfloat16> o, float* lse) {
+  hopper::store_rows_bf16<kPaddedDim<kD> / 2, kD>(out, o.head_start(bh), row0, shape.seq_q, t, inv, o.strides.row);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + 8 * h;
@@ -228,8 +229,8 @@ __device__ inline void sum_over_quad(float (&l)[2]) {
 /// O / l rounded to bf16, and LSE, for this thread's two rows; l is this thread's partial sum.
 template <int kD>
 __device__ inline void write_output(const float (&out)[kPaddedDim<kD> / 2], const float (&m)[2], float (&l)[2],
-                                    const AttentionShape& shape, int bh, int row0, int t, __nv_bfloat16* o,
-                                    float* lse) {
+                                    const AttentionShape& shape, int bh, int row0, int t,
+                                    StridedRows<__nv_bfloat16> o, float* lse) {
   float inv[2], lse_log2[2];
   sum_over_quad(l);
   row_totals(m, l, inv, lse_log2);
@@ -318,22 +319,24 @@ __device__ inline void pingpong_schedule(Ops& ops, int n_tiles, int consumer) {
 /// The host side of variants 1-4 and 7: tensor maps over the bf16 Q (boxes of block_m rows), K and
 /// V (boxes of key_rows), the shared-memory limit raised to smem_bytes, one block per (Q tile,
 /// batch * head), or `persistent_blocks` blocks when given (variant 7). `kernel` takes (tm_q,
-/// tm_k, tm_v, shape, o, lse, extra...).
+/// tm_k, tm_v, shape, o, lse, extra...). The tensors may have any strides (p.strides, strides.h):
+/// the tensor maps and O's rows carry them, so the kernels never assume the packed layout.
 template <class Kernel, class... Extra>
 void launch_bf16_tiles(Kernel kernel, const ForwardParams& p, int head_dim, int block_m, int key_rows, int threads,
                        int smem_bytes, int persistent_blocks = 0, Extra... extra) {
   const AttentionShape& s = p.shape;
+  const ForwardStrides st = p.strides ? *p.strides : ForwardStrides::packed(s);
   //! [tensor_maps]
-  const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, head_dim, s.seq_q, s.batch * s.heads_q, block_m);
-  const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, head_dim, s.seq_kv, s.batch * s.heads_kv, key_rows);
-  const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, head_dim, s.seq_kv, s.batch * s.heads_kv, key_rows);
+  const CUtensorMap tm_q = make_tensor_map_heads(p.q, head_dim, s.seq_q, s.heads_q, s.batch, st.q, block_m);
+  const CUtensorMap tm_k = make_tensor_map_heads(p.k, head_dim, s.seq_kv, s.heads_kv, s.batch, st.k, key_rows);
+  const CUtensorMap tm_v = make_tensor_map_heads(p.v, head_dim, s.seq_kv, s.heads_kv, s.batch, st.v, key_rows);
   //! [tensor_maps]
+  const StridedRows<__nv_bfloat16> o{static_cast<__nv_bfloat16*>(p.o), st.o, s.heads_q};
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   const dim3 grid = persistent_blocks > 0
                         ? dim3(unsigned(persistent_blocks))
                         : dim3(unsigned((s.seq_q + block_m - 1) / block_m), unsigned(s.batch * s.heads_q));
-  kernel<<<grid, threads, smem_bytes, p.stream>>>(tm_q, tm_k, tm_v, s, static_cast<__nv_bfloat16*>(p.o), p.lse,
-                                                  extra...);
+  kernel<<<grid, threads, smem_bytes, p.stream>>>(tm_q, tm_k, tm_v, s, o, p.lse, extra...);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -50,7 +50,7 @@ struct WorkItem {
 template <int kD>
 __global__ void __launch_bounds__(kThreads, 1)
     flash3_persistent_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                             const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, __nv_bfloat16* o,
+                             const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, StridedRows<__nv_bfloat16> o,
                              float* lse, int* next_item) {
   using S = Layout<kD>;
   using R = Ring<kStages>;
@@ -92,12 +92,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (r >= kStages) mbarrier_wait(&k_empty[stage], R::empty_parity(r));
       mbarrier_arrive_expect_tx(&k_full[stage], S::kTileBytes);
       for (int b = 0; b < S::kBoxes; ++b)
-        tma_load_3d(smem + S::kK + stage * S::kTileBytes + b * S::kKeyBoxBytes, &tm_k, 64 * b, j * kN, w.kv_plane,
+        tma_load_head(smem + S::kK + stage * S::kTileBytes + b * S::kKeyBoxBytes, &tm_k, 64 * b, j * kN, w.kv_plane, shape.heads_kv,
                     &k_full[stage]);
       if (r >= kStages) mbarrier_wait(&v_empty[stage], R::empty_parity(r));
       mbarrier_arrive_expect_tx(&v_full[stage], S::kTileBytes);
       for (int b = 0; b < S::kBoxes; ++b)
-        tma_load_3d(smem + S::kV + stage * S::kTileBytes + b * S::kKeyBoxBytes, &tm_v, 64 * b, j * kN, w.kv_plane,
+        tma_load_head(smem + S::kV + stage * S::kTileBytes + b * S::kKeyBoxBytes, &tm_v, 64 * b, j * kN, w.kv_plane, shape.heads_kv,
                     &v_full[stage]);
     };
     int ring = 0;
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       item_of = item;
       mbarrier_arrive_expect_tx(q_full, S::kQBytes);
       for (int b = 0; b < S::kBoxes; ++b)
-        tma_load_3d(smem + S::kQ + b * kBlockM * 128, &tm_q, 64 * b, w.i0, w.bh, q_full);
+        tma_load_head(smem + S::kQ + b * kBlockM * 128, &tm_q, 64 * b, w.i0, w.bh, shape.heads_q, q_full);
       for (int j = early; j < w.n_tiles; ++j) load_tile(w, j, ring + j);
       ring += w.n_tiles;
     }
@@ -196,6 +196,7 @@ ForwardKernel persistent_kernel() {
                     return hopper_support(s, {64, 96, 128, 256});
                   }};
   k.workspace_bytes = [](const AttentionShape&) { return sizeof(int); };
+  k.strided = true;  // launch_bf16_tiles: strides in the tensor maps and O's rows
   return k;
 }
 

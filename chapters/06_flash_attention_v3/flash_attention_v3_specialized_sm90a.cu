@@ -35,7 +35,7 @@ using namespace fa::hopper;
 template <int kD, bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1)
     flash3_specialized_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                              const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, __nv_bfloat16* o,
+                              const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, StridedRows<__nv_bfloat16> o,
                               float* lse) {
   using S = Layout<kD>;
   constexpr int kN = kTileKeys<kD>;  // keys per K/V tile
@@ -64,19 +64,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid == 0) {
       const int kv_plane = (bh / shape.heads_q) * shape.heads_kv + shape.kv_head(bh % shape.heads_q);
       mbarrier_arrive_expect_tx(q_full, S::kQBytes);
-      for (int b = 0; b < S::kBoxes; ++b) tma_load_3d(smem + S::kQ + b * kBlockM * 128, &tm_q, 64 * b, i0, bh, q_full);
+      for (int b = 0; b < S::kBoxes; ++b) tma_load_head(smem + S::kQ + b * kBlockM * 128, &tm_q, 64 * b, i0, bh, shape.heads_q, q_full);
       produce_kv<kStages>(
           n_tiles, k_empty, v_empty,
           [&](int j, int stage) {
             mbarrier_arrive_expect_tx(&k_full[stage], S::kTileBytes);
             for (int b = 0; b < S::kBoxes; ++b)
-              tma_load_3d(smem + S::kK + stage * S::kTileBytes + b * S::kKeyBoxBytes, &tm_k, 64 * b, j * kN, kv_plane,
+              tma_load_head(smem + S::kK + stage * S::kTileBytes + b * S::kKeyBoxBytes, &tm_k, 64 * b, j * kN, kv_plane, shape.heads_kv,
                           &k_full[stage]);
           },
           [&](int j, int stage) {
             mbarrier_arrive_expect_tx(&v_full[stage], S::kTileBytes);
             for (int b = 0; b < S::kBoxes; ++b)
-              tma_load_3d(smem + S::kV + stage * S::kTileBytes + b * S::kKeyBoxBytes, &tm_v, 64 * b, j * kN, kv_plane,
+              tma_load_head(smem + S::kV + stage * S::kTileBytes + b * S::kKeyBoxBytes, &tm_v, 64 * b, j * kN, kv_plane, shape.heads_kv,
                           &v_full[stage]);
           });
     }
@@ -146,6 +146,7 @@ ForwardKernel specialized_kernel(const char* name, int number, const char* varia
                                  void (*launch)(const ForwardParams&), ShapeCheck supports) {
   ForwardKernel k{name, 6, number, variant, DType::BF16, summary, launch};
   k.supports = std::move(supports);
+  k.strided = true;  // launch_bf16_tiles: strides in the tensor maps and O's rows
   return k;
 }
 

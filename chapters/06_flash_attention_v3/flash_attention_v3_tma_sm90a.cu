@@ -69,7 +69,7 @@ struct TmaLayout {
 template <int kD>
 __global__ void __launch_bounds__(kThreads, 2)
     flash3_tma_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                      const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, __nv_bfloat16* o, float* lse) {
+                      const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, StridedRows<__nv_bfloat16> o, float* lse) {
   using L = TmaLayout<kD>;
   constexpr int kKeys = L::kKeys;
   using T = __nv_bfloat16;
@@ -90,17 +90,17 @@ __global__ void __launch_bounds__(kThreads, 2)
   auto load_kv = [&](int tile, int stage) {
     mbarrier_arrive_expect_tx(&k_full[stage], L::kTileBytes);
     for (int b = 0; b < L::kBoxes; ++b)
-      tma_load_3d(smem + L::kK + stage * L::kTileBytes + b * kKeys * 128, &tm_k, 64 * b, tile * kKeys, kv_plane,
+      tma_load_head(smem + L::kK + stage * L::kTileBytes + b * kKeys * 128, &tm_k, 64 * b, tile * kKeys, kv_plane, shape.heads_kv,
                   &k_full[stage]);
     mbarrier_arrive_expect_tx(&v_full[stage], L::kTileBytes);
     for (int b = 0; b < L::kBoxes; ++b)
-      tma_load_3d(smem + L::kV + stage * L::kTileBytes + b * kKeys * 128, &tm_v, 64 * b, tile * kKeys, kv_plane,
+      tma_load_head(smem + L::kV + stage * L::kTileBytes + b * kKeys * 128, &tm_v, 64 * b, tile * kKeys, kv_plane, shape.heads_kv,
                   &v_full[stage]);
   };
   init_ring(q_full, k_full, v_full, kStages);
   if (tid == 0) {
     mbarrier_arrive_expect_tx(q_full, L::kQBytes);
-    for (int b = 0; b < L::kBoxes; ++b) tma_load_3d(smem + L::kQ + b * kRows * 128, &tm_q, 64 * b, i0, bh, q_full);
+    for (int b = 0; b < L::kBoxes; ++b) tma_load_head(smem + L::kQ + b * kRows * 128, &tm_q, 64 * b, i0, bh, shape.heads_q, q_full);
     for (int j = 0; j < kStages && j < n_tiles; ++j) load_kv(j, j);
   }
 
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 
   // O / l rounded to bf16, straight from the registers; LSE.
-  T* o_head = o + shape.q_head_offset(bh);
+  T* o_head = o.head_start(bh);
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const int mt = r / 2, h = r % 2, row = i0 + 32 * warp + 16 * mt + 8 * h + g;
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
 #pragma unroll
     for (int db = 0; db < kD / 8; ++db)
-      *reinterpret_cast<__nv_bfloat162*>(o_head + int64_t(row) * kD + db * 8 + 2 * t) =
+      *reinterpret_cast<__nv_bfloat162*>(o_head + int64_t(row) * o.strides.row + db * 8 + 2 * t) =
           __floats2bfloat162_rn(out[mt][db][2 * h] * inv, out[mt][db][2 * h + 1] * inv);
     if (t == 0) lse[int64_t(bh) * shape.seq_q + row] = m[r] == -INFINITY ? -INFINITY : (m[r] + log2f(l[r])) * kLn2;
   }
@@ -159,6 +159,7 @@ ForwardKernel tma_kernel() {
   const char* summary = "chapter 05's tuned kernel fed by TMA into a 2-stage mbarrier ring, swizzled tiles";
   ForwardKernel k{"ch06_tma_bf16", 6, 1, "tma", DType::BF16, summary, launch_tma};
   k.supports = [](const AttentionShape& s) { return hopper_support(s); };
+  k.strided = true;  // launch_bf16_tiles: strides in the tensor maps and O's rows
   return k;
 }
 

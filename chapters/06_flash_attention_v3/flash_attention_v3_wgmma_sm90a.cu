@@ -36,7 +36,7 @@ using Layout = Smem<kD, kBlockM, kStages, 1 + 2 * kStages>;  // barriers: q_full
 template <int kD>
 __global__ void __launch_bounds__(kThreads, 1)
     flash3_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                        const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, __nv_bfloat16* o, float* lse) {
+                        const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, StridedRows<__nv_bfloat16> o, float* lse) {
   using S = Layout<kD>;
   extern __shared__ unsigned char shared_raw[];
   unsigned char* smem = aligned_smem(shared_raw);
@@ -59,11 +59,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto load_kv = [&](int tile, int stage) {
     mbarrier_arrive_expect_tx(&k_full[stage], S::kTileBytes);
     for (int b = 0; b < S::kBoxes; ++b)
-      tma_load_3d(smem + S::kK + stage * S::kTileBytes + b * kBoxBytes, &tm_k, 64 * b, tile * kBlockN, kv_plane,
+      tma_load_head(smem + S::kK + stage * S::kTileBytes + b * kBoxBytes, &tm_k, 64 * b, tile * kBlockN, kv_plane, shape.heads_kv,
                   &k_full[stage]);
     mbarrier_arrive_expect_tx(&v_full[stage], S::kTileBytes);
     for (int b = 0; b < S::kBoxes; ++b)
-      tma_load_3d(smem + S::kV + stage * S::kTileBytes + b * kBoxBytes, &tm_v, 64 * b, tile * kBlockN, kv_plane,
+      tma_load_head(smem + S::kV + stage * S::kTileBytes + b * kBoxBytes, &tm_v, 64 * b, tile * kBlockN, kv_plane, shape.heads_kv,
                   &v_full[stage]);
   };
   //! [tma_ring]
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   init_ring(q_full, k_full, v_full, kStages);
   if (tid == 0) {
     mbarrier_arrive_expect_tx(q_full, S::kQBytes);
-    for (int b = 0; b < S::kBoxes; ++b) tma_load_3d(smem + S::kQ + b * kBlockM * 128, &tm_q, 64 * b, i0, bh, q_full);
+    for (int b = 0; b < S::kBoxes; ++b) tma_load_head(smem + S::kQ + b * kBlockM * 128, &tm_q, 64 * b, i0, bh, shape.heads_q, q_full);
     for (int j = 0; j < kStages && j < n_tiles; ++j) load_kv(j, j);
   }
 
@@ -121,6 +121,7 @@ ForwardKernel wgmma_kernel() {
   const char* summary = "TMA into a 2-stage mbarrier ring; S and P*V with wgmma (2 warpgroups, 128 x 128 tiles)";
   ForwardKernel k{"ch06_wgmma_bf16", 6, 2, "wgmma", DType::BF16, summary, launch_wgmma};
   k.supports = [](const AttentionShape& s) { return hopper_support(s); };
+  k.strided = true;  // launch_bf16_tiles: strides in the tensor maps and O's rows
   return k;
 }
 

@@ -136,7 +136,8 @@ __device__ void merge_pieces(float (&out)[kD / 2], const float (&m)[2], const fl
     inv[h] = sum[h] > 0.0f ? 1.0f / sum[h] : 0.0f;
     lse_log2[h] = top[h] == -INFINITY ? -INFINITY : top[h] + log2f(sum[h]);
   }
-  store_output<kD>(out, inv, lse_log2, shape, bh, row0, t, o, lse);
+  store_output<kD>(out, inv, lse_log2, shape, bh, row0, t,
+                   StridedRows<__nv_bfloat16>::packed(o, shape.heads_q, shape.seq_q, kD), lse);
 }
 //! [merge_pieces]
 

@@ -308,7 +308,8 @@ __device__ inline void finish_fp8(Ops& ops, const Piece& work, const Fp8Grid& gr
   if (work.pieces == 1) {
     float inv[2], lse_log2[2];
     row_totals(ops.m, ops.l, inv, lse_log2);
-    store_output<kD>(ops.out, inv, lse_log2, ops.shape, bh, ops.row0, ops.t, o, lse);
+    store_output<kD>(ops.out, inv, lse_log2, ops.shape, bh, ops.row0, ops.t,
+                     StridedRows<__nv_bfloat16>::packed(o, ops.shape.heads_q, ops.shape.seq_q, kD), lse);
     return;
   }
   const int warp_slot = consumer * 4 + warp;  // this warp's record and counter within the block's

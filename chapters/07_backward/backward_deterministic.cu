@@ -124,7 +124,7 @@ template <class T, int kD>
 void launch_dim(const BackwardParams& p) {
   const AttentionShape& s = p.shape;
   float* delta = static_cast<float*>(p.workspace);
-  launch_delta<T>(p.o, p.d_o, delta, s.lse_elems(), kD, p.stream);
+  launch_delta<T>(p, delta);
   const cudaStream_t side = fork_side_stream(p.stream);
   // dK and dV: chapter 07's K/V-side kernel without its dQ part.
   const int kv_bytes = backward_mma_smem_bytes<T, kD, false>();

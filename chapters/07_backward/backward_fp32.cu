@@ -126,7 +126,7 @@ void launch_dim(const BackwardParams& p) {
   const AttentionShape& s = p.shape;
   float* delta = static_cast<float*>(p.workspace);
   CUDA_CHECK(cudaMemsetAsync(p.dq, 0, std::size_t(s.q_elems()) * sizeof(float), p.stream));
-  launch_delta<float>(p.o, p.d_o, delta, s.lse_elems(), kD, p.stream);
+  launch_delta<float>(p, delta);
   const int bytes = int((4 * kTile * kD + 2 * kTile * kLdP + 2 * kTile) * sizeof(float));
   auto kernel = backward_fp32_kernel<kD>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));

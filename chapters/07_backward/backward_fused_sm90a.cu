@@ -116,7 +116,7 @@ template <int kD, DqPath kPath>
 __global__ void __launch_bounds__(kThreads, 1)
     fused_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                  const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do, AttentionShape s,
-                 const float* lse, const float* delta, float* dq32, __nv_bfloat16* dk, __nv_bfloat16* dv) {
+                 const float* lse, const float* delta, float* dq32, StridedRows<__nv_bfloat16> dk, StridedRows<__nv_bfloat16> dv) {
   constexpr int kRows = kRowsOf<kD>;
   using L = KvLayout<kD, kRows, kExtraOf<kD, kPath>>;
   using Split = DqSplit<kD>;
@@ -252,10 +252,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   if (kPath == DqPath::kBulk && wg_tid == 0) bulk_wait<0>();  // the shared memory stays until it is read
-  const int64_t head = int64_t(kv_plane) * s.seq_kv * kD;
   const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.0f, 1.0f};
-  store_rows_bf16<kPaddedDim<kD> / 2, kD>(dk_acc, dk + head, key_a, s.seq_kv, t, dk_scale);
-  store_rows_bf16<kPaddedDim<kD> / 2, kD>(dv_acc, dv + head, key_a, s.seq_kv, t, dv_scale);
+  store_rows_bf16<kPaddedDim<kD> / 2, kD>(dk_acc, dk.head_start(kv_plane), key_a, s.seq_kv, t, dk_scale,
+                                          dk.strides.row);
+  store_rows_bf16<kPaddedDim<kD> / 2, kD>(dv_acc, dv.head_start(kv_plane), key_a, s.seq_kv, t, dv_scale,
+                                          dv.strides.row);
 }
 
 /// The fp32 dQ sits in the workspace after D, from a 16-byte boundary (the atomics add float2,
@@ -277,7 +278,7 @@ std::size_t dq32_floats(const AttentionShape& s, DqPath path) {
 /// of consumer thread x holds dQ_i's rows r = 16 (x / 32) + (x % 32) / 4 (and r + 8) at columns
 /// 8 n + 2 (x % 4) (and + 1) of the part, as in the atomics of kAtomics.
 template <int kD>
-__global__ void round_dq_parts_kernel(const float4* dq32, __nv_bfloat16* dq, int seq_q, int q_tiles, int64_t n4) {
+__global__ void round_dq_parts_kernel(const float4* dq32, StridedRows<__nv_bfloat16> dq, int seq_q, int q_tiles, int64_t n4) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n4) return;
   const float4 v = dq32[i];
@@ -289,10 +290,10 @@ __global__ void round_dq_parts_kernel(const float4* dq32, __nv_bfloat16* dq, int
   const bool by_rows = DqSplit<kD>::kByRows;
   const int row = tile * kRowsOf<kD> + (by_rows ? 64 * c : 0) + r, col = (by_rows ? 0 : 64 * c) + col8;
   if (col >= kD) return;  // head_dim 96's padding columns
-  __nv_bfloat16* head = dq + bh * seq_q * kD;
-  if (row < seq_q) *reinterpret_cast<__nv_bfloat162*>(head + int64_t(row) * kD + col) = __floats2bfloat162_rn(v.x, v.y);
-  if (row + 8 < seq_q)
-    *reinterpret_cast<__nv_bfloat162*>(head + int64_t(row + 8) * kD + col) = __floats2bfloat162_rn(v.z, v.w);
+  __nv_bfloat16* head = dq.head_start(int(bh));
+  const int64_t at = int64_t(row) * dq.strides.row + col, step = 8 * dq.strides.row;
+  if (row < seq_q) *reinterpret_cast<__nv_bfloat162*>(head + at) = __floats2bfloat162_rn(v.x, v.y);
+  if (row + 8 < seq_q) *reinterpret_cast<__nv_bfloat162*>(head + at + step) = __floats2bfloat162_rn(v.z, v.w);
 }
 //! [fused_round_parts]
 
@@ -303,27 +304,29 @@ void launch_dim(const BackwardParams& p) {
   float* dq32 = delta + dq32_offset(s);
   const std::size_t dq_floats = dq32_floats(s, kPath);
   CUDA_CHECK(cudaMemsetAsync(dq32, 0, dq_floats * sizeof(float), p.stream));
-  launch_delta<__nv_bfloat16>(p.o, p.d_o, delta, s.lse_elems(), kD, p.stream);
-  const int q_planes = s.batch * s.heads_q, kv_planes = s.batch * s.heads_kv;
-  const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, kD, s.seq_q, q_planes, kRowsOf<kD>);
-  const CUtensorMap tm_do = make_tensor_map_sw128(p.d_o, 2, kD, s.seq_q, q_planes, kRowsOf<kD>);
-  const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, kD, s.seq_kv, kv_planes, kKvKeys);
-  const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, kD, s.seq_kv, kv_planes, kKvKeys);
+  launch_delta<__nv_bfloat16>(p, delta);
+  const int kv_planes = s.batch * s.heads_kv;
+  const BackwardStrides st = p.strides ? *p.strides : BackwardStrides::packed(s);
+  const CUtensorMap tm_q = make_tensor_map_heads(p.q, kD, s.seq_q, s.heads_q, s.batch, st.q, kRowsOf<kD>);
+  const CUtensorMap tm_do = make_tensor_map_heads(p.d_o, kD, s.seq_q, s.heads_q, s.batch, st.d_o, kRowsOf<kD>);
+  const CUtensorMap tm_k = make_tensor_map_heads(p.k, kD, s.seq_kv, s.heads_kv, s.batch, st.k, kKvKeys);
+  const CUtensorMap tm_v = make_tensor_map_heads(p.v, kD, s.seq_kv, s.heads_kv, s.batch, st.v, kKvKeys);
+  const StridedRows<__nv_bfloat16> dq{static_cast<__nv_bfloat16*>(p.dq), st.dq, s.heads_q},
+      dk{static_cast<__nv_bfloat16*>(p.dk), st.dk, s.heads_kv}, dv{static_cast<__nv_bfloat16*>(p.dv), st.dv, s.heads_kv};
   constexpr int kBytes = KvLayout<kD, kRowsOf<kD>, kExtraOf<kD, kPath>>::kBytes;
   static_assert(kBytes <= 227 * 1024, "a block may have 227 KiB of shared memory");
   CUDA_CHECK(cudaFuncSetAttribute(fused_kernel<kD, kPath>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
   const dim3 grid(unsigned((s.seq_kv + kKvKeys - 1) / kKvKeys), unsigned(kv_planes));
-  fused_kernel<kD, kPath><<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, p.lse, delta, dq32,
-                                                                static_cast<__nv_bfloat16*>(p.dk),
-                                                                static_cast<__nv_bfloat16*>(p.dv));
+  fused_kernel<kD, kPath><<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, p.lse, delta, dq32, dk,
+                                                                dv);
   CUDA_CHECK_LAUNCH();
   if constexpr (kPath == DqPath::kAtomics) {
-    launch_round_dq<__nv_bfloat16>(dq32, p.dq, s.q_elems(), p.stream);
+    launch_round_dq<__nv_bfloat16>(dq32, p);
   } else {
     const int64_t n4 = int64_t(dq_floats / 4);
     const int q_tiles = (s.seq_q + kRowsOf<kD> - 1) / kRowsOf<kD>;
     round_dq_parts_kernel<kD><<<unsigned((n4 + 255) / 256), 256, 0, p.stream>>>(
-        reinterpret_cast<const float4*>(dq32), static_cast<__nv_bfloat16*>(p.dq), s.seq_q, q_tiles, n4);
+        reinterpret_cast<const float4*>(dq32), dq, s.seq_q, q_tiles, n4);
     CUDA_CHECK_LAUNCH();
   }
 }
@@ -340,6 +343,7 @@ BackwardKernel fused_kernel_entry(const char* name, int number, const char* vari
     return hopper_support(s, kPath == DqPath::kBulk ? "variant 6" : "variant 5", {64, 96, 128});
   };
   k.workspace_bytes = [](const AttentionShape& s) { return (dq32_offset(s) + dq32_floats(s, kPath)) * sizeof(float); };
+  k.strided = true;  // the tensor maps, D's rows and the dQ/dK/dV stores take any strides
   return k;
 }
 

@@ -34,7 +34,7 @@ void launch_dim(const BackwardParams& p) {
   float* delta = static_cast<float*>(p.workspace);
   float* dq32 = delta + s.lse_elems();
   CUDA_CHECK(cudaMemsetAsync(dq32, 0, std::size_t(s.q_elems()) * sizeof(float), p.stream));
-  launch_delta<T>(p.o, p.d_o, delta, s.lse_elems(), kD, p.stream);
+  launch_delta<T>(p, delta);
   const int bytes = backward_mma_smem_bytes<T, kD, true>();
   auto kernel = backward_mma_kernel<T, kD, true>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
@@ -43,7 +43,7 @@ void launch_dim(const BackwardParams& p) {
                                               static_cast<const T*>(p.v), static_cast<const T*>(p.d_o), p.lse, delta,
                                               dq32, static_cast<T*>(p.dk), static_cast<T*>(p.dv));
   CUDA_CHECK_LAUNCH();
-  launch_round_dq<T>(dq32, p.dq, s.q_elems(), p.stream);
+  launch_round_dq<T>(dq32, p);
 }
 
 template <class T>

@@ -56,7 +56,7 @@ template <int kD>
 __global__ void __launch_bounds__(kThreads, 1)
     dkdv_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                 const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do, AttentionShape s,
-                const float* lse, const float* delta, __nv_bfloat16* dk, __nv_bfloat16* dv) {
+                const float* lse, const float* delta, StridedRows<__nv_bfloat16> dk, StridedRows<__nv_bfloat16> dv) {
   using L = KvLayout<kD>;
   extern __shared__ unsigned char shared_raw[];
   unsigned char* smem = aligned_smem(shared_raw);
@@ -124,10 +124,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // dK = dS^T Q * scale and dV for this thread's two keys, rounded once.
-  const int64_t head = int64_t(kv_plane) * s.seq_kv * kD;
   const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.0f, 1.0f};
-  store_rows_bf16<kPaddedDim<kD> / 2, kD>(dk_acc, dk + head, key_a, s.seq_kv, t, dk_scale);
-  store_rows_bf16<kPaddedDim<kD> / 2, kD>(dv_acc, dv + head, key_a, s.seq_kv, t, dv_scale);
+  store_rows_bf16<kPaddedDim<kD> / 2, kD>(dk_acc, dk.head_start(kv_plane), key_a, s.seq_kv, t, dk_scale,
+                                          dk.strides.row);
+  store_rows_bf16<kPaddedDim<kD> / 2, kD>(dv_acc, dv.head_start(kv_plane), key_a, s.seq_kv, t, dv_scale,
+                                          dv.strides.row);
 }
 //! [wgmma_dkdv_kernel]
 
@@ -149,7 +150,7 @@ template <int kD>
 __global__ void __launch_bounds__(kThreads, 1)
     dq_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
               const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do, AttentionShape s,
-              const float* lse, const float* delta, __nv_bfloat16* dq) {
+              const float* lse, const float* delta, StridedRows<__nv_bfloat16> dq) {
   using L = QLayout<kD>;
   extern __shared__ unsigned char shared_raw[];
   unsigned char* smem = aligned_smem(shared_raw);
@@ -168,7 +169,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == 0) {
     setmaxnreg_dec<40>();
     if (tid == 0)
-      produce_dq<kD, kQRows, L>(smem, tm_q, tm_k, tm_v, tm_do, i0, bh, kv_plane, n_tiles, q_full, full, empty);
+      produce_dq<kD, kQRows, L>(smem, tm_q, tm_k, tm_v, tm_do, s, i0, bh, kv_plane, n_tiles, q_full, full, empty);
     return;
   }
 
@@ -215,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   const float dq_scale[2] = {scale, scale};
-  store_rows_bf16<kPaddedDim<kD> / 2, kD>(dq_acc, dq + int64_t(bh) * s.seq_q * kD, row_a, s.seq_q, t, dq_scale);
+  store_rows_bf16<kPaddedDim<kD> / 2, kD>(dq_acc, dq.head_start(bh), row_a, s.seq_q, t, dq_scale, dq.strides.row);
 }
 //! [wgmma_dq_kernel]
 
@@ -243,38 +244,39 @@ template <int kD>
 void launch_dim(const BackwardParams& p) {
   const AttentionShape& s = p.shape;
   float* delta = static_cast<float*>(p.workspace);
-  launch_delta<__nv_bfloat16>(p.o, p.d_o, delta, s.lse_elems(), kD, p.stream);
+  launch_delta<__nv_bfloat16>(p, delta);
   const cudaStream_t side = fork_side_stream(p.stream);
   const int q_planes = s.batch * s.heads_q, kv_planes = s.batch * s.heads_kv;
+  const BackwardStrides st = p.strides ? *p.strides : BackwardStrides::packed(s);
+  const StridedRows<__nv_bfloat16> dq{static_cast<__nv_bfloat16*>(p.dq), st.dq, s.heads_q},
+      dk{static_cast<__nv_bfloat16*>(p.dk), st.dk, s.heads_kv}, dv{static_cast<__nv_bfloat16*>(p.dv), st.dv, s.heads_kv};
   // At d = 256 the wide kernels: 64 keys per dK/dV block, 64 rows per dQ block, all boxes 64 rows.
   constexpr bool kWide = kD == 256;
   constexpr int kKeysPerBlock = kWide ? kWideKeys : kKvKeys, kRowsPerBlock = kWide ? kWideRows : kQRows;
   {
     // dK, dV: Q and dO in boxes of 64 rows, K and V in boxes of a block's keys.
-    const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, kD, s.seq_q, q_planes, kKvRows);
-    const CUtensorMap tm_do = make_tensor_map_sw128(p.d_o, 2, kD, s.seq_q, q_planes, kKvRows);
-    const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, kD, s.seq_kv, kv_planes, kKeysPerBlock);
-    const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, kD, s.seq_kv, kv_planes, kKeysPerBlock);
+    const CUtensorMap tm_q = make_tensor_map_heads(p.q, kD, s.seq_q, s.heads_q, s.batch, st.q, kKvRows);
+    const CUtensorMap tm_do = make_tensor_map_heads(p.d_o, kD, s.seq_q, s.heads_q, s.batch, st.d_o, kKvRows);
+    const CUtensorMap tm_k = make_tensor_map_heads(p.k, kD, s.seq_kv, s.heads_kv, s.batch, st.k, kKeysPerBlock);
+    const CUtensorMap tm_v = make_tensor_map_heads(p.v, kD, s.seq_kv, s.heads_kv, s.batch, st.v, kKeysPerBlock);
     auto kernel = dkdv_kernel_for<kD>();
     constexpr int kBytes = kWide ? WideKvLayout<kD>::kBytes : KvLayout<kD>::kBytes;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
     const dim3 grid(unsigned((s.seq_kv + kKeysPerBlock - 1) / kKeysPerBlock), unsigned(kv_planes));
-    kernel<<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, p.lse, delta,
-                                                 static_cast<__nv_bfloat16*>(p.dk), static_cast<__nv_bfloat16*>(p.dv));
+    kernel<<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, p.lse, delta, dk, dv);
     CUDA_CHECK_LAUNCH();
   }
   {
     // dQ on the side stream: Q and dO in boxes of a block's rows, K and V in boxes of 64.
-    const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, kD, s.seq_q, q_planes, kRowsPerBlock);
-    const CUtensorMap tm_do = make_tensor_map_sw128(p.d_o, 2, kD, s.seq_q, q_planes, kRowsPerBlock);
-    const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, kD, s.seq_kv, kv_planes, kQKeys);
-    const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, kD, s.seq_kv, kv_planes, kQKeys);
+    const CUtensorMap tm_q = make_tensor_map_heads(p.q, kD, s.seq_q, s.heads_q, s.batch, st.q, kRowsPerBlock);
+    const CUtensorMap tm_do = make_tensor_map_heads(p.d_o, kD, s.seq_q, s.heads_q, s.batch, st.d_o, kRowsPerBlock);
+    const CUtensorMap tm_k = make_tensor_map_heads(p.k, kD, s.seq_kv, s.heads_kv, s.batch, st.k, kQKeys);
+    const CUtensorMap tm_v = make_tensor_map_heads(p.v, kD, s.seq_kv, s.heads_kv, s.batch, st.v, kQKeys);
     auto kernel = dq_kernel_for<kD>();
     constexpr int kBytes = kWide ? WideQLayout<kD>::kBytes : QLayout<kD>::kBytes;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
     const dim3 grid(unsigned((s.seq_q + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(q_planes));
-    kernel<<<grid, kThreads, kBytes, side>>>(tm_q, tm_k, tm_v, tm_do, s, p.lse, delta,
-                                             static_cast<__nv_bfloat16*>(p.dq));
+    kernel<<<grid, kThreads, kBytes, side>>>(tm_q, tm_k, tm_v, tm_do, s, p.lse, delta, dq);
     CUDA_CHECK_LAUNCH();
   }
   join_side_stream(p.stream);
@@ -291,6 +293,7 @@ BackwardKernel wgmma_kernel() {
   k.supports = [](const AttentionShape& s) { return hopper_support(s, "variant 4", {64, 96, 128, 256}); };
   k.workspace_bytes = [](const AttentionShape& s) { return std::size_t(s.lse_elems()) * sizeof(float); };
   k.deterministic = true;
+  k.strided = true;  // the tensor maps, D's rows and the dQ/dK/dV stores take any strides
   return k;
 }
 

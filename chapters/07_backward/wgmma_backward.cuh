@@ -246,8 +246,8 @@ __device__ inline void produce_dkdv(unsigned char* smem, const CUtensorMap& tm_q
   if (lane == 0) {
     mbarrier_arrive_expect_tx(kv_full, 2 * tile_bytes<kD>(kKeys));
     for (int b = 0; b < kBoxes<kD>; ++b) {
-      tma_load_3d(smem + L::kK + b * kKeys * kBoxRowBytes, &tm_k, 64 * b, j0, kv_plane, kv_full);
-      tma_load_3d(smem + L::kV + b * kKeys * kBoxRowBytes, &tm_v, 64 * b, j0, kv_plane, kv_full);
+      tma_load_head(smem + L::kK + b * kKeys * kBoxRowBytes, &tm_k, 64 * b, j0, kv_plane, s.heads_kv, kv_full);
+      tma_load_head(smem + L::kV + b * kKeys * kBoxRowBytes, &tm_v, 64 * b, j0, kv_plane, s.heads_kv, kv_full);
     }
   }
   for (int it = 0; it < items.n; ++it) {
@@ -262,10 +262,10 @@ __device__ inline void produce_dkdv(unsigned char* smem, const CUtensorMap& tm_q
     if (lane == 0) {
       mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kRows));
       for (int b = 0; b < kBoxes<kD>; ++b) {
-        tma_load_3d(smem + L::kQ + st * tile_bytes<kD>(kRows) + b * kRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh,
-                    &full[st]);
-        tma_load_3d(smem + L::kDo + st * tile_bytes<kD>(kRows) + b * kRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh,
-                    &full[st]);
+        tma_load_head(smem + L::kQ + st * tile_bytes<kD>(kRows) + b * kRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh,
+                      s.heads_q, &full[st]);
+        tma_load_head(smem + L::kDo + st * tile_bytes<kD>(kRows) + b * kRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh,
+                      s.heads_q, &full[st]);
       }
     } else {
       mbarrier_arrive(&full[st]);
@@ -282,22 +282,23 @@ constexpr int kQKeys = 64;  // keys per K/V tile of the dQ kernels
 /// tiles into the ring. L: the kernel's layout.
 template <int kD, int kRows, class L>
 __device__ inline void produce_dq(unsigned char* smem, const CUtensorMap& tm_q, const CUtensorMap& tm_k,
-                                  const CUtensorMap& tm_v, const CUtensorMap& tm_do, int i0, int bh, int kv_plane,
-                                  int n_tiles, uint64_t* q_full, uint64_t* full, uint64_t* empty) {
+                                  const CUtensorMap& tm_v, const CUtensorMap& tm_do, const AttentionShape& s, int i0,
+                                  int bh, int kv_plane, int n_tiles, uint64_t* q_full, uint64_t* full,
+                                  uint64_t* empty) {
   mbarrier_arrive_expect_tx(q_full, 2 * tile_bytes<kD>(kRows));
   for (int b = 0; b < kBoxes<kD>; ++b) {
-    tma_load_3d(smem + L::kQ + b * kRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh, q_full);
-    tma_load_3d(smem + L::kDo + b * kRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh, q_full);
+    tma_load_head(smem + L::kQ + b * kRows * kBoxRowBytes, &tm_q, 64 * b, i0, bh, s.heads_q, q_full);
+    tma_load_head(smem + L::kDo + b * kRows * kBoxRowBytes, &tm_do, 64 * b, i0, bh, s.heads_q, q_full);
   }
   for (int jt = 0; jt < n_tiles; ++jt) {
     const int st = StageRing::stage(jt);
     if (jt >= kStages) mbarrier_wait(&empty[st], StageRing::empty_parity(jt));
     mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kQKeys));
     for (int b = 0; b < kBoxes<kD>; ++b) {
-      tma_load_3d(smem + L::kK + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_k, 64 * b, jt * kQKeys,
-                  kv_plane, &full[st]);
-      tma_load_3d(smem + L::kV + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_v, 64 * b, jt * kQKeys,
-                  kv_plane, &full[st]);
+      tma_load_head(smem + L::kK + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_k, 64 * b,
+                    jt * kQKeys, kv_plane, s.heads_kv, &full[st]);
+      tma_load_head(smem + L::kV + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_v, 64 * b,
+                    jt * kQKeys, kv_plane, s.heads_kv, &full[st]);
     }
   }
 }

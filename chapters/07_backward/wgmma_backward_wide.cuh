@@ -56,7 +56,7 @@ template <int kD>
 __global__ void __launch_bounds__(kThreads, 1)
     dkdv_wide_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                      const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
-                     AttentionShape s, const float* lse, const float* delta, __nv_bfloat16* dk, __nv_bfloat16* dv) {
+                     AttentionShape s, const float* lse, const float* delta, StridedRows<__nv_bfloat16> dk, StridedRows<__nv_bfloat16> dv) {
   using L = WideKvLayout<kD>;
   extern __shared__ unsigned char shared_raw[];
   unsigned char* smem = aligned_smem(shared_raw);
@@ -132,9 +132,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (c == 0)
     for (int h = max(handed, 2); h < handed + 2; ++h) named_barrier_sync<kConsumerThreads>(kPEmpty + h % 2);
 
-  const int64_t head = int64_t(kv_plane) * s.seq_kv * kD;
   const float acc_scale[2] = {c == 0 ? 1.0f : scale, c == 0 ? 1.0f : scale};
-  store_rows_bf16<kPaddedDim<kD> / 2, kD>(acc, (c == 0 ? dv : dk) + head, key_a, s.seq_kv, t, acc_scale);
+  const StridedRows<__nv_bfloat16>& out = c == 0 ? dv : dk;
+  store_rows_bf16<kPaddedDim<kD> / 2, kD>(acc, out.head_start(kv_plane), key_a, s.seq_kv, t, acc_scale,
+                                          out.strides.row);
 }
 //! [wgmma_wide_dkdv]
 
@@ -154,7 +155,7 @@ template <int kD>
 __global__ void __launch_bounds__(kThreads, 1)
     dq_wide_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                    const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
-                   AttentionShape s, const float* lse, const float* delta, __nv_bfloat16* dq) {
+                   AttentionShape s, const float* lse, const float* delta, StridedRows<__nv_bfloat16> dq) {
   static_assert(kStages == 2, "one stage per consumer");
   using L = WideQLayout<kD>;
   extern __shared__ unsigned char shared_raw[];
@@ -174,7 +175,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == 0) {
     setmaxnreg_dec<40>();
     if (tid == 0)
-      produce_dq<kD, kWideRows, L>(smem, tm_q, tm_k, tm_v, tm_do, i0, bh, kv_plane, n_tiles, q_full, full, empty);
+      produce_dq<kD, kWideRows, L>(smem, tm_q, tm_k, tm_v, tm_do, s, i0, bh, kv_plane, n_tiles, q_full, full, empty);
     return;
   }
 
@@ -228,7 +229,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < kPaddedDim<kD> / 2; ++i) dq_acc[i] += (i < kHalf ? part_k : part_v)[(i % kHalf) * 128 + ct];
   const float dq_scale[2] = {scale, scale};
-  store_rows_bf16<kPaddedDim<kD> / 2, kD>(dq_acc, dq + int64_t(bh) * s.seq_q * kD, row_a, s.seq_q, t, dq_scale);
+  store_rows_bf16<kPaddedDim<kD> / 2, kD>(dq_acc, dq.head_start(bh), row_a, s.seq_q, t, dq_scale, dq.strides.row);
 }
 //! [wgmma_wide_dq]
 

@@ -184,7 +184,7 @@ void launch_dim(const BackwardParams& p) {
   float* delta = static_cast<float*>(p.workspace);
   float* dq32 = delta + s.lse_elems();
   CUDA_CHECK(cudaMemsetAsync(dq32, 0, std::size_t(s.q_elems()) * sizeof(float), p.stream));
-  backward::launch_delta<T>(p.o, p.d_o, delta, s.lse_elems(), kD, p.stream);
+  backward::launch_delta<T>(p, delta);
   auto kernel = features_backward_kernel<T, kD>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes<T, kD>));
   const AttentionFeatures& f = p.features;
@@ -196,7 +196,7 @@ void launch_dim(const BackwardParams& p) {
         static_cast<const T*>(p.d_o), p.lse, delta, dq32, static_cast<T*>(p.dk), static_cast<T*>(p.dv));
     CUDA_CHECK_LAUNCH();
   }
-  backward::launch_round_dq<T>(dq32, p.dq, s.q_elems(), p.stream);
+  backward::launch_round_dq<T>(dq32, p);
 }
 
 template <class T>

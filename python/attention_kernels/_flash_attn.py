@@ -18,9 +18,11 @@ Where this differs from flash-attn, on purpose (docs/python.md, tested in tests/
     the ones chapter 09's kernels compute; other slopes are refused. Checking them reads the
     slopes on the host once per distinct tensor.
   * return_attn_probs=True returns (out, softmax_lse, None): there are no dropout masks to return.
-  * The (batch, seq, heads, head_dim) tensors are copied into the kernels' [batch, heads, seq,
-    head_dim] layout and the output comes back as a view; the varlen call the same with its
-    packed rows.
+  * The (batch, seq, heads, head_dim) tensors, and views of one QKV projection, are read in
+    place by the strided kernels (chapter 06's bf16 forward, chapter 07's Hopper backward: the
+    defaults on an H100 or H200), whose outputs come back in flash-attn's layout; chapter 09's
+    kernels and the others copy them into their packed [batch, heads, seq, head_dim] layout
+    first, the varlen call too.
 """
 import torch
 
@@ -112,7 +114,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     for name, t in (("q", q), ("k", k), ("v", v)):
         _torch._check_tensor(name, t, 4, "[batch, seq, heads, head_dim]")
     alibi = _check_alibi(alibi_slopes, q.shape[0], q.shape[2])
-    qh, kh, vh = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))  # views: copied only for a packed-only kernel
     o, lse = _run(qh, kh, vh, bool(causal), softmax_scale, window_size, softcap, alibi, None, None, 0, 0,
                   deterministic)
     out = o.transpose(1, 2)

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-API_VERSION = 2
+API_VERSION = 3
 
 FORWARD, BACKWARD, DECODE = 0, 1, 2
 KIND_NAMES = {FORWARD: "forward", BACKWARD: "backward", DECODE: "decode"}
@@ -108,7 +108,14 @@ class _KernelInfo(ctypes.Structure):
         ("tolerance_max_abs", ctypes.c_double),
         ("tolerance_lse_abs", ctypes.c_double),
         ("coarse_arithmetic", ctypes.c_int),
+        ("strided", ctypes.c_int),
     ]
+
+
+class _Strides(ctypes.Structure):
+    """c_api.h's fa_strides: element strides of a tensor's batch, head and row (head_dim contiguous)."""
+
+    _fields_ = [("batch", ctypes.c_int64), ("head", ctypes.c_int64), ("row", ctypes.c_int64)]
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,7 @@ class KernelInfo:
     deterministic: bool
     tolerance: tuple  # forward/decode: (rel_fro, max_abs, lse_abs) of the C++ tests; backward: None
     coarse_arithmetic: bool  # FP8 inside (chapter 06): held to its own tolerance, not the dtype's
+    strided: bool = False  # takes tensors that are not packed [batch, heads, seq, head_dim] (no copy)
 
     @property
     def available(self):
@@ -196,9 +204,15 @@ class Library:
             size, ptr]
         lib.fa_backward_features.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Shape), features_p] + [ptr] * 10 + [
             size, ptr]
+        strides_p = ctypes.POINTER(_Strides)
+        lib.fa_forward_strided.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Shape), features_p, strides_p] + [
+            ptr] * 6 + [size, ptr]
+        lib.fa_backward_strided.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Shape), features_p, strides_p] + [
+            ptr] * 10 + [size, ptr]
         for fn in ("fa_kernel_at", "fa_kernel_find", "fa_forward_check", "fa_backward_check", "fa_decode_check",
                    "fa_forward", "fa_backward", "fa_decode", "fa_forward_check_features",
-                   "fa_backward_check_features", "fa_forward_features", "fa_backward_features"):
+                   "fa_backward_check_features", "fa_forward_features", "fa_backward_features", "fa_forward_strided",
+                   "fa_backward_strided"):
             getattr(lib, fn).restype = ctypes.c_int
         version = lib.fa_api_version()
         if version != API_VERSION:
@@ -239,6 +253,7 @@ class Library:
             deterministic=bool(info.deterministic),
             tolerance=tolerance if any(tolerance) else None,
             coarse_arithmetic=bool(info.coarse_arithmetic),
+            strided=bool(info.strided),
         )
 
     @staticmethod

@@ -47,7 +47,8 @@ def forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optional[float
 @forward.register_fake
 def _(q, k, v, causal, scale, kernel, backward_kernel, check_backward):
     _fake_attention_checks(q, k, v)
-    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+    (o,) = _torch.outputs_like(_torch.lib.FORWARD, kernel, (q, k, v))
+    return o, q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
 @torch.library.custom_op("attention_kernels::backward", mutates_args=(), device_types="cuda")
@@ -59,7 +60,8 @@ def backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, d_o: Tenso
 @backward.register_fake
 def _(q, k, v, o, lse, d_o, causal, scale, kernel):
     _fake_attention_checks(q, k, v)
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    dq, dk, dv = _torch.outputs_like(_torch.lib.BACKWARD, kernel, (q, k, v, o, d_o))
+    return dq, dk, dv
 
 
 def _setup_forward(ctx, inputs, output):
@@ -75,7 +77,7 @@ def _backward_of_forward(ctx, d_o, d_lse):
     q, k, v, o, lse = ctx.saved_tensors
     if d_o is None:
         return None, None, None, None, None, None, None, None
-    dq, dk, dv = backward(q, k, v, o, lse, d_o.contiguous(), ctx.causal, ctx.scale, ctx.backward_kernel)
+    dq, dk, dv = backward(q, k, v, o, lse, d_o, ctx.causal, ctx.scale, ctx.backward_kernel)
     return dq, dk, dv, None, None, None, None, None
 
 
@@ -147,7 +149,7 @@ def _backward_of_features_forward(ctx, d_o, d_lse):
     none = (None,) * 14  # no gradient for causal .. check_backward (the bias gets none either)
     if d_o is None:
         return (None, None, None) + none
-    dq, dk, dv = features_backward(q, k, v, o, lse, d_o.contiguous(), ctx.causal, ctx.scale, *ctx.features,
+    dq, dk, dv = features_backward(q, k, v, o, lse, d_o, ctx.causal, ctx.scale, *ctx.features,
                                    ctx.backward_kernel)
     return (dq, dk, dv) + none
 
@@ -178,7 +180,7 @@ class _Eager(torch.autograd.Function):
         if d_o is None:
             return (None,) * 9
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = _torch.backward(q, k, v, o, lse, d_o.contiguous(), causal=ctx.causal, scale=ctx.scale,
+        dq, dk, dv = _torch.backward(q, k, v, o, lse, d_o, causal=ctx.causal, scale=ctx.scale,
                                      kernel=ctx.backward_kernel, features=ctx.features)
         return (dq, dk, dv) + (None,) * 6
 

@@ -1,12 +1,12 @@
 """The kernels on torch tensors: checks, allocation, the current stream, and autograd.
 
-Layout: the kernels read and write dense [batch, heads, seq, head_dim] tensors, which is also
-the shape torch.nn.functional.scaled_dot_product_attention takes. With layout="bhsd" (the
-default) nothing is copied and a tensor that is not contiguous in that layout is refused.
-layout="bshd" takes [batch, seq, heads, head_dim] tensors (flash-attn's layout, and what a
-linear projection's .view(B, S, H, D) gives): Q, K and V are copied into [batch, heads, seq,
-head_dim] before the launch and the output comes back as a [batch, seq, heads, head_dim] view
-of the kernel's output (no copy); in the backward pass the gradients take the same copies.
+Layout: the kernels take [batch, heads, seq, head_dim] tensors, the shape
+torch.nn.functional.scaled_dot_product_attention takes. The strided kernels (KernelInfo.strided:
+chapter 06's bf16 kernels and chapter 07's Hopper backward) read and write any such view whose
+head_dim is contiguous, in place: flash-attn's [batch, seq, heads, head_dim] tensors
+(layout="bshd", or .transpose(1, 2)) and the Q, K, V slices of one projection cost no copy, and
+their outputs come back laid out like their inputs. Every other kernel reads packed tensors: a
+tensor that is not packed is copied for it (.contiguous()), and its outputs are packed.
 """
 import contextlib
 import ctypes
@@ -232,9 +232,6 @@ def _check_contiguous(name, t, hint):
                          f"read dense tensors: {hint}")
 
 
-_BHSD_HINT = ("pass .contiguous() (a copy), or layout='bshd' for [batch, seq, heads, head_dim] tensors")
-
-
 def _same_device(names, tensors):
     device = tensors[0].device
     for name, t in zip(names[1:], tensors[1:]):
@@ -279,15 +276,17 @@ def _attention_shape(q, k, v, causal, scale):
     return lib.load().shape(batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, causal, scale)
 
 
-def _output(name, given, shape, dtype, device):
-    """A new output tensor, or the caller's `given` after checking it matches."""
+def _output(name, given, shape, dtype, device, strided=False):
+    """A new output tensor, or the caller's `given` after checking it matches (contiguous,
+    unless the kernel is strided)."""
     if given is None:
         return torch.empty(shape, dtype=dtype, device=device)
     _check_tensor(name, given, len(shape), str(list(shape)))
     if tuple(given.shape) != tuple(shape) or given.dtype != dtype or given.device != device:
         raise ValueError(f"{name} must be a {dtype} tensor of shape {tuple(shape)} on {device}, got "
                          f"{given.dtype} {tuple(given.shape)} on {given.device}")
-    _check_contiguous(name, given, "pass a new tensor")
+    if not strided:
+        _check_contiguous(name, given, "pass a new tensor")
     return given
 
 
@@ -300,7 +299,76 @@ _PLANS_MAX = 4096
 
 
 def _sig(t):
-    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+    # storage_offset % 8: whether the data is 16-byte aligned, which a strided kernel's copies need
+    return None if t is None else (t.shape, t.stride(), t.storage_offset() % 8, t.dtype, t.device)
+
+
+# Strided kernels (KernelInfo.strided: chapter 06's bf16 kernels, chapter 07's Hopper backward)
+# read and write [batch, heads, seq, head_dim] views with any strides whose head_dim is
+# contiguous, such as flash-attn's [batch, seq, heads, head_dim] tensors seen through
+# .transpose(1, 2), or slices of one QKV projection: nothing is copied. Every other kernel reads
+# packed tensors, and a tensor that is not packed is copied for it (.contiguous()).
+
+def _strides(t):
+    """fa_strides of a [batch, heads, rows, head_dim] tensor a strided kernel can take as it is,
+    or None (it is copied): head_dim contiguous, 16-byte aligned, other strides multiples of 8
+    elements (the tensor maps' rule). A dimension of size 1 is never stepped over, so its stride
+    is replaced by a valid one."""
+    if t.stride(3) != 1 or t.storage_offset() % 8:  # (the caching allocator's blocks are aligned)
+        return None
+    fixed = []
+    for dim in (0, 1, 2):
+        stride = t.stride(dim) if t.shape[dim] > 1 else 8
+        if stride <= 0 or stride % 8:
+            return None
+        fixed.append(stride)
+    return lib._Strides(*fixed)
+
+
+def _seq_major(t):
+    """True when t's rows are farther apart than its heads (a view of [batch, seq, heads, head_dim])."""
+    return t.shape[1] > 1 and t.shape[2] > 1 and t.stride(2) > t.stride(1)
+
+
+def _new_like(t):
+    """An empty output shaped like [batch, heads, seq, head_dim] t: for a strided kernel, laid out
+    [batch, seq, heads, head_dim] underneath when t is, so that the caller's .transpose(1, 2)
+    back is free."""
+    if _seq_major(t):
+        b, h, s, d = t.shape
+        return torch.empty((b, s, h, d), dtype=t.dtype, device=t.device).transpose(1, 2)
+    return torch.empty(t.shape, dtype=t.dtype, device=t.device)
+
+
+def _in_place(info, tensors):
+    """Whether the kernel takes these tensors as they are: a strided kernel, and strides it can use."""
+    return info.strided and all(_strides(t) is not None for t in tensors)
+
+
+def _layout(info, inputs, outputs):
+    """How a call passes its tensors: None when every one is packed, or when the kernel takes
+    packed tensors only (the inputs are then copied, the outputs new and packed); else the
+    fa_strides array for the kernel's strided entry point, inputs then outputs. outputs: the
+    caller's tensors, or tensors allocated as they will be (_new_like)."""
+    tensors = inputs + outputs
+    if all(t.is_contiguous() for t in tensors) or not _in_place(info, tensors):
+        return None
+    return (lib._Strides * len(tensors))(*(_strides(t) for t in tensors))
+
+
+def outputs_like(kind, kernel, inputs):
+    """The outputs a forward (O) or backward (dQ, dK, dV) call on `inputs` returns, empty: laid
+    out as forward() and backward() lay them out, so that the operators' fake implementations
+    give torch.compile the strides the real ones will have."""
+    like = inputs[:1] if kind == lib.FORWARD else inputs[:3]
+    new = [_new_like(t) for t in like]
+    try:
+        info = _resolve(kind, kernel, _DTYPE_NAMES[inputs[0].dtype], "kernel")
+    except Exception:  # the real call raises the right error
+        info = None
+    if info is None or not _in_place(info, list(inputs) + new):
+        new = [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in like]
+    return new
 
 
 def _signature(kind, tensors, causal, scale, kernel, features):
@@ -339,35 +407,45 @@ def _raw_stream(index):
 def forward(q, k, v, *, causal=False, scale=None, kernel=None, out=None, lse=None, features=None):
     """O and LSE of [batch, heads, seq, head_dim] tensors, no autograd; out/lse: tensors to
     write into (O like q; LSE float32 [batch, heads_q, seq_q], natural log); features: a
-    Features (chapter 09's kernels only)."""
+    Features (chapter 09's kernels only). Tensors that are not packed are read in place by a
+    strided kernel and copied for any other (module docstring)."""
     if features is not None and not features.any():
         features = None
     key = _signature(lib.FORWARD, (q, k, v, out, lse), causal, scale, kernel, features)
 
     def make():
         shape = _attention_shape(q, k, v, causal, scale)
-        for name, t in (("q", q), ("k", k), ("v", v)):
-            _check_contiguous(name, t, _BHSD_HINT)
         checked = _check_features(features, q, k)
         info = _resolve(lib.FORWARD, kernel, _DTYPE_NAMES[q.dtype], "kernel", checked is not None)
         nbytes = _check(lib.FORWARD, info.name, _key(shape), None if checked is None else checked.key())
-        _output("out", out, q.shape, q.dtype, q.device)
+        _output("out", out, q.shape, q.dtype, q.device, info.strided)
         _output("lse", lse, q.shape[:3], torch.float32, q.device)
-        return info.name.encode(), shape, nbytes
+        strides = _layout(info, [q, k, v], [_new_like(q) if out is None else out])
+        if strides is None and out is not None and not out.is_contiguous():
+            raise ValueError(f"out has strides {out.stride()} that {info.name} cannot write; pass a new tensor")
+        return info.name.encode(), shape, nbytes, strides
 
-    name, shape, nbytes = _plan(key, make)
-    if out is None:
-        out = torch.empty_like(q)
+    name, shape, nbytes, strides = _plan(key, make)
+    if strides is None:
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        if out is None:
+            out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    elif out is None:
+        out = _new_like(q)
     if lse is None:
         lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     index = _device_index(q.device)
     with torch.cuda.device(index) if index != torch.cuda.current_device() else _NO_GUARD:
         work = torch.empty(nbytes, dtype=torch.uint8, device=q.device) if nbytes else None
         library = lib.load()
-        library._raise_for(library._lib.fa_forward_features(
-            name, ctypes.byref(shape), None if features is None else ctypes.byref(features.struct()),
-            q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-            None if work is None else work.data_ptr(), nbytes, _raw_stream(index)))
+        features_p = None if features is None else ctypes.byref(features.struct())
+        pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                    None if work is None else work.data_ptr(), nbytes, _raw_stream(index))
+        if strides is None:
+            library._raise_for(library._lib.fa_forward_features(name, ctypes.byref(shape), features_p, *pointers))
+        else:
+            library._raise_for(library._lib.fa_forward_strided(name, ctypes.byref(shape), features_p, strides,
+                                                               *pointers))
         del work  # returned to the caching allocator in stream order
     return out, lse
 
@@ -375,7 +453,8 @@ def forward(q, k, v, *, causal=False, scale=None, kernel=None, out=None, lse=Non
 def backward(q, k, v, o, lse, d_o, *, causal=False, scale=None, kernel=None, dq=None, dk=None, dv=None,
              features=None):
     """dQ, dK, dV from a forward's O and LSE and the output gradient dO, no autograd; features:
-    the forward's Features."""
+    the forward's Features. Strides as in forward(); new gradients are laid out like the inputs
+    they belong to."""
     if features is not None and not features.any():
         features = None
     key = _signature(lib.BACKWARD, (q, k, v, o, lse, d_o, dq, dk, dv), causal, scale, kernel, features)
@@ -391,28 +470,43 @@ def backward(q, k, v, o, lse, d_o, *, causal=False, scale=None, kernel=None, dq=
         if lse.shape != q.shape[:3] or lse.dtype != torch.float32:
             raise ValueError(f"lse must be torch.float32 {tuple(q.shape[:3])}, got {lse.dtype} {tuple(lse.shape)}")
         _same_device(("q", "o", "d_o", "lse"), (q, o, d_o, lse))
-        for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o), ("lse", lse)):
-            _check_contiguous(name, t, _BHSD_HINT)
+        _check_contiguous("lse", lse, "pass .contiguous() (a copy)")
         checked = _check_features(features, q, k)
         info = _resolve(lib.BACKWARD, kernel, _DTYPE_NAMES[q.dtype], "backward kernel", checked is not None)
         nbytes = _check(lib.BACKWARD, info.name, _key(shape), None if checked is None else checked.key())
-        _output("dq", dq, q.shape, q.dtype, q.device)
-        _output("dk", dk, k.shape, k.dtype, k.device)
-        _output("dv", dv, v.shape, v.dtype, v.device)
-        return info.name.encode(), shape, nbytes
+        _output("dq", dq, q.shape, q.dtype, q.device, info.strided)
+        _output("dk", dk, k.shape, k.dtype, k.device, info.strided)
+        _output("dv", dv, v.shape, v.dtype, v.device, info.strided)
+        grads = [_new_like(t) if g is None else g for t, g in ((q, dq), (k, dk), (v, dv))]
+        strides = _layout(info, [q, k, v, o, d_o], grads)
+        given = [g for g in (dq, dk, dv) if g is not None]
+        if strides is None and not all(g.is_contiguous() for g in given):
+            raise ValueError(f"dq, dk or dv has strides that {info.name} cannot write; pass new tensors")
+        return info.name.encode(), shape, nbytes, strides
 
-    name, shape, nbytes = _plan(key, make)
-    dq = torch.empty_like(q) if dq is None else dq
-    dk = torch.empty_like(k) if dk is None else dk
-    dv = torch.empty_like(v) if dv is None else dv
+    name, shape, nbytes, strides = _plan(key, make)
+    if strides is None:
+        q, k, v, o, d_o = (t.contiguous() for t in (q, k, v, o, d_o))
+        dq = torch.empty_like(q) if dq is None else dq
+        dk = torch.empty_like(k) if dk is None else dk
+        dv = torch.empty_like(v) if dv is None else dv
+    else:
+        dq = _new_like(q) if dq is None else dq
+        dk = _new_like(k) if dk is None else dk
+        dv = _new_like(v) if dv is None else dv
     index = _device_index(q.device)
     with torch.cuda.device(index) if index != torch.cuda.current_device() else _NO_GUARD:
         work = torch.empty(nbytes, dtype=torch.uint8, device=q.device) if nbytes else None
         library = lib.load()
-        library._raise_for(library._lib.fa_backward_features(
-            name, ctypes.byref(shape), None if features is None else ctypes.byref(features.struct()),
-            q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), d_o.data_ptr(), lse.data_ptr(), dq.data_ptr(),
-            dk.data_ptr(), dv.data_ptr(), None if work is None else work.data_ptr(), nbytes, _raw_stream(index)))
+        features_p = None if features is None else ctypes.byref(features.struct())
+        pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), d_o.data_ptr(), lse.data_ptr(),
+                    dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), None if work is None else work.data_ptr(), nbytes,
+                    _raw_stream(index))
+        if strides is None:
+            library._raise_for(library._lib.fa_backward_features(name, ctypes.byref(shape), features_p, *pointers))
+        else:
+            library._raise_for(library._lib.fa_backward_strided(name, ctypes.byref(shape), features_p, strides,
+                                                                *pointers))
         del work
     return dq, dk, dv
 
@@ -451,7 +545,7 @@ def attention(q, k, v, *, causal=False, scale=None, kernel=None, backward_kernel
     if layout == "bshd":
         for name, t in (("q", q), ("k", k), ("v", v)):
             _check_tensor(name, t, 4, "[batch, seq, heads, head_dim]")
-        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # views: forward() copies only for a packed-only kernel
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_tensor(name, t, 4, "[batch, heads, seq, head_dim]")
     if kernel is not None and not isinstance(kernel, str):

@@ -49,12 +49,12 @@ def test_mixed_dtypes():
 
 
 @needs_gpu
-def test_non_contiguous():
+def test_output_a_kernel_cannot_write():
     q, k, v = qkv()
-    q_t = q.transpose(1, 2).contiguous().transpose(1, 2)  # [b, h, s, d] shape, [b, s, h, d] memory
-    with pytest.raises(ValueError, match=r"^q is not contiguous \(shape \(1, 4, 32, 64\), strides .*\); the kernels read "
-                                         r"dense tensors: pass .contiguous\(\) \(a copy\), or layout='bshd'"):
-        ak.attention(q_t, k, v)
+    out = torch.empty(1, 32, 4, 64 * 2, dtype=q.dtype, device=q.device)[..., ::2].transpose(1, 2)  # head_dim strided
+    with pytest.raises(ValueError, match=r"^out has strides \(\d+, 128, 512, 2\) that ch06_pingpong_bf16 cannot "
+                                         r"write; pass a new tensor$"):
+        ak.forward(q, k, v, kernel="ch06_pingpong_bf16", out=out)
 
 
 @needs_gpu
