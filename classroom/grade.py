@@ -637,8 +637,10 @@ def build_until_clean(build, tree, files_of, broken, what, log=print, cwd=None):
         if not blamed:
             log(f"grade: {what} does not build; the end of its log:\n" + out[-3000:])
             return (f"{what} does not build, and none of the compiler's errors falls inside an exercise region, "
-                    "so there is nothing of yours to show here; the grader's own log has the compiler's output "
-                    "(ask the instructor)")
+                    "so there is nothing of yours to show here. A name your region declares can break the code "
+                    "after it (a variable that hides one the file uses later): rename what your regions declare "
+                    "and build your copy (make build). The grader's own log has the compiler's output; if your "
+                    "copy builds, ask the instructor")
         for ex_id, errors in blamed.items():
             broken[ex_id] = ["this exercise's code does not compile, so it was graded as the handout's stub:"] + \
                 compile_reason(ex_id, errors)

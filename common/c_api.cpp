@@ -389,8 +389,9 @@ fa_status launch_by_name(const std::vector<Entry>& list, fa_kind kind, const cha
     if constexpr (!std::is_same_v<Params, DecodeParams>) {
       if (strides != nullptr) {
         if (!kernel->strided)
-          return fail(FA_ERR_UNSUPPORTED, std::string(name) + " takes packed [batch, heads, seq, head_dim] tensors "
-                                                              "only; copy strided ones first");
+          return fail(FA_ERR_UNSUPPORTED, std::string(name) +
+                                              " takes packed [batch, heads, seq, head_dim] tensors "
+                                              "only; copy strided ones first");
         given = from_c(strides, given);
         if (std::string why = strides_reason(given); !why.empty()) return fail(FA_ERR_INVALID_ARGUMENT, why);
         params.strides = &given;

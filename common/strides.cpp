@@ -41,9 +41,8 @@ std::string strides_reason(const ForwardStrides& s) {
 }
 
 std::string strides_reason(const BackwardStrides& s) {
-  const std::pair<const char*, const TensorStrides*> tensors[] = {{"q", &s.q},   {"k", &s.k},   {"v", &s.v},
-                                                                  {"o", &s.o},   {"d_o", &s.d_o}, {"dq", &s.dq},
-                                                                  {"dk", &s.dk}, {"dv", &s.dv}};
+  const std::pair<const char*, const TensorStrides*> tensors[] = {
+      {"q", &s.q}, {"k", &s.k}, {"v", &s.v}, {"o", &s.o}, {"d_o", &s.d_o}, {"dq", &s.dq}, {"dk", &s.dk}, {"dv", &s.dv}};
   return first_reason(tensors);
 }
 

@@ -80,15 +80,15 @@ CUtensorMap make_tensor_map_heads(const void* base, int cols, int rows, int head
   const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   CUtensorMap map{};
-  const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims,
-                                          byte_strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, byte_strides, box,
+                           element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::runtime_error("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ") for a [" +
-                             std::to_string(batch) + "][" + std::to_string(heads) + "][" + std::to_string(rows) +
-                             "][" + std::to_string(cols) + "] tensor with strides (" + std::to_string(batch_stride) +
-                             ", " + std::to_string(head) + ", " + std::to_string(row) + ") and boxes of " +
+                             std::to_string(batch) + "][" + std::to_string(heads) + "][" + std::to_string(rows) + "][" +
+                             std::to_string(cols) + "] tensor with strides (" + std::to_string(batch_stride) + ", " +
+                             std::to_string(head) + ", " + std::to_string(row) + ") and boxes of " +
                              std::to_string(box_rows) + " rows");
   return map;
 }

@@ -79,12 +79,21 @@ void launch_safe_softmax(const ForwardParams& p) {
 }
 
 //! [block_launch]
+/// How safe_softmax_block_kernel is launched for `shape`: its blocks and threads per block.
+struct BlockLaunch {
+  unsigned blocks = 0, threads = 0;
+};
+BlockLaunch block_softmax_launch(const AttentionShape& shape) {
+  // BEGIN SOLUTION ch02_block_softmax: one block of kBlockThreads threads per row of scores (shape.lse_elems() rows)
+  return {unsigned(shape.lse_elems()), unsigned(kBlockThreads)};
+  // END SOLUTION
+}
+
 void launch_safe_softmax_block(const ForwardParams& p) {
   launch_materialized_attention<float>(p, naive::Products::Tiled, [&](float* scores) {
-    // BEGIN SOLUTION ch02_block_softmax: launch safe_softmax_block_kernel on p.stream, one block of kBlockThreads threads per row of scores (p.shape.lse_elems() rows), then CUDA_CHECK_LAUNCH()
-    safe_softmax_block_kernel<<<unsigned(p.shape.lse_elems()), kBlockThreads, 0, p.stream>>>(p.shape, scores, p.lse);
+    const BlockLaunch launch = block_softmax_launch(p.shape);
+    safe_softmax_block_kernel<<<launch.blocks, launch.threads, 0, p.stream>>>(p.shape, scores, p.lse);
     CUDA_CHECK_LAUNCH();
-    // END SOLUTION
   });
 }
 //! [block_launch]

@@ -229,8 +229,8 @@ __device__ inline void sum_over_quad(float (&l)[2]) {
 /// O / l rounded to bf16, and LSE, for this thread's two rows; l is this thread's partial sum.
 template <int kD>
 __device__ inline void write_output(const float (&out)[kPaddedDim<kD> / 2], const float (&m)[2], float (&l)[2],
-                                    const AttentionShape& shape, int bh, int row0, int t,
-                                    StridedRows<__nv_bfloat16> o, float* lse) {
+                                    const AttentionShape& shape, int bh, int row0, int t, StridedRows<__nv_bfloat16> o,
+                                    float* lse) {
   float inv[2], lse_log2[2];
   sum_over_quad(l);
   row_totals(m, l, inv, lse_log2);

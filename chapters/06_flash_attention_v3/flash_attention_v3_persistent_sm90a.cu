@@ -50,8 +50,8 @@ struct WorkItem {
 template <int kD>
 __global__ void __launch_bounds__(kThreads, 1)
     flash3_persistent_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                             const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, StridedRows<__nv_bfloat16> o,
-                             float* lse, int* next_item) {
+                             const __grid_constant__ CUtensorMap tm_v, AttentionShape shape,
+                             StridedRows<__nv_bfloat16> o, float* lse, int* next_item) {
   using S = Layout<kD>;
   using R = Ring<kStages>;
   constexpr int kN = kTileKeys<kD>;
@@ -92,13 +92,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (r >= kStages) mbarrier_wait(&k_empty[stage], R::empty_parity(r));
       mbarrier_arrive_expect_tx(&k_full[stage], S::kTileBytes);
       for (int b = 0; b < S::kBoxes; ++b)
-        tma_load_head(smem + S::kK + stage * S::kTileBytes + b * S::kKeyBoxBytes, &tm_k, 64 * b, j * kN, w.kv_plane, shape.heads_kv,
-                    &k_full[stage]);
+        tma_load_head(smem + S::kK + stage * S::kTileBytes + b * S::kKeyBoxBytes, &tm_k, 64 * b, j * kN, w.kv_plane,
+                      shape.heads_kv, &k_full[stage]);
       if (r >= kStages) mbarrier_wait(&v_empty[stage], R::empty_parity(r));
       mbarrier_arrive_expect_tx(&v_full[stage], S::kTileBytes);
       for (int b = 0; b < S::kBoxes; ++b)
-        tma_load_head(smem + S::kV + stage * S::kTileBytes + b * S::kKeyBoxBytes, &tm_v, 64 * b, j * kN, w.kv_plane, shape.heads_kv,
-                    &v_full[stage]);
+        tma_load_head(smem + S::kV + stage * S::kTileBytes + b * S::kKeyBoxBytes, &tm_v, 64 * b, j * kN, w.kv_plane,
+                      shape.heads_kv, &v_full[stage]);
     };
     int ring = 0;
     for (int n = 0;; ++n) {

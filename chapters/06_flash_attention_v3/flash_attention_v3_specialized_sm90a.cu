@@ -35,8 +35,8 @@ using namespace fa::hopper;
 template <int kD, bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1)
     flash3_specialized_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                              const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, StridedRows<__nv_bfloat16> o,
-                              float* lse) {
+                              const __grid_constant__ CUtensorMap tm_v, AttentionShape shape,
+                              StridedRows<__nv_bfloat16> o, float* lse) {
   using S = Layout<kD>;
   constexpr int kN = kTileKeys<kD>;  // keys per K/V tile
   extern __shared__ unsigned char shared_raw[];
@@ -64,20 +64,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid == 0) {
       const int kv_plane = (bh / shape.heads_q) * shape.heads_kv + shape.kv_head(bh % shape.heads_q);
       mbarrier_arrive_expect_tx(q_full, S::kQBytes);
-      for (int b = 0; b < S::kBoxes; ++b) tma_load_head(smem + S::kQ + b * kBlockM * 128, &tm_q, 64 * b, i0, bh, shape.heads_q, q_full);
+      for (int b = 0; b < S::kBoxes; ++b)
+        tma_load_head(smem + S::kQ + b * kBlockM * 128, &tm_q, 64 * b, i0, bh, shape.heads_q, q_full);
       produce_kv<kStages>(
           n_tiles, k_empty, v_empty,
           [&](int j, int stage) {
             mbarrier_arrive_expect_tx(&k_full[stage], S::kTileBytes);
             for (int b = 0; b < S::kBoxes; ++b)
-              tma_load_head(smem + S::kK + stage * S::kTileBytes + b * S::kKeyBoxBytes, &tm_k, 64 * b, j * kN, kv_plane, shape.heads_kv,
-                          &k_full[stage]);
+              tma_load_head(smem + S::kK + stage * S::kTileBytes + b * S::kKeyBoxBytes, &tm_k, 64 * b, j * kN, kv_plane,
+                            shape.heads_kv, &k_full[stage]);
           },
           [&](int j, int stage) {
             mbarrier_arrive_expect_tx(&v_full[stage], S::kTileBytes);
             for (int b = 0; b < S::kBoxes; ++b)
-              tma_load_head(smem + S::kV + stage * S::kTileBytes + b * S::kKeyBoxBytes, &tm_v, 64 * b, j * kN, kv_plane, shape.heads_kv,
-                          &v_full[stage]);
+              tma_load_head(smem + S::kV + stage * S::kTileBytes + b * S::kKeyBoxBytes, &tm_v, 64 * b, j * kN, kv_plane,
+                            shape.heads_kv, &v_full[stage]);
           });
     }
     //! [producer]

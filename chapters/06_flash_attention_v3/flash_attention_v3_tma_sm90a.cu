@@ -69,7 +69,8 @@ struct TmaLayout {
 template <int kD>
 __global__ void __launch_bounds__(kThreads, 2)
     flash3_tma_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                      const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, StridedRows<__nv_bfloat16> o, float* lse) {
+                      const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, StridedRows<__nv_bfloat16> o,
+                      float* lse) {
   using L = TmaLayout<kD>;
   constexpr int kKeys = L::kKeys;
   using T = __nv_bfloat16;
@@ -90,17 +91,18 @@ __global__ void __launch_bounds__(kThreads, 2)
   auto load_kv = [&](int tile, int stage) {
     mbarrier_arrive_expect_tx(&k_full[stage], L::kTileBytes);
     for (int b = 0; b < L::kBoxes; ++b)
-      tma_load_head(smem + L::kK + stage * L::kTileBytes + b * kKeys * 128, &tm_k, 64 * b, tile * kKeys, kv_plane, shape.heads_kv,
-                  &k_full[stage]);
+      tma_load_head(smem + L::kK + stage * L::kTileBytes + b * kKeys * 128, &tm_k, 64 * b, tile * kKeys, kv_plane,
+                    shape.heads_kv, &k_full[stage]);
     mbarrier_arrive_expect_tx(&v_full[stage], L::kTileBytes);
     for (int b = 0; b < L::kBoxes; ++b)
-      tma_load_head(smem + L::kV + stage * L::kTileBytes + b * kKeys * 128, &tm_v, 64 * b, tile * kKeys, kv_plane, shape.heads_kv,
-                  &v_full[stage]);
+      tma_load_head(smem + L::kV + stage * L::kTileBytes + b * kKeys * 128, &tm_v, 64 * b, tile * kKeys, kv_plane,
+                    shape.heads_kv, &v_full[stage]);
   };
   init_ring(q_full, k_full, v_full, kStages);
   if (tid == 0) {
     mbarrier_arrive_expect_tx(q_full, L::kQBytes);
-    for (int b = 0; b < L::kBoxes; ++b) tma_load_head(smem + L::kQ + b * kRows * 128, &tm_q, 64 * b, i0, bh, shape.heads_q, q_full);
+    for (int b = 0; b < L::kBoxes; ++b)
+      tma_load_head(smem + L::kQ + b * kRows * 128, &tm_q, 64 * b, i0, bh, shape.heads_q, q_full);
     for (int j = 0; j < kStages && j < n_tiles; ++j) load_kv(j, j);
   }
 

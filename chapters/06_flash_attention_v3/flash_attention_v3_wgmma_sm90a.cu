@@ -36,7 +36,8 @@ using Layout = Smem<kD, kBlockM, kStages, 1 + 2 * kStages>;  // barriers: q_full
 template <int kD>
 __global__ void __launch_bounds__(kThreads, 1)
     flash3_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                        const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, StridedRows<__nv_bfloat16> o, float* lse) {
+                        const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, StridedRows<__nv_bfloat16> o,
+                        float* lse) {
   using S = Layout<kD>;
   extern __shared__ unsigned char shared_raw[];
   unsigned char* smem = aligned_smem(shared_raw);
@@ -59,19 +60,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto load_kv = [&](int tile, int stage) {
     mbarrier_arrive_expect_tx(&k_full[stage], S::kTileBytes);
     for (int b = 0; b < S::kBoxes; ++b)
-      tma_load_head(smem + S::kK + stage * S::kTileBytes + b * kBoxBytes, &tm_k, 64 * b, tile * kBlockN, kv_plane, shape.heads_kv,
-                  &k_full[stage]);
+      tma_load_head(smem + S::kK + stage * S::kTileBytes + b * kBoxBytes, &tm_k, 64 * b, tile * kBlockN, kv_plane,
+                    shape.heads_kv, &k_full[stage]);
     mbarrier_arrive_expect_tx(&v_full[stage], S::kTileBytes);
     for (int b = 0; b < S::kBoxes; ++b)
-      tma_load_head(smem + S::kV + stage * S::kTileBytes + b * kBoxBytes, &tm_v, 64 * b, tile * kBlockN, kv_plane, shape.heads_kv,
-                  &v_full[stage]);
+      tma_load_head(smem + S::kV + stage * S::kTileBytes + b * kBoxBytes, &tm_v, 64 * b, tile * kBlockN, kv_plane,
+                    shape.heads_kv, &v_full[stage]);
   };
   //! [tma_ring]
 
   init_ring(q_full, k_full, v_full, kStages);
   if (tid == 0) {
     mbarrier_arrive_expect_tx(q_full, S::kQBytes);
-    for (int b = 0; b < S::kBoxes; ++b) tma_load_head(smem + S::kQ + b * kBlockM * 128, &tm_q, 64 * b, i0, bh, shape.heads_q, q_full);
+    for (int b = 0; b < S::kBoxes; ++b)
+      tma_load_head(smem + S::kQ + b * kBlockM * 128, &tm_q, 64 * b, i0, bh, shape.heads_q, q_full);
     for (int j = 0; j < kStages && j < n_tiles; ++j) load_kv(j, j);
   }
 

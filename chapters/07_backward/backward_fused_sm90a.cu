@@ -116,7 +116,8 @@ template <int kD, DqPath kPath>
 __global__ void __launch_bounds__(kThreads, 1)
     fused_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                  const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do, AttentionShape s,
-                 const float* lse, const float* delta, float* dq32, StridedRows<__nv_bfloat16> dk, StridedRows<__nv_bfloat16> dv) {
+                 const float* lse, const float* delta, float* dq32, StridedRows<__nv_bfloat16> dk,
+                 StridedRows<__nv_bfloat16> dv) {
   constexpr int kRows = kRowsOf<kD>;
   using L = KvLayout<kD, kRows, kExtraOf<kD, kPath>>;
   using Split = DqSplit<kD>;
@@ -278,7 +279,8 @@ std::size_t dq32_floats(const AttentionShape& s, DqPath path) {
 /// of consumer thread x holds dQ_i's rows r = 16 (x / 32) + (x % 32) / 4 (and r + 8) at columns
 /// 8 n + 2 (x % 4) (and + 1) of the part, as in the atomics of kAtomics.
 template <int kD>
-__global__ void round_dq_parts_kernel(const float4* dq32, StridedRows<__nv_bfloat16> dq, int seq_q, int q_tiles, int64_t n4) {
+__global__ void round_dq_parts_kernel(const float4* dq32, StridedRows<__nv_bfloat16> dq, int seq_q, int q_tiles,
+                                      int64_t n4) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n4) return;
   const float4 v = dq32[i];
@@ -312,21 +314,21 @@ void launch_dim(const BackwardParams& p) {
   const CUtensorMap tm_k = make_tensor_map_heads(p.k, kD, s.seq_kv, s.heads_kv, s.batch, st.k, kKvKeys);
   const CUtensorMap tm_v = make_tensor_map_heads(p.v, kD, s.seq_kv, s.heads_kv, s.batch, st.v, kKvKeys);
   const StridedRows<__nv_bfloat16> dq{static_cast<__nv_bfloat16*>(p.dq), st.dq, s.heads_q},
-      dk{static_cast<__nv_bfloat16*>(p.dk), st.dk, s.heads_kv}, dv{static_cast<__nv_bfloat16*>(p.dv), st.dv, s.heads_kv};
+      dk{static_cast<__nv_bfloat16*>(p.dk), st.dk, s.heads_kv},
+      dv{static_cast<__nv_bfloat16*>(p.dv), st.dv, s.heads_kv};
   constexpr int kBytes = KvLayout<kD, kRowsOf<kD>, kExtraOf<kD, kPath>>::kBytes;
   static_assert(kBytes <= 227 * 1024, "a block may have 227 KiB of shared memory");
   CUDA_CHECK(cudaFuncSetAttribute(fused_kernel<kD, kPath>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
   const dim3 grid(unsigned((s.seq_kv + kKvKeys - 1) / kKvKeys), unsigned(kv_planes));
-  fused_kernel<kD, kPath><<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, p.lse, delta, dq32, dk,
-                                                                dv);
+  fused_kernel<kD, kPath><<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, p.lse, delta, dq32, dk, dv);
   CUDA_CHECK_LAUNCH();
   if constexpr (kPath == DqPath::kAtomics) {
     launch_round_dq<__nv_bfloat16>(dq32, p);
   } else {
     const int64_t n4 = int64_t(dq_floats / 4);
     const int q_tiles = (s.seq_q + kRowsOf<kD> - 1) / kRowsOf<kD>;
-    round_dq_parts_kernel<kD><<<unsigned((n4 + 255) / 256), 256, 0, p.stream>>>(
-        reinterpret_cast<const float4*>(dq32), dq, s.seq_q, q_tiles, n4);
+    round_dq_parts_kernel<kD><<<unsigned((n4 + 255) / 256), 256, 0, p.stream>>>(reinterpret_cast<const float4*>(dq32),
+                                                                                dq, s.seq_q, q_tiles, n4);
     CUDA_CHECK_LAUNCH();
   }
 }

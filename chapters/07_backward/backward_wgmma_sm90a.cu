@@ -249,7 +249,8 @@ void launch_dim(const BackwardParams& p) {
   const int q_planes = s.batch * s.heads_q, kv_planes = s.batch * s.heads_kv;
   const BackwardStrides st = p.strides ? *p.strides : BackwardStrides::packed(s);
   const StridedRows<__nv_bfloat16> dq{static_cast<__nv_bfloat16*>(p.dq), st.dq, s.heads_q},
-      dk{static_cast<__nv_bfloat16*>(p.dk), st.dk, s.heads_kv}, dv{static_cast<__nv_bfloat16*>(p.dv), st.dv, s.heads_kv};
+      dk{static_cast<__nv_bfloat16*>(p.dk), st.dk, s.heads_kv},
+      dv{static_cast<__nv_bfloat16*>(p.dv), st.dv, s.heads_kv};
   // At d = 256 the wide kernels: 64 keys per dK/dV block, 64 rows per dQ block, all boxes 64 rows.
   constexpr bool kWide = kD == 256;
   constexpr int kKeysPerBlock = kWide ? kWideKeys : kKvKeys, kRowsPerBlock = kWide ? kWideRows : kQRows;

@@ -295,10 +295,10 @@ __device__ inline void produce_dq(unsigned char* smem, const CUtensorMap& tm_q, 
     if (jt >= kStages) mbarrier_wait(&empty[st], StageRing::empty_parity(jt));
     mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kQKeys));
     for (int b = 0; b < kBoxes<kD>; ++b) {
-      tma_load_head(smem + L::kK + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_k, 64 * b,
-                    jt * kQKeys, kv_plane, s.heads_kv, &full[st]);
-      tma_load_head(smem + L::kV + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_v, 64 * b,
-                    jt * kQKeys, kv_plane, s.heads_kv, &full[st]);
+      tma_load_head(smem + L::kK + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_k, 64 * b, jt * kQKeys,
+                    kv_plane, s.heads_kv, &full[st]);
+      tma_load_head(smem + L::kV + st * tile_bytes<kD>(kQKeys) + b * kQKeys * kBoxRowBytes, &tm_v, 64 * b, jt * kQKeys,
+                    kv_plane, s.heads_kv, &full[st]);
     }
   }
 }

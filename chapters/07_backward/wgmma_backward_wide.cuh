@@ -56,7 +56,8 @@ template <int kD>
 __global__ void __launch_bounds__(kThreads, 1)
     dkdv_wide_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                      const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
-                     AttentionShape s, const float* lse, const float* delta, StridedRows<__nv_bfloat16> dk, StridedRows<__nv_bfloat16> dv) {
+                     AttentionShape s, const float* lse, const float* delta, StridedRows<__nv_bfloat16> dk,
+                     StridedRows<__nv_bfloat16> dv) {
   using L = WideKvLayout<kD>;
   extern __shared__ unsigned char shared_raw[];
   unsigned char* smem = aligned_smem(shared_raw);

@@ -43,6 +43,28 @@ inline void copy_blocks(std::vector<float>& k_cache, std::vector<float>& v_cache
                 cache->begin() + c.to * block_floats);
 }
 
+/// The exact merge of one row's partitions, each a normalized O_p (partial_o: d values per
+/// partition) and its LSE_p, into the row's O (d values) and *lse: chapter 03's merge done once.
+inline void merge_partitions_cpu(const std::vector<float>& partial_o, const std::vector<float>& partial_lse, int d,
+                                 float* oh, float* lse) {
+  // BEGIN SOLUTION ch08_merge_cpu: merge the partitions' (partial_o, partial_lse) into oh (d values) and *lse: LSE = log sum_p exp(LSE_p) taken around the largest LSE_p, O = sum_p exp(LSE_p - LSE) O_p; no partitions (an empty context): O = 0, LSE = -inf
+  std::fill(oh, oh + d, 0.0f);
+  if (partial_lse.empty()) {
+    *lse = -INFINITY;
+    return;
+  }
+  const float top = *std::max_element(partial_lse.begin(), partial_lse.end());
+  float sum = 0.0f;
+  for (float x : partial_lse) sum += std::exp(x - top);
+  const float total = top + std::log(sum);
+  for (std::size_t p = 0; p < partial_lse.size(); ++p) {
+    const float w = std::exp(partial_lse[p] - total);
+    for (int x = 0; x < d; ++x) oh[x] += w * partial_o[p * d + x];
+  }
+  *lse = total;
+  // END SOLUTION
+}
+
 //! [split_kv_decode]
 /// o [num_seqs][heads_q][head_dim] and lse [num_seqs][heads_q] for one query token per
 /// sequence, in float, partition by partition, then merged.
@@ -86,23 +108,7 @@ inline void split_kv_decode_cpu(const PagedKvView& cache, int heads_q, const flo
         partial_lse.push_back(m + std::log(l));
       }
       // The reduce: weights exp(LSE_p - LSE) sum to 1.
-      float* oh = o + (s * heads_q + h) * d;
-      // BEGIN SOLUTION ch08_merge_cpu: merge the partitions' (partial_o, partial_lse) into oh (d values) and lse[s * heads_q + h]: LSE = log sum_p exp(LSE_p) taken around the largest LSE_p, O = sum_p exp(LSE_p - LSE) O_p; no partitions (an empty context): O = 0, LSE = -inf
-      std::fill(oh, oh + d, 0.0f);
-      if (partial_lse.empty()) {
-        lse[s * heads_q + h] = -INFINITY;
-        continue;
-      }
-      const float top = *std::max_element(partial_lse.begin(), partial_lse.end());
-      float sum = 0.0f;
-      for (float x : partial_lse) sum += std::exp(x - top);
-      const float total = top + std::log(sum);
-      for (std::size_t p = 0; p < partial_lse.size(); ++p) {
-        const float w = std::exp(partial_lse[p] - total);
-        for (int x = 0; x < d; ++x) oh[x] += w * partial_o[p * d + x];
-      }
-      lse[s * heads_q + h] = total;
-      // END SOLUTION
+      merge_partitions_cpu(partial_o, partial_lse, d, o + (s * heads_q + h) * d, &lse[s * heads_q + h]);
     }
   }
 }

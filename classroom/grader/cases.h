@@ -36,6 +36,7 @@ struct Case {
   std::size_t expect_values = 0;
   Judge judge;
   double min_speed = 0;      // > 0: a speed case, run by both runners (checker.cpp's check_speed)
+  double gate_speed = 0;     // > 0 (a speed case): below this share of the reference's speed, no case counts
   bool needs_steps = false;  // counts only when every drawn-state case of the exercise passed
   bool is_step = false;      // a step from a drawn state (row_step_cases, chapter 03's update)
 };
@@ -119,9 +120,11 @@ std::vector<Case> forward_cases(Rng& rng, const std::vector<Variant>& variants, 
                                 const std::vector<int>& dims, int n = 3);
 
 /// `cases` and the speed part: one large shape `s` on `kernel`, worth a fifth of the exercise,
-/// passing at 0.7 of the reference solution's speed.
+/// passing at 0.7 of the reference solution's speed. gate > 0: below `gate` of the reference's
+/// speed there, no case of the exercise counts (the work is not being done by a kernel on the
+/// GPU: an answer computed on the host, or by one thread per row, is that slow).
 std::vector<Case> with_speed(Rng& rng, std::vector<Case> cases, const std::string& kernel, DType dtype,
-                             const AttentionShape& s);
+                             const AttentionShape& s, double gate = 0);
 
 /// The row step alone, from states the checker draws (chapters 04 and 05's CPU exercises);
 /// normalized: O kept divided by l (FlashAttention-1), else the unnormalized accumulator.

@@ -73,7 +73,7 @@ std::string judged(const Case& c, const Reply& r) {
 /// outputs are judged). The best time of each counts. A time below what the runner's own
 /// wall-clock time allows is not believed. Returns why not ("" when fast enough); `note` says
 /// what was measured.
-std::string check_speed(const Options& opt, const Case& c, Rng& rng, std::string& note) {
+std::string check_speed(const Options& opt, const Case& c, Rng& rng, std::string& note, double& speed) {
   if (opt.reference_runner.empty())
     return "not measured: no reference solution here to time against (a student copy's self-check leaves the speed "
            "part out)";
@@ -93,7 +93,7 @@ std::string check_speed(const Options& opt, const Case& c, Rng& rng, std::string
                ") does not fit its wall-clock time (" + fmt(r.wall_ms) + " ms)";
       best[who] = std::min(best[who], r.ms);
     }
-  const double speed = best[0] / best[1];
+  speed = best[0] / best[1];
   note = "reference " + fmt(best[0]) + " ms, yours " + fmt(best[1]) + " ms: " + fmt(speed) + " of its speed";
   return speed >= c.min_speed ? "" : "too slow: " + note + " (at least " + fmt(c.min_speed) + " earns this part)";
 }
@@ -116,13 +116,19 @@ int check(const Options& opt) {
   const std::vector<Case> cases = exercise.make(rng);
   std::string json = "{\"exercise\": " + json_string(opt.exercise) + ", \"cases\": [";
   bool timed_out = false, steps_failed = false;
+  std::string gate_failed;  // why no case counts: a gated speed case well below the reference
   std::vector<std::string> whys(cases.size()), notes(cases.size());
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     if (timed_out) {
       whys[i] = "not run: an earlier case ran past the time limit";
     } else if (c.min_speed > 0) {
-      whys[i] = check_speed(opt, c, rng, notes[i]);
+      double speed = -1;
+      whys[i] = check_speed(opt, c, rng, notes[i], speed);
+      if (c.gate_speed > 0 && speed >= 0 && speed < c.gate_speed)
+        gate_failed = "not counted: on the speed part's large shape this ran at " + fmt(speed) +
+                      " of the reference solution's speed, below " + fmt(c.gate_speed) +
+                      ": the exercise's kernel is not doing the work on the GPU";
     } else {
       const Reply r = ask(opt.limits, opt.runner, c.header, c.input, c.expect_values);
       whys[i] = judged(c, r);
@@ -135,6 +141,7 @@ int check(const Options& opt) {
     std::string why = whys[i];
     if (c.needs_steps && steps_failed && why.empty())
       why = "not counted: the step from a drawn state failed, so this output is not the online update's";
+    if (!gate_failed.empty() && why.empty()) why = gate_failed;
     json += std::string(i ? ", " : "") + "{\"name\": " + json_string(c.name) + ", \"weight\": " + fmt(c.weight) +
             ", \"passed\": " + (why.empty() ? "true" : "false") + ", \"detail\": " + json_string(why.substr(0, 600)) +
             ", \"note\": " + json_string(notes[i]) + "}";

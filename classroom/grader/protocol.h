@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "confine.h"
 #include "problem.h"
 
 namespace fa::grader {
@@ -127,16 +128,18 @@ struct Answer {
   int iters = 0;
 };
 
-/// A runner's main: one request from stdin, `run(header, inputs)` (which returns an Answer),
-/// the answer (or "error MESSAGE" for whatever it throws) on stdout.
+/// A runner's main: one request from stdin, then the runner confines itself (confine.h), then
+/// `run(header, inputs)` (the student's code; it returns an Answer), and the answer (or "error
+/// MESSAGE" for whatever it throws) on stdout.
 template <class Run>
-int serve(Run run) {
+int serve(Run run, Confinement confinement) {
   std::string line;
   try {
     if (!read_line(stdin, line)) throw std::runtime_error("no request header");
     const Header h = parse_header(line);
     std::vector<float> in;
     if (!read_floats(stdin, in, std::size_t(h.num("in")))) throw std::runtime_error("request ends early");
+    confine(confinement);
     const Answer a = run(h, in);
     if (a.ms >= 0) std::printf("ok out=%zu ms=%.6f iters=%d\n", a.out.size(), a.ms, a.iters);
     else std::printf("ok out=%zu\n", a.out.size());

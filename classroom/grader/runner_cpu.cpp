@@ -34,7 +34,7 @@ std::vector<float> run(const Header& h, const std::vector<float>& in) {
 }  // namespace fa::grader
 
 int main() {
-  return fa::grader::serve([](const fa::grader::Header& h, const std::vector<float>& in) {
-    return fa::grader::Answer{fa::grader::run(h, in)};
-  });
+  return fa::grader::serve([](const fa::grader::Header& h,
+                              const std::vector<float>& in) { return fa::grader::Answer{fa::grader::run(h, in)}; },
+                           fa::grader::Confinement::Cpu);
 }

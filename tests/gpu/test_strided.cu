@@ -41,9 +41,7 @@ Placement place(Layout layout, const AttentionShape& s, int which, bool kv, int 
   const int heads = kv ? s.heads_kv : s.heads_q, rows = kv ? s.seq_kv : s.seq_q;
   Placement p;
   switch (layout) {
-    case Layout::Bshd:
-      p.strides = {int64_t(rows) * heads * d, d, int64_t(heads) * d};
-      break;
+    case Layout::Bshd: p.strides = {int64_t(rows) * heads * d, d, int64_t(heads) * d}; break;
     case Layout::Qkv: {
       if (which == 3) return place(Layout::Bshd, s, which, kv, d);
       const int total = s.heads_q + 2 * s.heads_kv;
@@ -93,7 +91,8 @@ Gathered gather(const DeviceBuffer& buffer, const Placement& p, int batch, int h
     for (int h = 0; h < heads; ++h)
       for (int r = 0; r < rows; ++r)
         for (int x = 0; x < d; ++x) {
-          const std::size_t at = std::size_t(p.offset + b * p.strides.batch + h * p.strides.head + r * p.strides.row + x);
+          const std::size_t at =
+              std::size_t(p.offset + b * p.strides.batch + h * p.strides.head + r * p.strides.row + x);
           inside[at] = 1;
           out[((std::size_t(b) * heads + h) * rows + r) * d + x] = elements[at];
         }
@@ -102,9 +101,9 @@ Gathered gather(const DeviceBuffer& buffer, const Placement& p, int batch, int h
   return g;
 }
 
-DeviceBuffer upload_placed(const std::vector<float>& packed, const Placement& p, int batch, int heads, int rows, int d) {
-  return upload_as(DType::BF16,
-                   scatter(packed, p, batch, heads, rows, d, std::numeric_limits<float>::quiet_NaN()));
+DeviceBuffer upload_placed(const std::vector<float>& packed, const Placement& p, int batch, int heads, int rows,
+                           int d) {
+  return upload_as(DType::BF16, scatter(packed, p, batch, heads, rows, d, std::numeric_limits<float>::quiet_NaN()));
 }
 
 DeviceBuffer poisoned(const Placement& p) {
@@ -115,9 +114,9 @@ DeviceBuffer poisoned(const Placement& p) {
 
 const std::vector<AttentionShape>& strided_shapes() {
   static const std::vector<AttentionShape> shapes = {
-      shape_of(2, 4, 4, 200, 200, 64, true),   shape_of(1, 4, 2, 257, 257, 128, false),
-      shape_of(2, 8, 2, 130, 130, 64, false),  shape_of(1, 2, 1, 100, 300, 128, true),
-      shape_of(1, 2, 2, 300, 100, 64, true),   shape_of(3, 2, 2, 65, 65, 96, true),
+      shape_of(2, 4, 4, 200, 200, 64, true),  shape_of(1, 4, 2, 257, 257, 128, false),
+      shape_of(2, 8, 2, 130, 130, 64, false), shape_of(1, 2, 1, 100, 300, 128, true),
+      shape_of(1, 2, 2, 300, 100, 64, true),  shape_of(3, 2, 2, 65, 65, 96, true),
       shape_of(1, 2, 2, 200, 200, 256, true)};
   return shapes;
 }
@@ -195,8 +194,8 @@ TEST_P(StridedForwardTest, MatchesOracleAndStaysInItsRows) {
   const CheckPlan plan = full_check_plan(s);
   const ForwardReference ref = reference_forward(s, in.q.data(), in.k.data(), in.v.data(), plan);
   const CompareReport report = compare_forward(s, DType::BF16, out.packed, lse_host, plan, ref);
-  EXPECT_TRUE(report.passed()) << c.kernel->name << " on " << s.to_string() << " " << layout_name(c.layout)
-                               << ", seed " << seed << ":\n"
+  EXPECT_TRUE(report.passed()) << c.kernel->name << " on " << s.to_string() << " " << layout_name(c.layout) << ", seed "
+                               << seed << ":\n"
                                << report.details();
 }
 
@@ -244,7 +243,7 @@ TEST_P(StridedBackwardTest, MatchesOracleAndStaysInItsRows) {
   lse.upload(problem.lse.data(), lse.bytes());
   const DeviceBuffer dq = poisoned(pdq), dk = poisoned(pdk), dv = poisoned(pdv);
   DeviceBuffer work(c.kernel->workspace_bytes ? c.kernel->workspace_bytes(s) : 0);
-  const BackwardStrides strides{pq.strides, pk.strides, pv.strides,  po.strides,
+  const BackwardStrides strides{pq.strides, pk.strides,  pv.strides,  po.strides,
                                 po.strides, pdq.strides, pdk.strides, pdv.strides};
   ASSERT_EQ(strides_reason(strides), "");
   BackwardParams p;
@@ -270,15 +269,17 @@ TEST_P(StridedBackwardTest, MatchesOracleAndStaysInItsRows) {
     const Placement& place;
     bool kv;
     const std::vector<double>& ref;
-  } grads[] = {{"dQ", dq, pdq, false, problem.ref.dq}, {"dK", dk, pdk, true, problem.ref.dk},
+  } grads[] = {{"dQ", dq, pdq, false, problem.ref.dq},
+               {"dK", dk, pdk, true, problem.ref.dk},
                {"dV", dv, pdv, true, problem.ref.dv}};
   for (const auto& g : grads) {
-    const Gathered out = gather(g.buffer, g.place, s.batch, g.kv ? s.heads_kv : s.heads_q, g.kv ? s.seq_kv : s.seq_q, d);
+    const Gathered out =
+        gather(g.buffer, g.place, s.batch, g.kv ? s.heads_kv : s.heads_q, g.kv ? s.seq_kv : s.seq_q, d);
     EXPECT_EQ(out.touched_outside, 0) << c.kernel->name << " wrote " << out.touched_outside << " elements outside "
                                       << g.name << "'s rows (" << layout_name(c.layout) << ")";
     const double rel = relative_error(out.packed, g.ref);
-    EXPECT_LE(rel, limit) << c.kernel->name << " on " << s.to_string() << " " << layout_name(c.layout) << ": "
-                          << g.name << " relative error " << rel << ", seed " << seed;
+    EXPECT_LE(rel, limit) << c.kernel->name << " on " << s.to_string() << " " << layout_name(c.layout) << ": " << g.name
+                          << " relative error " << rel << ", seed " << seed;
   }
 }
 

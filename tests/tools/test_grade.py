@@ -457,11 +457,11 @@ class HeaderMacroAndLinkTest(unittest.TestCase):
     def test_a_region_may_not_call_the_function_it_is_in(self):
         with open(os.path.join(ROOT, "chapters/08_paged_attention/algorithm.h")) as f:
             text = f.read()
-        self.assertIn({"split_kv_decode_cpu"}, grade.enclosing_functions(text))
-        for body in ("  split_kv_decode_cpu(cache, heads_q, q, tables, lens, 4096, o, lse);\n",
-                     "  (split_kv_decode_cpu)(cache, heads_q, q, tables, lens, 4096, o, lse);\n",
-                     "  auto f = &split_kv_decode_cpu;\n  f(cache, heads_q, q, tables, lens, 4096, o, lse);\n"):
-            self.assertIn("the function this region is written in", grade.lint_region(body, 8, {"split_kv_decode_cpu"}))
+        self.assertIn({"merge_partitions_cpu"}, grade.enclosing_functions(text))
+        for body in ("  merge_partitions_cpu(partial_o, partial_lse, d, oh, lse);\n",
+                     "  (merge_partitions_cpu)(partial_o, partial_lse, d, oh, lse);\n",
+                     "  auto f = &merge_partitions_cpu;\n  f(partial_o, partial_lse, d, oh, lse);\n"):
+            self.assertIn("the function this region is written in", grade.lint_region(body, 8, {"merge_partitions_cpu"}))
 
     def test_libcs_own_state_and_other_allocators_are_refused(self):
         for word in ("seed48", "initstate", "valloc", "reallocarray", "asprintf", "on_exit", "wcsdup", "set_new_handler",

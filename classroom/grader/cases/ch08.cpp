@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -170,7 +171,55 @@ std::vector<Case> merge_cases(Rng& rng, bool gpu) {
   return cases;
 }
 
-std::vector<Case> merge_cpu_cases(Rng& rng) { return merge_cases(rng, false); }
+/// The merge alone, on partitions the checker draws: LSEs spread over +-60 (exp overflows without
+/// the largest taken out), partitions that saw no key (LSE -inf, O 0), one partition, none. An
+/// answer that recomputes the row from the cache instead of merging has no cache here.
+Case merge_step_case(Rng& rng, int parts, int d) {
+  Case c;
+  c.header.task = "merge";
+  c.header.args = {{"parts", std::to_string(parts)}, {"d", std::to_string(d)}};
+  c.name = "merge of " + std::to_string(parts) + " partitions, d" + std::to_string(d);
+  c.is_step = true;
+  std::vector<float> lse(static_cast<std::size_t>(parts)), o = normal(rng, static_cast<std::size_t>(parts) * d);
+  std::uniform_real_distribution<float> spread(-60.0f, 60.0f);
+  for (int p = 0; p < parts; ++p) {
+    const bool empty = parts > 1 && uniform(rng, 0, 4) == 0;
+    lse[std::size_t(p)] = empty ? -INFINITY : spread(rng);
+    if (empty) std::fill(o.begin() + std::ptrdiff_t(p) * d, o.begin() + std::ptrdiff_t(p + 1) * d, 0.0f);
+  }
+  c.input = lse;
+  c.input.insert(c.input.end(), o.begin(), o.end());
+  c.expect_values = std::size_t(d) + 1;
+  // fp64: LSE = top + log sum exp(LSE_p - top), O = sum exp(LSE_p - LSE) O_p.
+  double top = -INFINITY;
+  for (float x : lse) top = std::max(top, double(x));
+  double sum = 0;
+  for (float x : lse) sum += x == -INFINITY ? 0.0 : std::exp(double(x) - top);
+  const double total = parts == 0 || top == -INFINITY ? -INFINITY : top + std::log(sum);
+  std::vector<double> want(std::size_t(d), 0.0);
+  for (int p = 0; p < parts && total != -INFINITY; ++p)
+    for (int x = 0; x < d; ++x)
+      want[std::size_t(x)] += std::exp(double(lse[std::size_t(p)]) - total) * o[std::size_t(p) * d + x];
+  c.judge = [=](const std::vector<float>& out) -> std::string {
+    const float got = out[std::size_t(d)];
+    if (total == -INFINITY) {
+      if (got != -INFINITY) return "no partition saw a key: LSE must be -inf, got " + fmt(got);
+      for (int x = 0; x < d; ++x)
+        if (out[std::size_t(x)] != 0.0f) return "no partition saw a key: O must be 0";
+      return "";
+    }
+    if (!(std::fabs(got - total) <= 1e-4 * std::max(1.0, std::fabs(total))))
+      return "LSE = " + fmt(got) + ", expected " + fmt(total);
+    return close_enough("O", out.data(), want.data(), std::size_t(d), 1e-5);
+  };
+  return c;
+}
+
+std::vector<Case> merge_cpu_cases(Rng& rng) {
+  std::vector<Case> steps = {merge_step_case(rng, 0, 64), merge_step_case(rng, 1, 64)};
+  for (int i = 0; i < 4; ++i) steps.push_back(merge_step_case(rng, uniform(rng, 2, 12), i % 2 ? 128 : 64));
+  return gated(std::move(steps), merge_cases(rng, false));
+}
 
 std::vector<Case> merge_kernel_cases(Rng& rng) { return merge_cases(rng, true); }
 

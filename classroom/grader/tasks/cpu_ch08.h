@@ -40,6 +40,14 @@ inline bool run_chapter_task(const Header& h, const std::vector<float>& in, std:
     out.insert(out.end(), lse.begin(), lse.end());
     return true;
   }
+  if (h.task == "merge") {  // one row's partitions (LSE_p, then O_p of d values each) -> O (d values), LSE
+    const int parts = int(h.num("parts")), d = int(h.num("d"));
+    const auto p = pieces(in, {std::size_t(parts), std::size_t(parts) * d});
+    const std::vector<float> partial_lse(p[0], p[0] + parts), partial_o(p[1], p[1] + std::size_t(parts) * d);
+    out.assign(std::size_t(d) + 1, 0.0f);
+    paged::merge_partitions_cpu(partial_o, partial_lse, d, out.data(), &out[std::size_t(d)]);
+    return true;
+  }
   if (h.task == "block_manager") {  // a script of (op, a, b) triples -> a trace of what happened
     // ops: 0 add_sequence, 1 fork(a), 2 append(a, b tokens), 3 release(a). Per op the trace holds
     // 1 (done) or 0 (threw), then, after an append, the copies it recorded (count, from, to ...);
