@@ -100,7 +100,7 @@ def sdpa_attention(backend):
 
 
 def our_attention(kernel, backward_kernel):
-    def attend(q, k, v):  # layout="bshd": copied into [b, h, s, d] for the kernel, returned as a view
+    def attend(q, k, v):  # layout="bshd": views of the projection, read in place by a strided kernel
         return ak.attention(q, k, v, causal=True, kernel=kernel, backward_kernel=backward_kernel, layout="bshd")
 
     return attend

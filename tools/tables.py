@@ -371,8 +371,8 @@ def python_overhead_table():
                    r["us_per_call"], f"{r['over_sdpa']}×"] for r in rows])
     return (body + "\n\nWall time per call: calls back to back, one synchronize, divided by the calls; the median of "
             "7 rounds in which the calls of a shape take turns. bf16. Ours runs `ch06_pingpong_bf16` forward and "
-            "`ch07_wgmma_bf16` backward; in the bshd layout SDPA reads the transposed views and ours copies "
-            f"Q, K and V (and dO, dQ, dK, dV).\n\n{measured_on(line)}.\n")
+            "`ch07_wgmma_bf16` backward; in the bshd layout both read the transposed views in place (both "
+            f"kernels take strided tensors).\n\n{measured_on(line)}.\n")
 
 
 def features_table():
