@@ -22,7 +22,8 @@ struct AttentionFeatures {
   int window_right = -1;  ///< keys to the right; -1: all of them (causal caps it at 0)
   /// Logit softcap (Gemma-2, Grok): a scaled score x becomes softcap * tanh(x / softcap); 0: off.
   double softcap = 0.0;
-  /// ALiBi (MPT, BLOOM): adds -alibi_slope(h) * |i + causal_offset() - j| to the scaled score.
+  /// ALiBi (MPT, BLOOM): adds -slope(h) * |i + causal_offset() - j| to the scaled score, with the
+  /// ALiBi paper's slopes (alibi_slope) or the caller's (AttentionExtras::alibi_slopes).
   bool alibi = false;
   /// Adds bias[b][h][i][j] (AttentionExtras::bias, float [batch, heads_q, seq_q, seq_kv]).
   bool bias = false;
@@ -59,12 +60,12 @@ struct AttentionFeatures {
     if (h < n) return exp2(-8.0 * (h + 1) / n);
     return exp2(-4.0 * (2 * (h - n) + 1) / n);
   }
-  /// A scaled score x of (head h, row i, key j) after softcap and ALiBi (not the bias tensor).
-  FA_HD double modify_score(const AttentionShape& s, double x, int h, int i, int j) const {
+  /// A scaled score x of (row i, key j) after softcap and ALiBi with `slope` (not the bias tensor).
+  FA_HD double modify_score(const AttentionShape& s, double x, double slope, int i, int j) const {
     if (softcap > 0.0) x = softcap * tanh(x / softcap);
     if (alibi) {
       const int distance = i + s.causal_offset() - j;
-      x -= alibi_slope(s.heads_q, h) * (distance < 0 ? -distance : distance);
+      x -= slope * (distance < 0 ? -distance : distance);
     }
     return x;
   }
@@ -152,6 +153,17 @@ struct AttentionExtras {
   const int* cu_seqlens_q = nullptr;       ///< [sequences + 1], from 0 to seq_q, when packed
   const int* cu_seqlens_k = nullptr;       ///< [sequences + 1], from 0 to seq_kv, when packed
   int max_seqlen_q = 0, max_seqlen_k = 0;  ///< the longest sequences, when packed
+  /// ALiBi's slopes when the caller gives them (flash-attn's alibi_slopes): float [heads_q], or
+  /// [sequences, heads_q] (a dense batch's batch) with alibi_slopes_per_sequence; null: the
+  /// ALiBi paper's (AttentionFeatures::alibi_slope).
+  const float* alibi_slopes = nullptr;
+  bool alibi_slopes_per_sequence = false;
+
+  /// The slope of query head h in sequence (or batch) b.
+  FA_HD float alibi_slope(const AttentionShape& s, int b, int h) const {
+    if (!alibi_slopes) return float(AttentionFeatures::alibi_slope(s.heads_q, h));
+    return alibi_slopes[(alibi_slopes_per_sequence ? int64_t(b) * s.heads_q : 0) + h];
+  }
 };
 
 /// Sequence b of a packed batch (or batch b of a dense one) as a dense batch of one: same heads,

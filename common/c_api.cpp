@@ -131,6 +131,14 @@ FeatureInput to_features(const fa_features* c, const AttentionShape& shape) {
     in.extras.max_seqlen_q = c->max_seqlen_q;
     in.extras.max_seqlen_k = c->max_seqlen_k;
   }
+  if (c->alibi_slopes != nullptr) {
+    if (!in.features.alibi) throw std::invalid_argument("alibi_slopes are given but alibi is 0; set alibi to 1");
+    if (c->alibi_slopes_per_sequence != 0 && c->alibi_slopes_per_sequence != 1)
+      throw std::invalid_argument("alibi_slopes_per_sequence must be 0 or 1, got " +
+                                  std::to_string(c->alibi_slopes_per_sequence));
+    in.extras.alibi_slopes = c->alibi_slopes;
+    in.extras.alibi_slopes_per_sequence = c->alibi_slopes_per_sequence == 1;
+  }
   return in;
 }
 
@@ -403,6 +411,8 @@ fa_status launch_by_name(const std::vector<Entry>& list, fa_kind kind, const cha
     if constexpr (std::is_same_v<CShape, fa_shape>) {
       const FeatureInput in = to_features(features, s);
       if (in.extras.bias) FA_RETURN_IF_FAILED(require_aligned("bias", in.extras.bias, kElementAlignment));
+      if (in.extras.alibi_slopes)
+        FA_RETURN_IF_FAILED(require_aligned("alibi_slopes", in.extras.alibi_slopes, kElementAlignment));
       if (in.features.varlen()) {
         FA_RETURN_IF_FAILED(require_aligned("cu_seqlens_q", in.extras.cu_seqlens_q, kElementAlignment));
         FA_RETURN_IF_FAILED(require_aligned("cu_seqlens_k", in.extras.cu_seqlens_k, kElementAlignment));

@@ -111,7 +111,8 @@ fa_status fa_backward(const char* name, const fa_shape* shape, const void* q, co
  *   window_left, window_right: keys left / right of the (bottom-right aligned) diagonal a query
  *     sees, -1 for no limit;
  *   softcap: scores x become softcap * tanh(x / softcap), 0 for off;
- *   alibi: 1 adds -slope(h) * |i + seq_kv - seq_q - j|, with attention_features.h's slopes;
+ *   alibi: 1 adds -slope(h) * |i + seq_kv - seq_q - j|, with attention_features.h's slopes or the
+ *     caller's (alibi_slopes below);
  *   bias: device float [batch, heads_q, seq_q, seq_kv] added to the scaled scores, or null;
  *   sequences: a packed batch of this many sequences along the seq axis of a shape whose batch
  *     is 1 (0: dense); cu_seqlens_q / cu_seqlens_k: device int [sequences + 1], from 0 to seq_q
@@ -125,6 +126,9 @@ typedef struct fa_features {
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
   int max_seqlen_q, max_seqlen_k;
+  const float* alibi_slopes;     /* with alibi 1: device float [heads_q], or [sequences or batch, heads_q] with
+                                    alibi_slopes_per_sequence 1; null: the ALiBi paper's slopes */
+  int alibi_slopes_per_sequence; /* 0 or 1 */
 } fa_features;
 fa_features fa_features_none(void);
 /** fa_forward_check / fa_forward / fa_backward_check / fa_backward with features (null: none). */

@@ -31,10 +31,17 @@ struct Sequence {
   AttentionShape shape;
   AttentionFeatures features;  // the problem's, with no packing
   int head = 0;
+  double slope = 0;                                      // ALiBi's, when features.alibi
   const float *q = nullptr, *k = nullptr, *v = nullptr;  // row 0 of this head's Q, K, V
   const float* bias = nullptr;                           // [seq_q][seq_kv] of this head, or null
   int64_t q_row0 = 0;  // index of row 0 in the full [batch, heads_q, seq_q] row numbering
 };
+
+/// ALiBi's slope of head `head` in sequence (or batch) b: the caller's, else the paper's in double.
+double caller_slope_or_paper(const AttentionShape& s, const AttentionExtras* extras, int b, int head) {
+  if (extras && extras->alibi_slopes) return extras->alibi_slope(s, b, head);
+  return AttentionFeatures::alibi_slope(s.heads_q, head);
+}
 
 Sequence dense_sequence(const AttentionShape& s, const AttentionFeatures& f, const AttentionExtras* extras,
                         const float* q, const float* k, const float* v, int batch, int head) {
@@ -42,6 +49,7 @@ Sequence dense_sequence(const AttentionShape& s, const AttentionFeatures& f, con
   seq.shape = sequence_shape(s, s.seq_q, s.seq_kv);
   seq.features = f;
   seq.head = head;
+  seq.slope = caller_slope_or_paper(s, extras, batch, head);
   seq.q = q + head_offset(s, batch, head, s.heads_q, s.seq_q);
   seq.k = k + head_offset(s, batch, s.kv_head(head), s.heads_kv, s.seq_kv);
   seq.v = v + head_offset(s, batch, s.kv_head(head), s.heads_kv, s.seq_kv);
@@ -62,6 +70,7 @@ Sequence packed_sequence(const AttentionShape& s, const AttentionFeatures& f, co
   seq.features = f;
   seq.features.sequences = 0;
   seq.head = head;
+  seq.slope = caller_slope_or_paper(s, &extras, index, head);
   seq.q = q + (int64_t(head) * s.seq_q + q0) * s.head_dim;
   seq.k = k + (int64_t(s.kv_head(head)) * s.seq_kv + k0) * s.head_dim;
   seq.v = v + (int64_t(s.kv_head(head)) * s.seq_kv + k0) * s.head_dim;
@@ -106,7 +115,7 @@ MatrixD modified_scores(const Sequence& seq, const std::vector<int>& rows, Matri
       for (int j = 0; j < s.seq_kv; ++j) {
         double& x = scores(r, j);
         if (capped && f.softcap > 0.0) (*capped)(r, j) = std::tanh(x / f.softcap);
-        x = f.modify_score(s, x, seq.head, rows[r], j);
+        x = f.modify_score(s, x, seq.slope, rows[r], j);
         if (seq.bias) x += seq.bias[int64_t(rows[r]) * s.seq_kv + j];
       }
   }

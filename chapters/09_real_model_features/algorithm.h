@@ -32,7 +32,7 @@ inline void features_cpu(const AttentionShape& s, const AttentionFeatures& f, co
       const float* k_rows = k + seq.kv_row0 * d;
       const float* v_rows = v + seq.kv_row0 * d;
       const float* bias_rows = f.bias ? extras.bias + seq.bias0 : nullptr;
-      const float slope = f.alibi ? float(AttentionFeatures::alibi_slope(s.heads_q, head)) : 0.0f;
+      const float slope = f.alibi ? extras.alibi_slope(s, b, head) : 0.0f;
       for (int i0 = 0; i0 < one.seq_q; i0 += kTileRows) {
         const int rows = std::min(kTileRows, one.seq_q - i0);
         std::fill(acc.begin(), acc.end(), 0.0f);

@@ -28,6 +28,7 @@ struct SequenceRows {
   AttentionShape shape;        // seq_q, seq_kv: this sequence's lengths; the masks apply inside it
   AttentionFeatures features;  // the problem's, without the packing
   int head = 0;
+  int sequence = 0;     // b: the sequence of a packed batch, or the batch of a dense one
   int64_t q_row0 = 0;   // row 0 of this head in Q, O (times head_dim) and LSE
   int64_t kv_row0 = 0;  // row 0 of its K/V head in K and V (times head_dim)
   int64_t bias0 = 0;    // element 0 of its [seq_q][seq_kv] bias, when shape.bias
@@ -49,6 +50,7 @@ FA_HD inline SequenceRows sequence_rows(const AttentionShape& s, const Attention
                                         int b, int head) {
   SequenceRows r;
   r.head = head;
+  r.sequence = b;
   r.features = f;
   r.features.sequences = 0;
   if (f.varlen()) {
@@ -159,8 +161,7 @@ struct ScoreChanges {
 FA_HD inline ScoreChanges score_changes(const AttentionShape& s, const SequenceRows& seq, const AttentionExtras& e) {
   const AttentionFeatures& f = seq.features;
   const float scale = float(s.softmax_scale()), cap = float(f.softcap);
-  return {scale, cap, cap > 0.0f ? scale / cap : 0.0f,
-          f.alibi ? float(AttentionFeatures::alibi_slope(s.heads_q, seq.head)) : 0.0f,
+  return {scale, cap, cap > 0.0f ? scale / cap : 0.0f, f.alibi ? e.alibi_slope(s, seq.sequence, seq.head) : 0.0f,
           f.bias ? e.bias + seq.bias0 : nullptr};
 }
 

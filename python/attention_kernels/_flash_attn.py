@@ -14,9 +14,10 @@ Where this differs from flash-attn, on purpose (docs/python.md, tested in tests/
   * dropout_p must be 0: no kernel here drops weights (a ValueError says so).
   * A query row that sees no key (a window, or a causal row before the first key) gets O = 0 as in
     flash-attn, and LSE = -inf where flash-attn writes +inf.
-  * alibi_slopes must be the ALiBi paper's slopes for heads_q (alibi_slopes(heads_q) gives them),
-    the ones chapter 09's kernels compute; other slopes are refused. Checking them reads the
-    slopes on the host once per distinct tensor.
+  * alibi_slopes, float32 [heads_q] or [batch, heads_q] as in flash-attn, reach chapter 09's
+    kernels as they are (alibi_slopes(heads_q) gives the ALiBi paper's). The penalty is
+    -slope * |i + seq_k - seq_q - j| on every visible key, causal or not, and the LSE is that of
+    the penalized scores (tests/python/test_flash_attn.py checks it against that definition).
   * return_attn_probs=True returns (out, softmax_lse, None): there are no dropout masks to return.
   * The (batch, seq, heads, head_dim) tensors, and views of one QKV projection, are read in
     place by the strided kernels (chapter 06's bf16 forward, chapter 07's Hopper backward: the
@@ -27,9 +28,6 @@ Where this differs from flash-attn, on purpose (docs/python.md, tested in tests/
 import torch
 
 from . import _library, _ops, _torch
-
-_slopes_seen = {}
-
 
 def alibi_slopes(heads, device="cuda"):
     """The ALiBi paper's slopes for `heads` heads (float32 [heads]): what chapter 09's kernels use."""
@@ -54,22 +52,15 @@ def _check_common(dropout_p, softmax_scale, window_size, softcap, deterministic)
 
 
 def _check_alibi(slopes, batch, heads):
-    """True when slopes are given (and are the kernels' own), False for None; raises otherwise."""
+    """The caller's slopes (checked), or None."""
     if slopes is None:
-        return False
+        return None
     if not isinstance(slopes, torch.Tensor):
         raise TypeError(f"alibi_slopes must be a torch.Tensor or None, got {type(slopes).__name__}")
     if slopes.dtype != torch.float32 or tuple(slopes.shape) not in ((heads,), (batch, heads)):
         raise ValueError(f"alibi_slopes must be float32 ({heads},) or ({batch}, {heads}), got {slopes.dtype} "
                          f"{tuple(slopes.shape)}")
-    key = (slopes.data_ptr(), slopes._version, tuple(slopes.shape), heads)
-    if key not in _slopes_seen:
-        expected = alibi_slopes(heads, device=slopes.device).expand_as(slopes)
-        _slopes_seen[key] = bool(torch.allclose(slopes, expected, rtol=1e-6, atol=0.0))
-    if not _slopes_seen[key]:
-        raise ValueError("alibi_slopes must be the ALiBi paper's slopes for heads_q (attention_kernels.alibi_slopes"
-                         f"({heads})): chapter 09's kernels compute those and take no others")
-    return True
+    return slopes.contiguous()
 
 
 def _backward_kernel(deterministic, features_on, dtype):
@@ -93,15 +84,15 @@ def _backward_kernel(deterministic, features_on, dtype):
 
 def _run(q, k, v, causal, scale, window, softcap, alibi, cu_q, cu_k, max_q, max_k, deterministic):
     """O and LSE of [batch, heads, seq, head_dim] q, k, v through the operators (differentiable)."""
-    features_on = tuple(window) != (-1, -1) or softcap != 0.0 or alibi or cu_q is not None
+    features_on = tuple(window) != (-1, -1) or softcap != 0.0 or alibi is not None or cu_q is not None
     backward_kernel = _backward_kernel(deterministic, features_on, q.dtype)
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     scale = None if scale is None else float(scale)
     features = None
     if features_on:
-        features = _torch.Features(window=(int(window[0]), int(window[1])), softcap=float(softcap), alibi=alibi,
-                                   cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=int(max_q),
-                                   max_seqlen_k=int(max_k))
+        features = _torch.Features(window=(int(window[0]), int(window[1])), softcap=float(softcap),
+                                   alibi=alibi is not None, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                                   max_seqlen_q=int(max_q), max_seqlen_k=int(max_k), alibi_slopes=alibi)
     return _ops.attention_forward(q, k, v, causal, scale, None, backward_kernel, needs_grad, features)
 
 

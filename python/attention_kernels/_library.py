@@ -90,6 +90,8 @@ class _Features(ctypes.Structure):
         ("cu_seqlens_k", ctypes.c_void_p),
         ("max_seqlen_q", ctypes.c_int),
         ("max_seqlen_k", ctypes.c_int),
+        ("alibi_slopes", ctypes.c_void_p),
+        ("alibi_slopes_per_sequence", ctypes.c_int),
     ]
 
 
@@ -265,7 +267,7 @@ class Library:
         return _DecodeShape(**fields)
 
     def features(self, window=(-1, -1), softcap=0.0, alibi=False, bias=0, sequences=0, cu_seqlens_q=0,
-                 cu_seqlens_k=0, max_seqlen_q=0, max_seqlen_k=0):
+                 cu_seqlens_k=0, max_seqlen_q=0, max_seqlen_k=0, alibi_slopes=0, alibi_slopes_per_sequence=False):
         """An fa_features: every feature off unless given (pointers as integers, 0 for none)."""
         f = self._lib.fa_features_none()
         f.window_left, f.window_right = int(window[0]), int(window[1])
@@ -275,6 +277,8 @@ class Library:
         f.sequences = int(sequences)
         f.cu_seqlens_q, f.cu_seqlens_k = cu_seqlens_q or None, cu_seqlens_k or None
         f.max_seqlen_q, f.max_seqlen_k = int(max_seqlen_q), int(max_seqlen_k)
+        f.alibi_slopes = alibi_slopes or None
+        f.alibi_slopes_per_sequence = int(bool(alibi_slopes_per_sequence))
         return f
 
     def check(self, kind, name, shape, features=None):

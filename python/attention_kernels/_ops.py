@@ -87,20 +87,20 @@ forward.register_autograd(_backward_of_forward, setup_context=_setup_forward)
 # Chapter 09's features: the same pair of operators with the features as arguments (an
 # operator's schema takes tensors, numbers and strings, so the Features fields travel one by one).
 def _features(window_left, window_right, softcap, alibi, bias, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-              max_seqlen_k):
+              max_seqlen_k, alibi_slopes):
     return _torch.Features(window=(window_left, window_right), softcap=softcap, alibi=alibi, bias=bias,
                            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                           max_seqlen_k=max_seqlen_k)
+                           max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes)
 
 
 @torch.library.custom_op("attention_kernels::features_forward", mutates_args=(), device_types="cuda")
 def features_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optional[float], window_left: int,
                      window_right: int, softcap: float, alibi: bool, bias: Optional[Tensor],
                      cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
-                     max_seqlen_k: int, kernel: Optional[str], backward_kernel: Optional[str],
-                     check_backward: bool) -> Tuple[Tensor, Tensor]:
+                     max_seqlen_k: int, alibi_slopes: Optional[Tensor], kernel: Optional[str],
+                     backward_kernel: Optional[str], check_backward: bool) -> Tuple[Tensor, Tensor]:
     f = _features(window_left, window_right, softcap, alibi, bias, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                  max_seqlen_k)
+                  max_seqlen_k, alibi_slopes)
     o, lse = _torch.forward(q, k, v, causal=causal, scale=scale, kernel=kernel, features=f)
     if check_backward:
         _torch.check_backward(q, k, v, causal=causal, scale=scale, kernel=backward_kernel, features=f)
@@ -109,7 +109,7 @@ def features_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optio
 
 @features_forward.register_fake
 def _(q, k, v, causal, scale, window_left, window_right, softcap, alibi, bias, cu_seqlens_q, cu_seqlens_k,
-      max_seqlen_q, max_seqlen_k, kernel, backward_kernel, check_backward):
+      max_seqlen_q, max_seqlen_k, alibi_slopes, kernel, backward_kernel, check_backward):
     _fake_attention_checks(q, k, v)
     return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
 
@@ -118,27 +118,28 @@ def _(q, k, v, causal, scale, window_left, window_right, softcap, alibi, bias, c
 def features_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, d_o: Tensor, causal: bool,
                       scale: Optional[float], window_left: int, window_right: int, softcap: float, alibi: bool,
                       bias: Optional[Tensor], cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
-                      max_seqlen_q: int, max_seqlen_k: int, kernel: Optional[str]) -> Tuple[Tensor, Tensor, Tensor]:
+                      max_seqlen_q: int, max_seqlen_k: int, alibi_slopes: Optional[Tensor],
+                      kernel: Optional[str]) -> Tuple[Tensor, Tensor, Tensor]:
     f = _features(window_left, window_right, softcap, alibi, bias, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                  max_seqlen_k)
+                  max_seqlen_k, alibi_slopes)
     return _torch.backward(q, k, v, o, lse, d_o, causal=causal, scale=scale, kernel=kernel, features=f)
 
 
 @features_backward.register_fake
 def _(q, k, v, o, lse, d_o, causal, scale, window_left, window_right, softcap, alibi, bias, cu_seqlens_q,
-      cu_seqlens_k, max_seqlen_q, max_seqlen_k, kernel):
+      cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes, kernel):
     _fake_attention_checks(q, k, v)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
-_FEATURE_ARGS = slice(5, 14)  # window_left .. max_seqlen_k in features_forward's arguments
+_FEATURE_ARGS = slice(5, 15)  # window_left .. alibi_slopes in features_forward's arguments
 
 
 def _setup_features_forward(ctx, inputs, output):
     q, k, v, causal, scale = inputs[:5]
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse)
-    ctx.causal, ctx.scale, ctx.backward_kernel = causal, scale, inputs[15]
+    ctx.causal, ctx.scale, ctx.backward_kernel = causal, scale, inputs[16]
     ctx.features = inputs[_FEATURE_ARGS]
     ctx.mark_non_differentiable(lse)
     ctx.set_materialize_grads(False)
@@ -146,7 +147,7 @@ def _setup_features_forward(ctx, inputs, output):
 
 def _backward_of_features_forward(ctx, d_o, d_lse):
     q, k, v, o, lse = ctx.saved_tensors
-    none = (None,) * 14  # no gradient for causal .. check_backward (the bias gets none either)
+    none = (None,) * 15  # no gradient for causal .. check_backward (the bias and slopes get none either)
     if d_o is None:
         return (None, None, None) + none
     dq, dk, dv = features_backward(q, k, v, o, lse, d_o, ctx.causal, ctx.scale, *ctx.features,
@@ -195,7 +196,7 @@ def attention_forward(q, k, v, causal, scale, kernel, backward_kernel, needs_gra
         f = features
         return features_forward(q, k, v, causal, scale, int(f.window[0]), int(f.window[1]), float(f.softcap),
                                 bool(f.alibi), f.bias, f.cu_seqlens_q, f.cu_seqlens_k, int(f.max_seqlen_q),
-                                int(f.max_seqlen_k), kernel, backward_kernel, needs_grad)
+                                int(f.max_seqlen_k), f.alibi_slopes, kernel, backward_kernel, needs_grad)
     if needs_grad:
         return _Eager.apply(q, k, v, causal, scale, kernel, backward_kernel, True, features)
     return _torch.forward(q, k, v, causal=causal, scale=scale, kernel=kernel, features=features)

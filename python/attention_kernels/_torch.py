@@ -31,8 +31,9 @@ class Features:
     """Chapter 09's features of one call (c_api.h's fa_features), each off by default.
 
     window: (left, right) keys a query sees on each side of its diagonal, -1 for no limit;
-    softcap: scores x become softcap * tanh(x / softcap) (0: off); alibi: the ALiBi paper's
-    slopes (attention_features.h); bias: float32 [batch, heads_q, seq_q, seq_kv] added to the
+    softcap: scores x become softcap * tanh(x / softcap) (0: off); alibi: ALiBi, with the ALiBi
+    paper's slopes (attention_features.h) or alibi_slopes, float32 [heads_q] or [batch (sequences
+    when packed), heads_q] (flash-attn's); bias: float32 [batch, heads_q, seq_q, seq_kv] added to the
     scaled scores (no gradient); cu_seqlens_q / cu_seqlens_k: int32 [sequences + 1] of a packed
     batch whose q is [1, heads_q, total_q, head_dim], with max_seqlen_q / max_seqlen_k.
     """
@@ -45,6 +46,7 @@ class Features:
     cu_seqlens_k: Optional[torch.Tensor] = None
     max_seqlen_q: int = 0
     max_seqlen_k: int = 0
+    alibi_slopes: Optional[torch.Tensor] = None
 
     @property
     def sequences(self):
@@ -57,7 +59,8 @@ class Features:
     def key(self):
         """What the kernel's support check reads: every field but the tensors' contents."""
         return (int(self.window[0]), int(self.window[1]), float(self.softcap), bool(self.alibi),
-                self.bias is not None, self.sequences, int(self.max_seqlen_q), int(self.max_seqlen_k))
+                self.bias is not None, self.sequences, int(self.max_seqlen_q), int(self.max_seqlen_k),
+                None if self.alibi_slopes is None else self.alibi_slopes.dim())
 
     def struct(self):
         """The fa_features of this call, with the tensors' device pointers."""
@@ -66,7 +69,9 @@ class Features:
             bias=0 if self.bias is None else self.bias.data_ptr(), sequences=self.sequences,
             cu_seqlens_q=0 if self.cu_seqlens_q is None else self.cu_seqlens_q.data_ptr(),
             cu_seqlens_k=0 if self.cu_seqlens_k is None else self.cu_seqlens_k.data_ptr(),
-            max_seqlen_q=self.max_seqlen_q, max_seqlen_k=self.max_seqlen_k)
+            max_seqlen_q=self.max_seqlen_q, max_seqlen_k=self.max_seqlen_k,
+            alibi_slopes=0 if self.alibi_slopes is None else self.alibi_slopes.data_ptr(),
+            alibi_slopes_per_sequence=self.alibi_slopes is not None and self.alibi_slopes.dim() == 2)
 
 
 def _check_features(features, q, k):
@@ -88,6 +93,18 @@ def _check_features(features, q, k):
                              f"{tuple(b.shape)}")
         _check_contiguous("bias", b, "pass .contiguous() (a copy)")
         _same_device(("q", "bias"), (q, b))
+    if features.alibi_slopes is not None:
+        a = features.alibi_slopes
+        rows = batch if features.cu_seqlens_q is None else features.cu_seqlens_q.shape[0] - 1
+        if not features.alibi:
+            raise ValueError("alibi_slopes are given but alibi is False")
+        if not isinstance(a, torch.Tensor):
+            raise TypeError(f"alibi_slopes must be a torch.Tensor or None, got {type(a).__name__}")
+        if a.dtype != torch.float32 or tuple(a.shape) not in ((heads_q,), (rows, heads_q)):
+            raise ValueError(f"alibi_slopes must be torch.float32 ({heads_q},) or ({rows}, {heads_q}), got {a.dtype} "
+                             f"{tuple(a.shape)}")
+        _check_contiguous("alibi_slopes", a, "pass .contiguous() (a copy)")
+        _same_device(("q", "alibi_slopes"), (q, a))
     if (features.cu_seqlens_q is None) != (features.cu_seqlens_k is None):
         raise ValueError("a packed batch needs both cu_seqlens_q and cu_seqlens_k")
     if features.cu_seqlens_q is not None:
@@ -191,12 +208,13 @@ def _check(kind, name, shape_key, features_key=None):
     shape = (lib._DecodeShape if kind == lib.DECODE else lib._Shape)(*shape_key)
     features = None
     if features_key is not None:
-        wl, wr, softcap, alibi, has_bias, sequences, max_q, max_k = features_key
+        wl, wr, softcap, alibi, has_bias, sequences, max_q, max_k, slope_dims = features_key
         present = 1 << 8
         features = library.features(window=(wl, wr), softcap=softcap, alibi=alibi, bias=present if has_bias else 0,
                                     sequences=sequences, cu_seqlens_q=present if sequences else 0,
                                     cu_seqlens_k=present if sequences else 0, max_seqlen_q=max_q,
-                                    max_seqlen_k=max_k)
+                                    max_seqlen_k=max_k, alibi_slopes=present if slope_dims else 0,
+                                    alibi_slopes_per_sequence=slope_dims == 2)
     return library.check(kind, name, shape, features)
 
 
@@ -377,7 +395,8 @@ def _signature(kind, tensors, causal, scale, kernel, features):
     try:
         key = (kind, causal, scale, kernel, *(_sig(t) for t in tensors))
         if features is not None:
-            key += (features.key(), _sig(features.bias), _sig(features.cu_seqlens_q), _sig(features.cu_seqlens_k))
+            key += (features.key(), _sig(features.bias), _sig(features.cu_seqlens_q), _sig(features.cu_seqlens_k),
+                    _sig(features.alibi_slopes))
         hash(key)
         return key
     except (AttributeError, TypeError, ValueError):

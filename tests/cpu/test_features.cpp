@@ -121,6 +121,55 @@ TEST(FeatureOracle, DenseFeaturesMatchTheDefinitions) {
   }
 }
 
+TEST(FeatureOracle, CallerSlopesReachTheOracleAndChapter09sLoop) {
+  // flash-attn's alibi_slopes: one per head, or one per (batch, head). The oracle against the
+  // definition with those slopes, then chapter 09's CPU loop (registered as ch09_features_cpu)
+  // against the oracle.
+  const uint64_t seed = fresh_seed();
+  const CpuAlgorithm* loop = nullptr;
+  for (const CpuAlgorithm* a : cpu_algorithms_of_chapter(9))
+    if (a->name == "ch09_features_cpu") loop = a;
+  ASSERT_NE(loop, nullptr);
+  for (bool per_sequence : {false, true}) {
+    const AttentionShape shape = shape_of(2, 4, 2, 70, 90, 64, true);
+    AttentionFeatures f;
+    f.alibi = true;
+    f.window_left = 40;
+    SCOPED_TRACE(std::string(per_sequence ? "per (batch, head)" : "per head") + ", seed " + std::to_string(seed));
+    Problem problem(shape, seed, true, f);
+    const HostInputs& in = problem.host(DType::F32);
+    std::vector<float> slopes = normal_values(per_sequence ? shape.batch * shape.heads_q : shape.heads_q, seed, 11);
+    for (float& x : slopes) x = 0.05f + 0.4f * std::fabs(x);
+    AttentionExtras extras = problem.host_extras();
+    extras.alibi_slopes = slopes.data();
+    extras.alibi_slopes_per_sequence = per_sequence;
+    const CheckPlan plan = full_check_plan(shape);
+    const ForwardReference ref = reference_forward(shape, in.q.data(), in.k.data(), in.v.data(), plan, f, &extras);
+    size_t entry = 0;
+    for (int b = 0; b < shape.batch; ++b)
+      for (int h = 0; h < shape.heads_q; ++h, ++entry) {
+        const int64_t q0 = (int64_t(b) * shape.heads_q + h) * shape.seq_q;
+        const int64_t kv0 = (int64_t(b) * shape.heads_kv + shape.kv_head(h)) * shape.seq_kv;
+        std::vector<double> o, lse;
+        direct_attention(sequence_shape(shape, shape.seq_q, shape.seq_kv), f, in.q.data() + q0 * shape.head_dim,
+                         in.k.data() + kv0 * shape.head_dim, in.v.data() + kv0 * shape.head_dim, nullptr,
+                         slopes[(per_sequence ? b * shape.heads_q : 0) + h], o, lse);
+        expect_close(ref.o[entry], o, 1e-9, "O");
+        expect_close(ref.lse[entry], lse, 1e-9, "LSE");
+      }
+    std::vector<float> o(std::size_t(shape.o_elems())), lse(std::size_t(shape.lse_elems()));
+    loop->run_extras(shape, f, extras, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data());
+    entry = 0;
+    for (int bh = 0; bh < shape.batch * shape.heads_q; ++bh, ++entry)
+      for (int i = 0; i < shape.seq_q; ++i) {
+        EXPECT_NEAR(lse[std::size_t(bh) * shape.seq_q + i], ref.lse[entry][std::size_t(i)], 1e-4) << bh << " " << i;
+        for (int x = 0; x < shape.head_dim; ++x)
+          EXPECT_NEAR(o[(std::size_t(bh) * shape.seq_q + i) * shape.head_dim + x],
+                      ref.o[entry][std::size_t(i) * shape.head_dim + x], 1e-4);
+      }
+  }
+}
+
 TEST(FeatureOracle, PackedBatchIsSeparateBatchesOfOne) {
   const uint64_t seed = fresh_seed();
   for (const auto& [shape, f] : feature_shapes()) {

@@ -31,7 +31,7 @@ def visible(seq_q, seq_k, causal, window):
     return ok
 
 
-def reference(q, k, v, causal=False, window=(-1, -1), softcap=0.0, alibi=False, scale=None):
+def reference(q, k, v, causal=False, window=(-1, -1), softcap=0.0, alibi=None, scale=None):
     """O [b, s, h, d] and LSE [b, h, s] in float64 from (batch, seq, heads, head_dim) tensors.
     A row with no key: O = 0, LSE = -inf (this library's convention)."""
     q, k, v = (t.double().transpose(1, 2) for t in (q, k, v))
@@ -42,8 +42,8 @@ def reference(q, k, v, causal=False, window=(-1, -1), softcap=0.0, alibi=False, 
     if softcap:
         s = softcap * torch.tanh(s / softcap)
     seq_q, seq_k = q.shape[2], k.shape[2]
-    if alibi:
-        slopes = ak.alibi_slopes(heads).double()[:, None, None]
+    if alibi is not None:  # the slopes, [heads] or [batch, heads]
+        slopes = alibi.double().expand(q.shape[0], heads)[:, :, None, None]
         i = torch.arange(seq_q, device="cuda")[:, None] + (seq_k - seq_q)
         j = torch.arange(seq_k, device="cuda")[None, :]
         s = s - slopes * (i - j).abs()
@@ -77,14 +77,17 @@ def test_forward_and_backward(case, dtype):
     b, sq, sk, hq, hkv, d, causal, window, softcap, alibi = case
     g = generator(f"flash_attn/{case}/{dtype}")
     q, k, v = randn((b, sq, hq, d), dtype, g), randn((b, sk, hkv, d), dtype, g), randn((b, sk, hkv, d), dtype, g)
-    slopes = ak.alibi_slopes(hq) if alibi else None
+    # Caller-given slopes, as flash-attn takes them: per head, or per (batch, head) when b > 1.
+    slopes = None
+    if alibi:
+        slopes = (torch.rand((hq,) if b == 1 else (b, hq), generator=g, device="cuda") * 0.4 + 0.05).float()
     for t in (q, k, v):
         t.requires_grad_(True)
     out, lse, probs = ak.flash_attn_func(q, k, v, causal=causal, window_size=window, softcap=softcap,
                                          alibi_slopes=slopes, return_attn_probs=True)
     assert out.shape == q.shape and lse.shape == (b, hq, sq) and probs is None
     ref_q, ref_k, ref_v = (t.detach().double().requires_grad_(True) for t in (q, k, v))
-    ref_o, ref_lse = reference(ref_q, ref_k, ref_v, causal, window, softcap, alibi)
+    ref_o, ref_lse = reference(ref_q, ref_k, ref_v, causal, window, softcap, slopes)
     close(out, ref_o, dtype, "O")
     seen = torch.isfinite(ref_lse)
     assert torch.equal(torch.isfinite(lse), seen), "LSE must be -inf exactly where a row sees no key"
@@ -131,8 +134,8 @@ def test_documented_differences_and_errors():
     q = randn((1, 64, 4, 64), torch.bfloat16, g)
     with pytest.raises(ValueError, match="dropout_p must be 0.0"):
         ak.flash_attn_func(q, q, q, dropout_p=0.1)
-    with pytest.raises(ValueError, match="alibi_slopes must be the ALiBi paper's slopes"):
-        ak.flash_attn_func(q, q, q, alibi_slopes=torch.full((4,), 0.3, device="cuda"))
+    with pytest.raises(ValueError, match=r"^alibi_slopes must be float32 \(4,\) or \(1, 4\), got torch.float32 \(3,\)$"):
+        ak.flash_attn_func(q, q, q, alibi_slopes=torch.full((3,), 0.3, device="cuda"))
     with pytest.raises(ValueError, match=r"window_size\[0\] must be an int >= -1"):
         ak.flash_attn_func(q, q, q, window_size=(-2, 0))
     with pytest.raises(ValueError, match="block_table"):
@@ -183,9 +186,9 @@ def test_compile_fullgraph_and_opcheck():
     assert torch.equal(out, eager)
     out.sum().backward()
     qh, kh, vh = (t.detach().transpose(1, 2).contiguous() for t in (q, k, v))
-    args = (qh, kh, vh, True, None, 32, 0, 20.0, False, None, None, None, 0, 0, None, None, True)
+    args = (qh, kh, vh, True, None, 32, 0, 20.0, False, None, None, None, 0, 0, None, None, None, True)
     torch.library.opcheck(_ops.features_forward, args)
     o, lse = _ops.features_forward(*args[:-1], False)
     torch.library.opcheck(_ops.features_backward,
                           (qh, kh, vh, o, lse, torch.randn_like(o), True, None, 32, 0, 20.0, False, None, None,
-                           None, 0, 0, None))
+                           None, 0, 0, None, None))
