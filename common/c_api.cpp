@@ -435,6 +435,39 @@ fa_status launch_by_name(const std::vector<Entry>& list, fa_kind kind, const cha
   });
 }
 
+/// A forward or backward launch by name: the C API's entry points, with or without strides.
+fa_status forward_by_name(const char* name, const fa_shape* shape, const fa_features* features,
+                          const fa_strides* strides, const void* q, const void* k, const void* v, void* o, float* lse,
+                          void* workspace, std::size_t workspace_bytes, void* stream) {
+  ForwardParams p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.o = o;
+  p.lse = lse;
+  return launch_by_name(forward_kernels(), FA_KIND_FORWARD, name, shape, {{"q", q}, {"k", k}, {"v", v}, {"o", o}},
+                        {{"lse", lse}}, workspace, workspace_bytes, stream, p, features, strides);
+}
+
+fa_status backward_by_name(const char* name, const fa_shape* shape, const fa_features* features,
+                           const fa_strides* strides, const void* q, const void* k, const void* v, const void* o,
+                           const void* d_o, const float* lse, void* dq, void* dk, void* dv, void* workspace,
+                           std::size_t workspace_bytes, void* stream) {
+  BackwardParams p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.o = o;
+  p.d_o = d_o;
+  p.lse = lse;
+  p.dq = dq;
+  p.dk = dk;
+  p.dv = dv;
+  return launch_by_name(backward_kernels(), FA_KIND_BACKWARD, name, shape,
+                        {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"d_o", d_o}, {"dq", dq}, {"dk", dk}, {"dv", dv}},
+                        {{"lse", lse}}, workspace, workspace_bytes, stream, p, features, strides);
+}
+
 }  // namespace
 
 }  // namespace fa
@@ -532,49 +565,11 @@ fa_status fa_backward_check_features(const char* name, const fa_shape* shape, co
   return check_features_by_name(backward_kernels(), FA_KIND_BACKWARD, name, shape, features, workspace_bytes);
 }
 
-fa_status fa_forward_features(const char* name, const fa_shape* shape, const fa_features* features, const void* q,
-                              const void* k, const void* v, void* o, float* lse, void* workspace,
-                              size_t workspace_bytes, void* stream) {
-  ForwardParams p;
-  p.q = q;
-  p.k = k;
-  p.v = v;
-  p.o = o;
-  p.lse = lse;
-  return launch_by_name(forward_kernels(), FA_KIND_FORWARD, name, shape, {{"q", q}, {"k", k}, {"v", v}, {"o", o}},
-                        {{"lse", lse}}, workspace, workspace_bytes, stream, p, features);
-}
-
-fa_status fa_backward_features(const char* name, const fa_shape* shape, const fa_features* features, const void* q,
-                               const void* k, const void* v, const void* o, const void* d_o, const float* lse, void* dq,
-                               void* dk, void* dv, void* workspace, size_t workspace_bytes, void* stream) {
-  BackwardParams p;
-  p.q = q;
-  p.k = k;
-  p.v = v;
-  p.o = o;
-  p.d_o = d_o;
-  p.lse = lse;
-  p.dq = dq;
-  p.dk = dk;
-  p.dv = dv;
-  return launch_by_name(backward_kernels(), FA_KIND_BACKWARD, name, shape,
-                        {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"d_o", d_o}, {"dq", dq}, {"dk", dk}, {"dv", dv}},
-                        {{"lse", lse}}, workspace, workspace_bytes, stream, p, features);
-}
-
 fa_status fa_forward_strided(const char* name, const fa_shape* shape, const fa_features* features,
                              const fa_strides* strides, const void* q, const void* k, const void* v, void* o,
                              float* lse, void* workspace, size_t workspace_bytes, void* stream) {
   if (strides == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "strides is a null pointer");
-  ForwardParams p;
-  p.q = q;
-  p.k = k;
-  p.v = v;
-  p.o = o;
-  p.lse = lse;
-  return launch_by_name(forward_kernels(), FA_KIND_FORWARD, name, shape, {{"q", q}, {"k", k}, {"v", v}, {"o", o}},
-                        {{"lse", lse}}, workspace, workspace_bytes, stream, p, features, strides);
+  return forward_by_name(name, shape, features, strides, q, k, v, o, lse, workspace, workspace_bytes, stream);
 }
 
 fa_status fa_backward_strided(const char* name, const fa_shape* shape, const fa_features* features,
@@ -582,19 +577,21 @@ fa_status fa_backward_strided(const char* name, const fa_shape* shape, const fa_
                               const void* d_o, const float* lse, void* dq, void* dk, void* dv, void* workspace,
                               size_t workspace_bytes, void* stream) {
   if (strides == nullptr) return fail(FA_ERR_INVALID_ARGUMENT, "strides is a null pointer");
-  BackwardParams p;
-  p.q = q;
-  p.k = k;
-  p.v = v;
-  p.o = o;
-  p.d_o = d_o;
-  p.lse = lse;
-  p.dq = dq;
-  p.dk = dk;
-  p.dv = dv;
-  return launch_by_name(backward_kernels(), FA_KIND_BACKWARD, name, shape,
-                        {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"d_o", d_o}, {"dq", dq}, {"dk", dk}, {"dv", dv}},
-                        {{"lse", lse}}, workspace, workspace_bytes, stream, p, features, strides);
+  return backward_by_name(name, shape, features, strides, q, k, v, o, d_o, lse, dq, dk, dv, workspace, workspace_bytes,
+                          stream);
+}
+
+fa_status fa_forward_features(const char* name, const fa_shape* shape, const fa_features* features, const void* q,
+                              const void* k, const void* v, void* o, float* lse, void* workspace,
+                              size_t workspace_bytes, void* stream) {
+  return forward_by_name(name, shape, features, nullptr, q, k, v, o, lse, workspace, workspace_bytes, stream);
+}
+
+fa_status fa_backward_features(const char* name, const fa_shape* shape, const fa_features* features, const void* q,
+                               const void* k, const void* v, const void* o, const void* d_o, const float* lse, void* dq,
+                               void* dk, void* dv, void* workspace, size_t workspace_bytes, void* stream) {
+  return backward_by_name(name, shape, features, nullptr, q, k, v, o, d_o, lse, dq, dk, dv, workspace, workspace_bytes,
+                          stream);
 }
 
 fa_status fa_forward(const char* name, const fa_shape* shape, const void* q, const void* k, const void* v, void* o,

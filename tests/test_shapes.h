@@ -1,8 +1,10 @@
 // Helpers the test files share.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "random.h"
 #include "registry.h"
 #include "runner.h"
+#include "tensor.h"
 
 namespace fa {
 
@@ -114,6 +117,20 @@ inline std::vector<unsigned char> output_bytes(const ForwardKernel& kernel, Prob
   const std::vector<unsigned char> lse_bytes = launch.lse.download();
   bytes.insert(bytes.end(), lse_bytes.begin(), lse_bytes.end());
   return bytes;
+}
+
+/// Relative Frobenius error of a kernel's gradient (raw `dtype` elements) against the oracle's;
+/// infinite when an element is not finite (a poisoned one left unwritten, say).
+inline double gradient_error(DType dtype, const std::vector<unsigned char>& raw, const std::vector<double>& want) {
+  std::vector<float> got(want.size());
+  decode_in_parallel(dtype, raw.data(), got.data(), got.size());
+  double err = 0, norm = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double diff = double(got[i]) - want[i];
+    err += diff * diff;
+    norm += want[i] * want[i];
+  }
+  return std::isfinite(err) ? std::sqrt(err / std::max(norm, 1e-30)) : std::numeric_limits<double>::infinity();
 }
 
 /// A fresh seed per test: inputs differ from run to run. Tests print it on failure.

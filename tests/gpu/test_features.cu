@@ -171,14 +171,7 @@ TEST_P(CallerSlopesTest, MatchOracle) {
     const std::vector<double>& want;
   } grads[] = {{"dQ", dq, ref.dq}, {"dK", dk, ref.dk}, {"dV", dv, ref.dv}};
   for (const auto& g : grads) {
-    std::vector<float> got(g.want.size());
-    decode_in_parallel(dtype, g.got.download().data(), got.data(), got.size());
-    double err = 0, norm = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      err += (double(got[i]) - g.want[i]) * (double(got[i]) - g.want[i]);
-      norm += g.want[i] * g.want[i];
-    }
-    const double rel = std::isfinite(err) ? std::sqrt(err / std::max(norm, 1e-30)) : INFINITY;
+    const double rel = gradient_error(dtype, g.got.download(), g.want);
     EXPECT_LE(rel, limit) << c.name() << ": " << g.name << " relative error " << rel << ", seed " << seed;
   }
 }

@@ -202,19 +202,6 @@ TEST_P(StridedForwardTest, MatchesOracleAndStaysInItsRows) {
 INSTANTIATE_TEST_SUITE_P(All, StridedForwardTest, ::testing::ValuesIn(strided_cases(forward_kernels())),
                          case_name<ForwardCase>);
 
-/// Relative Frobenius error of a gradient against the oracle's.
-double relative_error(const std::vector<unsigned char>& raw, const std::vector<double>& ref) {
-  std::vector<float> got(ref.size());
-  decode_in_parallel(DType::BF16, raw.data(), got.data(), got.size());
-  double err = 0, norm = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    const double diff = double(got[i]) - ref[i];
-    err += diff * diff;
-    norm += ref[i] * ref[i];
-  }
-  return std::isfinite(err) ? std::sqrt(err / std::max(norm, 1e-30)) : std::numeric_limits<double>::infinity();
-}
-
 using BackwardCase = StridedCase<BackwardKernel>;
 class StridedBackwardTest : public ::testing::TestWithParam<BackwardCase> {};
 
@@ -277,7 +264,7 @@ TEST_P(StridedBackwardTest, MatchesOracleAndStaysInItsRows) {
         gather(g.buffer, g.place, s.batch, g.kv ? s.heads_kv : s.heads_q, g.kv ? s.seq_kv : s.seq_q, d);
     EXPECT_EQ(out.touched_outside, 0) << c.kernel->name << " wrote " << out.touched_outside << " elements outside "
                                       << g.name << "'s rows (" << layout_name(c.layout) << ")";
-    const double rel = relative_error(out.packed, g.ref);
+    const double rel = gradient_error(DType::BF16, out.packed, g.ref);
     EXPECT_LE(rel, limit) << c.kernel->name << " on " << s.to_string() << " " << layout_name(c.layout) << ": " << g.name
                           << " relative error " << rel << ", seed " << seed;
   }
