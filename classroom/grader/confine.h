@@ -9,9 +9,10 @@
 // folder, starting a process, a socket); clone3 fails with ENOSYS, so that glibc starts threads
 // with clone, whose flags the filter can read (a new thread is allowed, a new process is not).
 // The GPU runner initializes CUDA first (every device file it needs is then open, every module
-// loaded), then gets a denylist: the calls that reach the file system by name, start processes
-// or programs, open sockets, or touch other processes fail with EPERM; the driver's ioctls and
-// mappings go on. The filter covers every thread of the process (TSYNC) and cannot be lifted
+// loaded), then gets a denylist: the calls that open, create or change files by name, start
+// processes or programs, open sockets, or touch other processes fail with EPERM; the driver's
+// ioctls, mappings and stat calls go on (so a file's existence and size, never its contents,
+// stay visible to it). The filter covers every thread of the process (TSYNC) and cannot be lifted
 // (no_new_privs). A runner that cannot install it stops before the student's code runs.
 #pragma once
 
@@ -104,9 +105,6 @@ inline std::vector<long> gpu_denied() {
       SYS_chmod,
       SYS_chown,
       SYS_lchown,
-      SYS_stat,
-      SYS_lstat,
-      SYS_access,
       SYS_readlink,
       SYS_fork,
       SYS_vfork,
@@ -123,10 +121,6 @@ inline std::vector<long> gpu_denied() {
       SYS_symlinkat,
       SYS_fchmodat,
       SYS_fchownat,
-      SYS_newfstatat,
-      SYS_statx,
-      SYS_faccessat,
-      SYS_faccessat2,
       SYS_readlinkat,
       SYS_truncate,
       SYS_chdir,
