@@ -26,11 +26,22 @@
 namespace fa::paged {
 namespace {
 
+/// What the merge reads and writes, and nothing else: the partitions' O and LSE, the context
+/// lengths that say how many partitions a row has, and the outputs (no query, no cache).
+struct MergeArgs {
+  const int* lens;
+  const float* part_o;    // [row][partition][kD]
+  const float* part_lse;  // [row][partition]
+  uint16_t* o;
+  float* lse;
+  int heads_q, query_len, partition_tokens, partitions;
+};
+
 //! [merge_partitions]
 /// Variant 2's reduce: one warp per query row merges its sequence's partitions exactly,
 /// LSE = log sum_p e^(LSE_p), O = sum_p e^(LSE_p - LSE) O_p (chapter 03's merge, done once).
 template <class T, int kD>
-__global__ void merge_partitions_kernel(const DecodeArgs a, int64_t rows) {
+__global__ void merge_partitions_kernel(const MergeArgs a, int64_t rows) {
   const int64_t row = blockIdx.x * int64_t(kWarps) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   wait_for_prerequisite_grid();  // the partials of paged_attention_kernel, complete and visible
@@ -215,7 +226,9 @@ void launch_decode(const DecodeParams& p) {
       config.attrs = early;
       config.numAttrs = 1;
     }
-    CUDA_CHECK(cudaLaunchKernelEx(&config, merge_partitions_kernel<T, kD>, a, rows));
+    const MergeArgs merge{a.lens,    a.part_o,    a.part_lse,         a.o,         a.lse,
+                          a.heads_q, a.query_len, a.partition_tokens, a.partitions};
+    CUDA_CHECK(cudaLaunchKernelEx(&config, merge_partitions_kernel<T, kD>, merge, rows));
     CUDA_CHECK_LAUNCH();
   }
   //! [pdl_launch]

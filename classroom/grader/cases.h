@@ -120,9 +120,9 @@ std::vector<Case> forward_cases(Rng& rng, const std::vector<Variant>& variants, 
                                 const std::vector<int>& dims, int n = 3);
 
 /// `cases` and the speed part: one large shape `s` on `kernel`, worth a fifth of the exercise,
-/// passing at 0.7 of the reference solution's speed. gate > 0: below `gate` of the reference's
-/// speed there, no case of the exercise counts (the work is not being done by a kernel on the
-/// GPU: an answer computed on the host, or by one thread per row, is that slow).
+/// passing at 0.7 of the reference solution's speed. gate > 0: unless that shape passes at `gate`
+/// of the reference's speed or more, no case of the exercise counts (an answer computed on the
+/// host, not by a kernel on the GPU, is that slow).
 std::vector<Case> with_speed(Rng& rng, std::vector<Case> cases, const std::string& kernel, DType dtype,
                              const AttentionShape& s, double gate = 0);
 

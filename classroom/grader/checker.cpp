@@ -125,10 +125,17 @@ int check(const Options& opt) {
     } else if (c.min_speed > 0) {
       double speed = -1;
       whys[i] = check_speed(opt, c, rng, notes[i], speed);
-      if (c.gate_speed > 0 && speed >= 0 && speed < c.gate_speed)
-        gate_failed = "not counted: on the speed part's large shape this ran at " + fmt(speed) +
-                      " of the reference solution's speed, below " + fmt(c.gate_speed) +
-                      ": the exercise's kernel is not doing the work on the GPU";
+      // The gate holds the other cases to the large shape: wrong there, or too slow, and none counts.
+      // (A student copy has no reference to time against, so its self-check has no gate.)
+      if (c.gate_speed > 0 && !opt.reference_runner.empty()) {
+        if (speed < 0)
+          gate_failed = "not counted: the speed part's large shape did not pass (" + whys[i].substr(0, 200) +
+                        "), and this exercise counts only when it does";
+        else if (speed < c.gate_speed)
+          gate_failed = "not counted: on the speed part's large shape this ran at " + fmt(speed) +
+                        " of the reference solution's speed, below " + fmt(c.gate_speed) +
+                        ": the exercise's kernel is not doing the work on the GPU";
+      }
     } else {
       const Reply r = ask(opt.limits, opt.runner, c.header, c.input, c.expect_values);
       whys[i] = judged(c, r);

@@ -12,7 +12,8 @@
 // loaded), then gets a denylist: the calls that open, create or change files by name, start
 // processes or programs, open sockets, or touch other processes fail with EPERM; the driver's
 // ioctls, mappings and stat calls go on (so a file's existence and size, never its contents,
-// stay visible to it). The filter covers every thread of the process (TSYNC) and cannot be lifted
+// stay visible to it). Neither runner can reach the machine's other shared stores (keyrings,
+// POSIX and System V queues, semaphores and shared memory), so nothing it does outlives it. The filter covers every thread of the process (TSYNC) and cannot be lifted
 // (no_new_privs). A runner that cannot install it stops before the student's code runs.
 #pragma once
 
@@ -150,6 +151,31 @@ inline std::vector<long> gpu_denied() {
       SYS_fanotify_init,
       SYS_memfd_create,
       SYS_pidfd_open,
+      SYS_add_key,
+      SYS_request_key,
+      SYS_keyctl,
+      SYS_mq_open,
+      SYS_mq_unlink,
+      SYS_mq_timedsend,
+      SYS_mq_timedreceive,
+      SYS_mq_notify,
+      SYS_mq_getsetattr,
+      SYS_msgget,
+      SYS_msgsnd,
+      SYS_msgrcv,
+      SYS_msgctl,
+      SYS_semget,
+      SYS_semop,
+      SYS_semtimedop,
+      SYS_semctl,
+      SYS_shmget,
+      SYS_shmat,
+      SYS_shmctl,
+      SYS_bpf,
+      SYS_perf_event_open,
+      SYS_userfaultfd,
+      SYS_pidfd_send_signal,
+      SYS_process_madvise,
       SYS_pidfd_getfd,
       SYS_setsid,
       SYS_setpgid,

@@ -44,15 +44,21 @@ std::vector<float> download(DType dtype, const DeviceBuffer& b, std::size_t n) {
   return out;
 }
 
-template <class Launch>
-double time_ms(Launch launch, int iters) {
-  for (int i = 0; i < 3; ++i) launch();
+/// The median time of `iters` launches after 3 warm-ups; `poison` runs before each launch, outside
+/// the timed span, so that no launch finds the previous one's results to skip its work.
+template <class Launch, class Poison>
+double time_ms(Launch launch, Poison poison, int iters) {
+  for (int i = 0; i < 3; ++i) {
+    poison();
+    launch();
+  }
   CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> ms;
   cudaEvent_t start, stop;
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
   for (int i = 0; i < iters; ++i) {
+    poison();
     CUDA_CHECK(cudaEventRecord(start));
     launch();
     CUDA_CHECK(cudaEventRecord(stop));
@@ -94,11 +100,12 @@ Answer run(const Header& h, const std::vector<float>& in) {
     k->launch(fp);
     CUDA_CHECK(cudaDeviceSynchronize());
     if (timed) {
-      r.ms = time_ms([&] { k->launch(fp); }, r.iters);
-      // One more launch onto poisoned outputs: those are read back, so a kernel that skipped
-      // work on some launches shows it.
-      CUDA_CHECK(cudaMemset(o.get(), 0xFF, o.bytes()));
-      CUDA_CHECK(cudaMemset(lse.get(), 0xFF, lse.bytes()));
+      // Outputs and scratch poisoned before every launch; the last launch's outputs are read back.
+      const auto poison = [&] {
+        for (const DeviceBuffer* b : {&o, &lse, &ws}) CUDA_CHECK(cudaMemsetAsync(b->get(), 0xFF, b->bytes()));
+      };
+      r.ms = time_ms([&] { k->launch(fp); }, poison, r.iters);
+      poison();
       k->launch(fp);
       CUDA_CHECK(cudaDeviceSynchronize());
     }
