@@ -444,6 +444,10 @@ def lint_region(body, chapter, enclosing=()):
             return "digraphs are not allowed"
         if "#" in line and not re.fullmatch(r"#\s*pragma\s+unroll(\s+\d+)?", stripped):
             return "'#' is not allowed in an exercise region outside '#pragma unroll'"
+    # Attributes can carry text to the assembler (a section name is written into the assembly as it
+    # is, newlines and all: .incbin, .init_array) and change how code is built: none in a region.
+    if re.search(r"\[\s*\[", code) or re.search(r"\b(__attribute__|__attribute|__declspec)\b", code):
+        return "attributes ([[...]], __attribute__) are not allowed in an exercise region"
     # The region is a function body (or a part of one): it may not close what it sits in.
     depth = {"{": 0, "(": 0, "[": 0}
     closer = {"}": "{", ")": "(", "]": "["}
@@ -722,6 +726,11 @@ def run_build(cmd, timeout, tmp, box=None, cwd=None):
         return False, f"the build ran past {timeout} s and was stopped"
 
 
+# The GPU runners' build: chapters of CUDA kernels, a few minutes on a small machine; well under
+# grade_batch's default time per student, so that a build that never ends is stopped first.
+GPU_BUILD_TIMEOUT = 900
+
+
 def cpu_tasks(chapter):
     """The CPU runner's tasks file of a chapter, relative to classroom/grader/: it includes that
     chapter's algorithm.h and nothing of another chapter's."""
@@ -753,7 +762,8 @@ def gpu_runner_builder(tree, build_dir, chapters, cmake_args, box=None, tmp=None
         targets = []
         for c in chapters:
             targets += ["--target", f"fa_runner_ch{c:02d}"]
-        return run_build(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2)] + targets, 3600, tmp, box,
+        return run_build(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2)] + targets, GPU_BUILD_TIMEOUT,
+                         tmp, box,
                          cwd=build_dir)
     return build
 

@@ -68,7 +68,7 @@ std::string judged(const Case& c, const Reply& r) {
 }
 
 /// A speed case: the reference runner and the student's, alternately, twice each, each timing
-/// its own launches (CUDA events, the median of a launch count drawn here, so a kernel cannot
+/// its own launches (runner_gpu.cu's time_ms, the median of a launch count drawn here, so a kernel cannot
 /// tell which launch is the last; the runner poisons the outputs again before the last, whose
 /// outputs are judged). The best time of each counts. A time below what the runner's own
 /// wall-clock time allows is not believed. Returns why not ("" when fast enough); `note` says

@@ -2,13 +2,14 @@
 // registry, which in this program holds that chapter's kernels and no other's. It reads one
 // request from stdin (protocol.h): the inputs the checker drew, already rounded to the kernel's
 // dtype; it launches the kernel on outputs filled with NaN first, and writes O and LSE (or dQ,
-// dK, dV) back as float32. With time=1 it also times the launches (CUDA events, median of
-// `iters` after 3 warm-ups) for the speed part of an exercise, then launches once more onto
-// outputs filled with NaN again and answers with those. CMake builds it once per chapter
+// dK, dV) back as float32. With time=1 it also times the launches (time_ms: the median of
+// `iters` after 3 warm-ups, outputs poisoned before each) for the speed part of an exercise,
+// then launches once more onto poisoned outputs and answers with those. CMake builds it once per chapter
 // (fa_runner_chNN, classroom/grader/CMakeLists.txt).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -45,27 +46,23 @@ std::vector<float> download(DType dtype, const DeviceBuffer& b, std::size_t n) {
 }
 
 /// The median time of `iters` launches after 3 warm-ups; `poison` runs before each launch, outside
-/// the timed span, so that no launch finds the previous one's results to skip its work.
+/// the timed span, so that no launch finds the previous one's results to skip its work. Each
+/// launch is timed by the host clock from a device-wide synchronize to the next: work that a
+/// launch moved to a stream of its own counts as much as work on the runner's.
 template <class Launch, class Poison>
 double time_ms(Launch launch, Poison poison, int iters) {
   for (int i = 0; i < 3; ++i) {
     poison();
     launch();
   }
-  CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<float> ms;
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> ms;
   for (int i = 0; i < iters; ++i) {
     poison();
-    CUDA_CHECK(cudaEventRecord(start));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const auto start = std::chrono::steady_clock::now();
     launch();
-    CUDA_CHECK(cudaEventRecord(stop));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];

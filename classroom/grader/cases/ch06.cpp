@@ -33,8 +33,9 @@ std::vector<Case> tail_pieces_cases(Rng& rng) {
     c.judge = [=](const std::vector<float>& out) -> std::string {
       for (int i = 0; i < n; ++i)
         if (out[i] != float(want[i]))
+          // The expected answer is the solution's own: not shown, or the grader would answer questions.
           return "tail_pieces(" + fmt(in[3 * i]) + ", " + fmt(in[3 * i + 1]) + ", " + fmt(in[3 * i + 2]) +
-                 ") = " + fmt(out[i]) + ", expected " + std::to_string(want[i]);
+                 ") = " + fmt(out[i]) + " is not the right number of pieces";
       return "";
     };
     cases.push_back(c);

@@ -72,11 +72,11 @@ std::vector<Case> block_manager_cases(Rng& rng) {
         const std::size_t n = std::min(out.size(), want.size());
         for (std::size_t i = 0; i < n; ++i)
           if (out[i] != want[i])
+            // The expected trace is the solution's own: where it differs is said, not what it holds.
             return "the trace differs from the expected one at value " + std::to_string(i) + " (got " + fmt(out[i]) +
-                   ", expected " + fmt(want[i]) +
                    "): tables, copies or free blocks are not what fork/append/release give";
         if (out.size() != want.size())
-          return "the trace has " + std::to_string(out.size()) + " values, expected " + std::to_string(want.size());
+          return "the trace has " + std::to_string(out.size()) + " values, not the expected number";
         return "";
       };
     } while (round > 0 && copies_made == 0);
