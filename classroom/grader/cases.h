@@ -96,7 +96,8 @@ std::string fmt(double x);
 Judge judge_forward(const AttentionShape& s, std::vector<float> q, std::vector<float> k, std::vector<float> v,
                     DType dtype, uint64_t sample_seed = 0);
 
-/// Relative Frobenius error of `got` against `want` (and non-finite values) within `tol`.
+/// Relative Frobenius error of `got` against `want` (and non-finite values) within `tol`; an
+/// expected tensor of root-mean-square below 1e-3 counts as that size.
 std::string close_enough(const char* what, const float* got, const double* want, std::size_t n, double tol);
 
 /// m and l of a row in double: (max, sum exp(s - max)).
