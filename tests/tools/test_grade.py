@@ -73,7 +73,11 @@ class LintTest(unittest.TestCase):
             ("[[maybe::note(0x1'a'\"')]] int v = 0; std::exit(0); //\")]]\n", "right after a number"),
             # g++ reads '$' and non-ASCII letters as part of a number as well.
             ("[[maybe::note(0x1\u00e9'a'\"')]] int v = 0; std::exit(0); //\")]]\n", "right after a number"),
-            ("[[maybe::note(0x1'a '\"')]] int v = 0; std::exit(0); //\")]]\n", "'exit'"),
+            ("[[maybe::note(0x1'a '\"')]] int v = 0; std::exit(0); //\")]]\n", "attributes"),
+            ("  std::exit(0);\n", "'exit'"),
+            ("  struct A { [[gnu::section(\".text.x\\n.incbin \\\"/etc/passwd\\\"\")]] void f() {} };\n", "attributes"),
+            ("  struct A { [ [gnu::cold]] void f() {} };\n", "attributes"),
+            ("  __attribute__((constructor)) int y = 0;\n", "attributes"),
             # A region may not close the function it sits in (to add code at file scope).
             ("return 1; }\nstruct Forge { Forge() {} } forge;\ninline int tail() {\n", "unmatched"),
             ("__builtin_execv(\"/bin/sh\", nullptr);\n", "'__builtin_execv'"),
