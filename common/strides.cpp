@@ -1,6 +1,8 @@
 // Strided tensors; see strides.h.
 #include "strides.h"
 
+#include <utility>
+
 namespace fa {
 
 ForwardStrides ForwardStrides::packed(const AttentionShape& s) {

@@ -26,7 +26,6 @@ struct TensorStrides {
   FA_HD int64_t at(int plane, int heads, int row_index) const {
     return int64_t(plane / heads) * batch + int64_t(plane % heads) * head + int64_t(row_index) * row;
   }
-  bool operator==(const TensorStrides& o) const { return batch == o.batch && head == o.head && row == o.row; }
 };
 
 /// A kernel's output (or input) tensor as a pointer and its strides, passed by value.
@@ -58,7 +57,7 @@ struct BackwardStrides {
 
 /// "" when a strided kernel's tensor maps and stores can take these strides (every stride a
 /// multiple of 8 elements, which TMA needs: 16 bytes of bf16), else which stride breaks it:
-/// "k's row stride must be a multiple of 8 elements, got 100".
+/// "k's row stride must be a non-negative multiple of 8 elements, got 100".
 std::string strides_reason(const ForwardStrides& s);
 std::string strides_reason(const BackwardStrides& s);
 
