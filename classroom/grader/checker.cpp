@@ -134,7 +134,7 @@ int check(const Options& opt) {
         else if (speed < c.gate_speed)
           gate_failed = "not counted: on the speed part's large shape this ran at " + fmt(speed) +
                         " of the reference solution's speed, below " + fmt(c.gate_speed) +
-                        ": the exercise's kernel is not doing the work on the GPU";
+                        ", and this exercise counts only at that speed or more";
       }
     } else {
       const Reply r = ask(opt.limits, opt.runner, c.header, c.input, c.expect_values);
@@ -142,6 +142,10 @@ int check(const Options& opt) {
       timed_out = r.timed_out;
     }
     if (c.is_step && !whys[i].empty()) steps_failed = true;
+    if (c.gate_speed > 0 && !opt.reference_runner.empty() && timed_out && c.min_speed > 0 && gate_failed.empty())
+      gate_failed =
+          "not counted: the speed part's large shape did not run (an earlier case ran past the time "
+          "limit), and this exercise counts only when it passes";
   }
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];

@@ -21,7 +21,7 @@ Where this differs from flash-attn, on purpose (docs/python.md, tested in tests/
   * return_attn_probs=True returns (out, softmax_lse, None): there are no dropout masks to return.
   * The (batch, seq, heads, head_dim) tensors, and views of one QKV projection, are read in
     place by the strided kernels (chapter 06's bf16 forward, chapter 07's Hopper backward: the
-    defaults on an H100 or H200), whose outputs come back in flash-attn's layout; chapter 09's
+    bf16 defaults on an H100 or H200), whose outputs come back in flash-attn's layout; chapter 09's
     kernels and the others copy them into their packed [batch, heads, seq, head_dim] layout
     first, the varlen call too.
 """
