@@ -442,15 +442,15 @@ def forward(q, k, v, *, causal=False, scale=None, kernel=None, out=None, lse=Non
         strides = _layout(info, [q, k, v], [_new_like(q) if out is None else out])
         if strides is None and out is not None and not out.is_contiguous():
             raise ValueError(f"out has strides {out.stride()} that {info.name} cannot write; pass a new tensor")
-        return info.name.encode(), shape, nbytes, strides
+        copy = strides is None and not all(t.is_contiguous() for t in (q, k, v))
+        return info.name.encode(), shape, nbytes, strides, copy
 
-    name, shape, nbytes, strides = _plan(key, make)
-    if strides is None:
+    # The plan's key holds every tensor's strides, so whether this call copies is part of the plan.
+    name, shape, nbytes, strides, copy = _plan(key, make)
+    if copy:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        if out is None:
-            out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    elif out is None:
-        out = _new_like(q)
+    if out is None:
+        out = torch.empty_like(q) if strides is None else _new_like(q)
     if lse is None:
         lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     index = _device_index(q.device)
@@ -501,18 +501,16 @@ def backward(q, k, v, o, lse, d_o, *, causal=False, scale=None, kernel=None, dq=
         given = [g for g in (dq, dk, dv) if g is not None]
         if strides is None and not all(g.is_contiguous() for g in given):
             raise ValueError(f"dq, dk or dv has strides that {info.name} cannot write; pass new tensors")
-        return info.name.encode(), shape, nbytes, strides
+        copy = strides is None and not all(t.is_contiguous() for t in (q, k, v, o, d_o))
+        return info.name.encode(), shape, nbytes, strides, copy
 
-    name, shape, nbytes, strides = _plan(key, make)
-    if strides is None:
+    name, shape, nbytes, strides, copy = _plan(key, make)  # whether it copies: as in forward()
+    if copy:
         q, k, v, o, d_o = (t.contiguous() for t in (q, k, v, o, d_o))
-        dq = torch.empty_like(q) if dq is None else dq
-        dk = torch.empty_like(k) if dk is None else dk
-        dv = torch.empty_like(v) if dv is None else dv
-    else:
-        dq = _new_like(q) if dq is None else dq
-        dk = _new_like(k) if dk is None else dk
-        dv = _new_like(v) if dv is None else dv
+    new = torch.empty_like if strides is None else _new_like
+    dq = new(q) if dq is None else dq
+    dk = new(k) if dk is None else dk
+    dv = new(v) if dv is None else dv
     index = _device_index(q.device)
     with torch.cuda.device(index) if index != torch.cuda.current_device() else _NO_GUARD:
         work = torch.empty(nbytes, dtype=torch.uint8, device=q.device) if nbytes else None
