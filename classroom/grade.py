@@ -75,17 +75,25 @@ class SubmissionError(Exception):
 
 # ---- taking in a submission -------------------------------------------------------------------
 
-def safe_unzip(path, dest, limit=MAX_UPLOAD):
-    """Unpacks a zip into dest, refusing absolute paths, '..', links and more than `limit` bytes."""
+def safe_unzip(path, dest, limit=MAX_UPLOAD, skipped=None):
+    """Unpacks a zip into dest, refusing absolute paths, '..', links and more than `limit` bytes.
+    With a list as `skipped`, an entry of the first three kinds is left out and its name added
+    there instead (a batch export: one student's odd file does not stop the others' grading)."""
     try:
         with zipfile.ZipFile(path) as z:
             total = 0
             for info in z.infolist():
                 name = info.filename
+                unsafe = None
                 if name.startswith("/") or ".." in name.split("/") or "\\" in name:
-                    raise SubmissionError(f"the zip holds an unsafe path '{name}'; {WHAT_TO_SUBMIT}")
-                if (info.external_attr >> 16) & 0o170000 == 0o120000:
-                    raise SubmissionError(f"the zip holds a link '{name}'; {WHAT_TO_SUBMIT}")
+                    unsafe = f"the zip holds an unsafe path '{name}'"
+                elif (info.external_attr >> 16) & 0o170000 == 0o120000:
+                    unsafe = f"the zip holds a link '{name}'"
+                if unsafe and skipped is not None:
+                    skipped.append(name)
+                    continue
+                if unsafe:
+                    raise SubmissionError(f"{unsafe}; {WHAT_TO_SUBMIT}")
                 total += info.file_size
                 if total > limit:
                     raise SubmissionError(f"the zip unpacks to more than {limit >> 20} MB; {WHAT_TO_SUBMIT}")
@@ -214,7 +222,12 @@ BANNED_WORDS = (
     "strndup wcsdup on_exit tmpfile tmpfile64 tmpnam tempnam posix_openpt fcloseall clearenv "
     "canonicalize_file_name realpath getcwd setlocale tzset set_new_handler set_terminate set_unexpected "
     "get_temporary_buffer return_temporary_buffer ecvt fcvt qecvt qfcvt l64a localeconv "
-    "__errno_location errno strtok ctime asctime gmtime localtime getpwnam getlogin").split()
+    "__errno_location errno strtok ctime asctime gmtime localtime getpwnam getlogin "
+    # libc's and the C++ library's other writable globals (a counter kept in one would outlive the call)
+    "signgam environ __environ optarg optind opterr optopt tzname daylight timezone stdin stdout stderr "
+    "program_invocation_name program_invocation_short_name h_errno getdate_err sys_errlist sys_nerr sys_siglist "
+    "__progname cin cout cerr clog wcin wcout wcerr wclog xalloc iword pword set_default_resource "
+    "get_default_resource locale").split()
 GRADER_NAMESPACE = "grader"  # fa::grader: the runners' own code
 
 
@@ -360,7 +373,7 @@ def header_macros():
                    "sys/resource.h", "sys/prctl.h", "netinet/in.h", "arpa/inet.h", "poll.h", "sched.h")
         text = "".join(f"#include <{h}>\n" for h in headers)
         done = subprocess.run(["g++", "-std=c++17", "-x", "c++", "-E", "-dM", "-"], input=text, capture_output=True,
-                              text=True, timeout=120)
+                              text=True, errors="replace", timeout=120)
         names = set(re.findall(r"^#define ([A-Za-z_][A-Za-z0-9_]*)", done.stdout, re.M))
         if done.returncode != 0 or len(names) < 500:
             raise RuntimeError("grade: g++ could not list the headers' macros: " + done.stderr[-300:])
@@ -684,14 +697,14 @@ def build_checker(out_dir):
 
     def compile_one(k):
         obj = os.path.join(own, f"{k:03d}_{os.path.basename(sources[k])}.o")
-        done = subprocess.run(flags + ["-c", "-o", obj, os.path.join(ROOT, sources[k])], capture_output=True, text=True)
+        done = subprocess.run(flags + ["-c", "-o", obj, os.path.join(ROOT, sources[k])], capture_output=True, text=True, errors="replace")
         return obj, done
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         built = list(pool.map(compile_one, range(len(sources))))
     for obj, done in built:
         if done.returncode != 0:
             raise RuntimeError("the checker does not build (an instructor's tree problem):\n" + done.stderr[-3000:])
-    done = subprocess.run(flags + ["-o", exe] + [obj for obj, _ in built], capture_output=True, text=True)
+    done = subprocess.run(flags + ["-o", exe] + [obj for obj, _ in built], capture_output=True, text=True, errors="replace")
     if done.returncode != 0:
         raise RuntimeError("the checker does not link (an instructor's tree problem):\n" + done.stderr[-3000:])
     return exe
@@ -699,7 +712,7 @@ def build_checker(out_dir):
 
 def checker_exercises(checker):
     """The exercise ids the checker has case generators for (fa_check --list)."""
-    done = subprocess.run([checker, "--list"], capture_output=True, text=True)
+    done = subprocess.run([checker, "--list"], capture_output=True, text=True, errors="replace")
     return done.stdout.split()
 
 
@@ -715,7 +728,7 @@ def run_build(cmd, timeout, tmp, box=None, cwd=None):
     (the compiler's own children too); its temporary files go in `tmp`, its environment is the
     few variables a compiler needs."""
     box = box or Sandbox()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace",
                             start_new_session=True, env=box.env(tmp), cwd=cwd or tmp, preexec_fn=box.enter)
     try:
         out, _ = proc.communicate(timeout=timeout)
@@ -1052,7 +1065,7 @@ def compiler_view(body, box, work):
     def run(cmd, stdin):
         """(exit status 0 and nothing on stderr, stdout, stderr) of g++ on `stdin`."""
         try:
-            done = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=30, env=box.env(tmp),
+            done = subprocess.run(cmd, input=stdin, capture_output=True, text=True, errors="replace", timeout=30, env=box.env(tmp),
                                   cwd=work, preexec_fn=box.enter, start_new_session=True)
         except subprocess.TimeoutExpired:
             return False, "", "<stdin>:1: the compiler ran past 30 s on it"
@@ -1112,7 +1125,7 @@ def predefined_macros(box, work):
     """g++'s -dM listing for an empty input (with -undef: the macros no header defined)."""
     if "macros" not in PREDEFINED:
         done = subprocess.run(["g++", "-x", "c++", "-std=c++17", "-nostdinc", "-undef", "-E", "-dM", "-"], input="",
-                              capture_output=True, text=True, timeout=30, env=box.env(os.path.join(work, "tmp")),
+                              capture_output=True, text=True, errors="replace", timeout=30, env=box.env(os.path.join(work, "tmp")),
                               cwd=work, preexec_fn=box.enter)
         PREDEFINED["macros"] = sorted(done.stdout.splitlines())
     return PREDEFINED["macros"]
@@ -1421,7 +1434,7 @@ def grade_files(exercises, student_files, work, sandbox, has_gpu, build_dir, tim
         turn = gpu_turn(log=log) if ex["device"] == "gpu" else None
         try:
             # The seed goes in the environment: other users can read a command line, not that.
-            done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, FA_CHECK_SEED=str(run_seed)))
+            done = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=dict(os.environ, FA_CHECK_SEED=str(run_seed)))
         finally:
             if turn is not None:
                 os.close(turn)

@@ -157,18 +157,20 @@ def gather(submissions, unpack_to):
     """(the submissions to grade, notes, whether it is a Gradescope export) from SUBMISSIONS: a
     folder of students, or a Gradescope export (unpacked, or its zip, which is unpacked into
     `unpack_to`)."""
-    folder = submissions
+    folder, unpacked = submissions, []
     if os.path.isfile(submissions) and submissions.lower().endswith(".zip"):
         mode = os.stat(submissions).st_mode
         if os.geteuid() == 0 and mode & 0o077:
             # Every student's code is in it: the sandbox users may not read it.
             os.chmod(submissions, mode & ~0o077)
             print(f"grade_batch: {submissions} was open to other users; it is now mode {mode & ~0o077 & 0o7777:o}")
+        skipped = []
         try:
-            grade.safe_unzip(submissions, unpack_to, limit=MAX_EXPORT)
+            grade.safe_unzip(submissions, unpack_to, limit=MAX_EXPORT, skipped=skipped)
         except grade.SubmissionError as e:
             raise BatchError(f"{submissions!r} cannot be unpacked as a Gradescope export: {str(e).split(';')[0]}")
         folder = unpack_to
+        unpacked = [f"left out of the export's unpacking: {name!r} (an unsafe path or a link)" for name in skipped]
         if export_root(folder) is None:
             raise BatchError(f"{submissions!r} is a zip without {EXPORT_METADATA}: give Gradescope's export zip, or a "
                              "folder that holds one folder or .zip per student")
@@ -178,7 +180,7 @@ def gather(submissions, unpack_to):
     root = export_root(folder)
     if root is not None:
         found, notes = export_submissions(root)
-        return found, notes, True
+        return found, (unpacked if folder == unpack_to else []) + notes, True
     entries, skipped = students(folder)
     return ([Submission(name, path) for name, path in entries],
             [f"skipping {entry!r}: neither a folder nor a .zip" for entry in skipped], False)

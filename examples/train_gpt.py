@@ -5,7 +5,8 @@ tutorial's kernels (forward and backward), and compare the loss curves and the s
 
 The data is this repository's own text (its Markdown docs and its C++, CUDA and Python sources),
 read character by character: nothing is downloaded. Three runs share the model's initial
-weights and the order of the batches:
+weights and the order of the batches, and train interleaved (--chunk steps each in turn), so
+that their tokens/s are measured under the same conditions:
 
   sdpa-flash   scaled_dot_product_attention on its FLASH_ATTENTION backend
   sdpa-cudnn   the same on its CUDNN_ATTENTION backend: how far two correct bf16 attentions
@@ -164,39 +165,70 @@ def batches(data, steps, batch, context, seed):
         yield x.cuda(non_blocking=True), y.cuda(non_blocking=True)
 
 
-def train(name, attend, args, train_data, val_data, vocab):
-    torch.manual_seed(args.seed)  # the same initial weights for every run
-    model = GPT(vocab, args.context, args.width, args.heads, args.layers, attend).cuda()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, fused=True)
-    losses, timed_tokens, timed_seconds = [], 0, 0.0
-    start = None
-    for step, (x, y) in enumerate(batches(train_data, args.steps, args.batch, args.context, args.seed + 1)):
-        if step == args.warmup:
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-        lr = args.lr * min(1.0, (step + 1) / 50) * 0.5 * (1 + math.cos(math.pi * step / args.steps))
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = F.cross_entropy(model(x).float().view(-1, vocab), y.view(-1))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        losses.append(loss.detach())
-        if step >= args.warmup:
-            timed_tokens += x.numel()
-    torch.cuda.synchronize()
-    timed_seconds = time.perf_counter() - start
-    losses = [float(v) for v in torch.stack(losses).cpu()]
-    model.eval()
-    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
-        val = [F.cross_entropy(model(x).float().view(-1, vocab), y.view(-1)).item()
-               for x, y in batches(val_data, 20, args.batch, args.context, args.seed + 2)]
-    result = {"name": name, "losses": losses, "val_loss": sum(val) / len(val), "tokens_per_s": timed_tokens / timed_seconds}
-    print(f"{name:>11}: final train loss {losses[-1]:.4f}, val loss {result['val_loss']:.4f}, "
-          f"{result['tokens_per_s']:,.0f} tokens/s")
-    return result
+class Run:
+    """One training run: its model (the same initial weights for every run), optimizer, batches
+    and losses; step(n) trains n more steps and returns the seconds they took on the GPU's clock
+    (synchronized before and after)."""
+
+    def __init__(self, name, attend, args, train_data, vocab):
+        torch.manual_seed(args.seed)  # the same initial weights for every run
+        self.name, self.args, self.vocab = name, args, vocab
+        self.model = GPT(vocab, args.context, args.width, args.heads, args.layers, attend).cuda()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=args.lr, weight_decay=0.1, fused=True)
+        self.batches = enumerate(batches(train_data, args.steps, args.batch, args.context, args.seed + 1))
+        self.losses, self.timed_tokens, self.timed_seconds = [], 0, 0.0
+
+    def step(self, n):
+        args = self.args
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        tokens = 0
+        for _ in range(n):
+            step, (x, y) = next(self.batches)
+            lr = args.lr * min(1.0, (step + 1) / 50) * 0.5 * (1 + math.cos(math.pi * step / args.steps))
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = F.cross_entropy(self.model(x).float().view(-1, self.vocab), y.view(-1))
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.optimizer.step()
+            self.losses.append(loss.detach())
+            tokens += x.numel()
+        torch.cuda.synchronize()
+        return tokens, time.perf_counter() - start
+
+    def finish(self, val_data):
+        losses = [float(v) for v in torch.stack(self.losses).cpu()]
+        self.model.eval()
+        args = self.args
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+            val = [F.cross_entropy(self.model(x).float().view(-1, self.vocab), y.view(-1)).item()
+                   for x, y in batches(val_data, 20, args.batch, args.context, args.seed + 2)]
+        result = {"name": self.name, "losses": losses, "val_loss": sum(val) / len(val),
+                  "tokens_per_s": self.timed_tokens / self.timed_seconds}
+        print(f"{self.name:>11}: final train loss {losses[-1]:.4f}, val loss {result['val_loss']:.4f}, "
+              f"{result['tokens_per_s']:,.0f} tokens/s")
+        return result
+
+
+def train(specs, args, train_data, val_data, vocab):
+    """Every run of `specs`, interleaved: the runs take turns, --chunk steps each (the order
+    rotating every turn), so that a change in the machine's clocks or load while they train
+    reaches every run alike. The first --warmup steps of each run are not timed."""
+    runs = [Run(name, attend, args, train_data, vocab) for name, _, attend in specs]
+    done, turn = 0, 0
+    while done < args.steps:
+        n = min(args.chunk, args.steps - done, max(args.warmup - done, 0) or args.chunk)
+        for run in runs[turn % len(runs):] + runs[:turn % len(runs)]:
+            tokens, seconds = run.step(n)
+            if done >= args.warmup:
+                run.timed_tokens += tokens
+                run.timed_seconds += seconds
+        done += n
+        turn += 1
+    return [run.finish(val_data) for run in runs]
 
 
 def smoothed(values, window=20):
@@ -213,6 +245,7 @@ def main():
     p.add_argument("--backward-kernel", default="ch07_wgmma_bf16", help="backward kernel")
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--warmup", type=int, default=20, help="steps before the tokens/s clock starts")
+    p.add_argument("--chunk", type=int, default=20, help="steps a run trains before the next run takes its turn")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--context", type=int, default=256)
     p.add_argument("--width", type=int, default=512)
@@ -228,6 +261,9 @@ def main():
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("train_gpt: torch sees no CUDA device; this example trains on the GPU")
+    if args.chunk < 1 or args.warmup < 0 or args.steps <= args.warmup:
+        raise SystemExit(f"train_gpt: --chunk must be >= 1, --warmup >= 0 and --steps > --warmup, got {args.chunk}, "
+                         f"{args.warmup} and {args.steps}")
     if args.width % args.heads:
         raise SystemExit(f"train_gpt: --width ({args.width}) must be a multiple of --heads ({args.heads})")
 
@@ -257,7 +293,7 @@ def main():
                  ("ours", f"{args.kernel} + {args.backward_kernel}", our_attention(args.kernel, args.backward_kernel))]
         noise_what = "sdpa-cudnn vs sdpa-flash (two PyTorch backends: the bf16 noise)"
         command = f"examples/train_gpt.py --kernel {args.kernel} --backward-kernel {args.backward_kernel}"
-    runs = [train(name, attend, args, train_data, val_data, len(chars)) for name, _, attend in specs]
+    runs = train(specs, args, train_data, val_data, len(chars))
     base, noise, ours = runs
     names = {name: label for name, label, _ in specs}
     tail = slice(args.steps // 2, None)

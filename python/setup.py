@@ -1,11 +1,13 @@
 """`pip install ./python` from the source tree: builds libfa_kernels.so with CMake and installs it
-inside the package, as a platform wheel.
+inside the package, as a platform wheel, with libfa_torch.so (attention()'s eager operator in
+C++) when CMake finds torch through python3.
 
 Where the library comes from, in order:
   1. attention_kernels/libfa_kernels.so already next to the package (the build folder's copy that
      `make build` makes in build/python): installed as it is.
-  2. Otherwise the source tree above this folder is configured and built, target fa_kernels only,
-     in FA_BUILD_DIR (default: the tree's build/, so a `make build` done before is reused);
+  2. Otherwise the source tree above this folder is configured and built, target fa_python (the
+     two libraries), in FA_BUILD_DIR (default: the tree's build/, so a `make build` done before is
+     reused);
      FA_CUDA_ARCHITECTURES (e.g. 90 for an H100 alone) and CMAKE_ARGS are passed to CMake, and
      FA_BUILD_JOBS sets the parallel jobs (default: every core).
 The build needs CMake and nvcc on PATH; on a machine without internet, add --no-build-isolation.
@@ -22,6 +24,7 @@ from setuptools.dist import Distribution
 HERE = Path(__file__).resolve().parent
 PACKAGE = HERE / "attention_kernels"
 LIBRARY = "libfa_kernels.so"
+TORCH_LIBRARY = "libfa_torch.so"
 
 
 def built_library():
@@ -43,7 +46,8 @@ def built_library():
     configure += os.environ.get("CMAKE_ARGS", "").split()
     jobs = os.environ.get("FA_BUILD_JOBS") or str(os.cpu_count() or 1)
     subprocess.run(configure, check=True)
-    subprocess.run(["cmake", "--build", str(build), "--target", "fa_kernels", "-j", jobs], check=True)
+    # fa_python: libfa_kernels.so, and libfa_torch.so when CMake found torch
+    subprocess.run(["cmake", "--build", str(build), "--target", "fa_python", "-j", jobs], check=True)
     library = build / "lib" / LIBRARY
     if not library.is_file():
         raise RuntimeError(f"the build finished without {library}")
@@ -51,15 +55,18 @@ def built_library():
 
 
 class BuildWithLibrary(build_py):
-    """Copies the package, then libfa_kernels.so into it."""
+    """Copies the package, then libfa_kernels.so into it, and libfa_torch.so (attention()'s
+    eager operator in C++) when it was built beside it."""
 
     def run(self):
         super().run()
-        target = Path(self.build_lib) / "attention_kernels" / LIBRARY
-        target.parent.mkdir(parents=True, exist_ok=True)
         source = built_library()
-        if source.resolve() != target.resolve():
-            shutil.copy2(source, target)
+        for name in (LIBRARY, TORCH_LIBRARY):
+            found = source.with_name(name)
+            target = Path(self.build_lib) / "attention_kernels" / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if found.is_file() and found.resolve() != target.resolve():
+                shutil.copy2(found, target)
 
 
 class PlatformDistribution(Distribution):

@@ -11,9 +11,12 @@ per call shows (32 x 8 x 256 x 64, causal) and at a long one where the kernel do
 
 Wall time: N calls back to back, then one synchronize, divided by N (so a call bound by the CPU
 shows its CPU time and a call bound by the GPU its GPU time); the median of --rounds rounds, the
-variants of a shape taking turns within each round. Two more rows break the forward's cost down:
-ours_no_op calls _torch.forward directly (no torch.library operator, no autograd), ours_launch
-only the C library's launch through ctypes with everything prepared.
+variants of a shape taking turns within each round. `ours` is the package's call as a user makes
+it: with libfa_torch.so built, the C++ operator (python/csrc/eager_attention.cpp). Two more rows
+at the training shape break it down: ours_python is the same call made from Python (the forward
+alone: _torch.forward; forward + backward: the autograd.Function _ops._Eager, the path taken
+without libfa_torch.so), ours_launch the C library's launch alone through ctypes with
+everything prepared.
 
     PYTHONPATH=build/python python3 tools/bench_python.py --csv python_overhead.csv
 """
@@ -28,7 +31,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 import attention_kernels as ak
-from attention_kernels import _library, _torch
+from attention_kernels import _library, _ops, _torch
 
 SHAPES = [(32, 8, 256, 64), (4, 16, 4096, 128)]
 
@@ -90,15 +93,19 @@ def variants(batch, heads, seq, dim):
     def launch():
         library.forward(info.name, shape, *ptrs, nbytes, stream)
 
+    def python_train():  # the path attention() takes without libfa_torch.so
+        _ops._Eager.apply(qg, kg, vg, True, None, None, None, True, None)[0].backward(g)
+
     return [
         ("forward", "bhsd", "sdpa_flash", sdpa_fwd),
         ("forward", "bhsd", "ours", lambda: ak.attention(q, k, v, causal=True)),
-        ("forward", "bhsd", "ours_no_op", lambda: _torch.forward(q, k, v, causal=True)),
+        ("forward", "bhsd", "ours_python", lambda: _torch.forward(q, k, v, causal=True)),
         ("forward", "bhsd", "ours_launch", launch),
         ("forward", "bshd", "sdpa_flash", sdpa_fwd_bshd),
         ("forward", "bshd", "ours", lambda: ak.flash_attn_func(qs, ks, vs, causal=True)),
         ("forward+backward", "bhsd", "sdpa_flash", sdpa_train),
         ("forward+backward", "bhsd", "ours", lambda: ak.attention(qg, kg, vg, causal=True).backward(g)),
+        ("forward+backward", "bhsd", "ours_python", python_train),
         ("forward+backward", "bshd", "sdpa_flash", sdpa_train_bshd),
         ("forward+backward", "bshd", "ours", lambda: ak.flash_attn_func(qsg, ksg, vsg, causal=True).backward(gs)),
     ], info.name

@@ -3,13 +3,15 @@
 // request from stdin (protocol.h): the inputs the checker drew, already rounded to the kernel's
 // dtype; it launches the kernel on outputs filled with NaN first, and writes O and LSE (or dQ,
 // dK, dV) back as float32. With time=1 it also times the launches (time_ms: the median of
-// `iters` after 3 warm-ups, outputs poisoned before each) for the speed part of an exercise,
-// then launches once more onto poisoned outputs and answers with those. CMake builds it once per chapter
+// `iters` after 3 warm-ups, outputs poisoned before each) for the speed part of an exercise, and
+// answers with the outputs of one timed launch drawn after it ran. CMake builds it once per chapter
 // (fa_runner_chNN, classroom/grader/CMakeLists.txt).
 #include <cuda_runtime.h>
+#include <sys/random.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -45,12 +47,22 @@ std::vector<float> download(DType dtype, const DeviceBuffer& b, std::size_t n) {
   return out;
 }
 
+/// A random number below n, from the kernel's generator (getrandom: no file to open).
+std::uint64_t draw_below(std::uint64_t n) {
+  std::uint64_t x = 0;
+  if (getrandom(&x, sizeof x, 0) != ssize_t(sizeof x)) throw std::runtime_error("getrandom failed");
+  return x % n;
+}
+
 /// The median time of `iters` launches after 3 warm-ups; `poison` runs before each launch, outside
 /// the timed span, so that no launch finds the previous one's results to skip its work. Each
 /// launch is timed by the host clock from a device-wide synchronize to the next: work that a
 /// launch moved to a stream of its own counts as much as work on the runner's.
-template <class Launch, class Poison>
-double time_ms(Launch launch, Poison poison, int iters) {
+/// After timed launch i (outside its span) `keep` copies its outputs with probability 1/(i + 1),
+/// so that the outputs kept at the end are any timed launch's with equal odds, and which one is
+/// drawn only after it ran: a launch cannot know whether its outputs are the ones judged.
+template <class Launch, class Poison, class Keep>
+double time_ms(Launch launch, Poison poison, Keep keep, int iters) {
   for (int i = 0; i < 3; ++i) {
     poison();
     launch();
@@ -63,6 +75,7 @@ double time_ms(Launch launch, Poison poison, int iters) {
     launch();
     CUDA_CHECK(cudaDeviceSynchronize());
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    if (draw_below(std::uint64_t(i) + 1) == 0) keep();
   }
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
@@ -96,19 +109,21 @@ Answer run(const Header& h, const std::vector<float>& in) {
     fp.workspace = ws.get();
     k->launch(fp);
     CUDA_CHECK(cudaDeviceSynchronize());
+    const auto read_back = [&] {
+      r.out = download(k->dtype, o, s.q_elems());
+      const std::vector<float> l = download(DType::F32, lse, s.lse_elems());
+      r.out.insert(r.out.end(), l.begin(), l.end());
+    };
     if (timed) {
-      // Outputs and scratch poisoned before every launch; the last launch's outputs are read back.
+      // Outputs and scratch poisoned before every launch; the outputs answered are those of a
+      // timed launch drawn after the fact (time_ms).
       const auto poison = [&] {
         for (const DeviceBuffer* b : {&o, &lse, &ws}) CUDA_CHECK(cudaMemsetAsync(b->get(), 0xFF, b->bytes()));
       };
-      r.ms = time_ms([&] { k->launch(fp); }, poison, r.iters);
-      poison();
-      k->launch(fp);
-      CUDA_CHECK(cudaDeviceSynchronize());
+      r.ms = time_ms([&] { k->launch(fp); }, poison, read_back, r.iters);
+    } else {
+      read_back();
     }
-    r.out = download(k->dtype, o, s.q_elems());
-    const std::vector<float> l = download(DType::F32, lse, s.lse_elems());
-    r.out.insert(r.out.end(), l.begin(), l.end());
     return r;
   }
   if (h.task == "backward") {

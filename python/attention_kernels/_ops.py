@@ -197,6 +197,10 @@ def attention_forward(q, k, v, causal, scale, kernel, backward_kernel, needs_gra
         return features_forward(q, k, v, causal, scale, int(f.window[0]), int(f.window[1]), float(f.softcap),
                                 bool(f.alibi), f.bias, f.cu_seqlens_q, f.cu_seqlens_k, int(f.max_seqlen_q),
                                 int(f.max_seqlen_k), f.alibi_slopes, kernel, backward_kernel, needs_grad)
+    if features is None:
+        out = _torch.eager_attention(q, k, v, causal, scale, kernel, backward_kernel, needs_grad)
+        if out is not None:
+            return out
     if needs_grad:
         return _Eager.apply(q, k, v, causal, scale, kernel, backward_kernel, True, features)
     return _torch.forward(q, k, v, causal=causal, scale=scale, kernel=kernel, features=features)

@@ -12,6 +12,8 @@ import contextlib
 import ctypes
 import functools
 import math
+import os
+import warnings
 from dataclasses import dataclass
 from typing import Optional
 
@@ -528,6 +530,88 @@ def backward(q, k, v, o, lse, d_o, *, causal=False, scale=None, kernel=None, dq=
     return dq, dk, dv
 
 
+# attention()'s eager path in C++ (libfa_torch.so, python/csrc/eager_attention.cpp), built next to
+# libfa_kernels.so when CMake found torch: the same launches as forward() and backward(), with
+# autograd in C++, so that neither the call nor its backward runs Python per call.
+EAGER_PYTHON_VARIABLE = "FA_EAGER_PYTHON"  # set to 1: attention() takes the Python path instead
+
+
+@functools.lru_cache(maxsize=None)
+def eager_ops():
+    """torch.ops.attention_kernels with eager_plan and eager_attention when libfa_torch.so is
+    loaded; else a string saying why not (attention() then calls the library from Python)."""
+    if os.environ.get(EAGER_PYTHON_VARIABLE, "") not in ("", "0"):
+        return f"{EAGER_PYTHON_VARIABLE} is set"
+    path = lib.load().path.with_name("libfa_torch.so")
+    if not path.is_file():
+        return f"{path} is not there (CMake did not find torch when the library was built)"
+    try:
+        torch.ops.load_library(str(path))
+    except (OSError, RuntimeError) as e:  # built against another torch
+        warnings.warn(f"attention_kernels: {path} does not load ({e}); attention() calls the library from Python")
+        return f"{path} does not load: {e}"
+    global _EAGER_FAKE
+    if not _EAGER_FAKE:  # once per process (eager_ops' cache may be cleared, the registration stays)
+        torch.library.register_fake("attention_kernels::eager_attention", _eager_attention_fake)
+        torch.library.register_fake("attention_kernels::eager_attention_backward", _eager_backward_fake)
+        _EAGER_FAKE = True
+    return torch.ops.attention_kernels
+
+
+_EAGER_FAKE = False
+
+_EAGER_STRIDED = {}  # plan id -> whether its forward and backward kernels are strided (for the fakes)
+
+
+def _eager_attention_fake(q, k, v, plan):
+    """Shapes and strides of eager_attention's outputs, as eager_attention.cpp lays them out."""
+    in_place = _EAGER_STRIDED.get(plan, (False, False))[0] and all(_strides(t) is not None for t in (q, k, v))
+    o = _new_like(q) if in_place else q.new_empty(q.shape)
+    return o, q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+def _eager_backward_fake(q, k, v, o, lse, d_o, plan):
+    """Shapes and strides of eager_attention_backward's gradients, as eager_attention.cpp lays them out."""
+    strided = _EAGER_STRIDED.get(plan, (False, False))[1]
+    in_place = strided and all(_strides(t) is not None for t in (q, k, v, o, d_o))
+    return tuple(_new_like(t) if in_place else t.new_empty(t.shape) for t in (q, k, v))
+
+
+def eager_attention(q, k, v, causal, scale, kernel, backward_kernel, needs_grad):
+    """(O, LSE) of attention() through libfa_torch.so's operator, its backward in C++; None when
+    that library is not loaded, or for tensors whose alignment the launch would refuse. The plan (the kernels, shape and workspaces after every check of
+    forward() and check_backward()) is made once per signature of the arguments."""
+    ops = eager_ops()
+    if isinstance(ops, str):
+        return None
+    try:  # _signature's key, spelled out: this runs on every call
+        key = ("eager", q.shape, q.stride(), q.storage_offset() % 8, q.dtype, q.get_device(), k.shape, k.stride(),
+               k.storage_offset() % 8, k.dtype, k.get_device(), v.shape, v.stride(), v.storage_offset() % 8, v.dtype,
+               v.get_device(), causal, scale, kernel, backward_kernel, needs_grad)
+        hash(key)
+    except (AttributeError, TypeError):
+        key = None  # not tensors, or an argument that cannot be a key: make() raises the right error
+
+    def make():
+        shape = _attention_shape(q, k, v, causal, scale)
+        if any(t.storage_offset() % 8 for t in (q, k, v)):
+            return None  # possibly misaligned: forward() says so in its own words
+        dtype_name = _DTYPE_NAMES[q.dtype]
+        fwd = _resolve(lib.FORWARD, kernel, dtype_name, "kernel")
+        fwd_bytes = _check(lib.FORWARD, fwd.name, _key(shape))
+        bwd, bwd_bytes = None, 0
+        if needs_grad:  # checked now, so a model fails at its forward rather than in loss.backward()
+            bwd = _resolve(lib.BACKWARD, backward_kernel, dtype_name, "backward_kernel")
+            bwd_bytes = _check(lib.BACKWARD, bwd.name, _key(shape))
+        plan = ops.eager_plan(fwd.name, "" if bwd is None else bwd.name, list(_key(shape)[:7]), shape.scale,
+                              fwd.strided, bwd is not None and bwd.strided, fwd_bytes, bwd_bytes)
+        _EAGER_STRIDED[plan] = (fwd.strided, bwd is not None and bwd.strided)
+        return plan
+
+    plan = _plan(key, make)
+    return None if plan is None else ops.eager_attention.default(q, k, v, plan)
+
+
 def check_backward(q, k, v, *, causal=False, scale=None, kernel=None, features=None):
     """Raises now if the backward kernel does not take this shape (or does not exist for the dtype)."""
     if features is not None and not features.any():
@@ -556,6 +640,24 @@ def attention(q, k, v, *, causal=False, scale=None, kernel=None, backward_kernel
     used when any input requires grad. layout: "bhsd" or "bshd" (module
     docstring: what is copied).
     """
+    if (layout == "bhsd" or layout == "bshd") and not torch.compiler.is_compiling():
+        # The eager path: a known signature of the arguments skips every check (they passed for it
+        # before); a new one is checked by eager_attention's plan, which raises what the checks
+        # below would.
+        try:
+            needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+            if layout == "bhsd":
+                views = (q, k, v)
+            elif q.dim() == k.dim() == v.dim() == 4:
+                views = (q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+            else:
+                needs_grad = None  # the checks below say what is wrong
+        except (AttributeError, TypeError):
+            needs_grad = None  # not tensors: the checks below say so
+        if needs_grad is not None:
+            out = eager_attention(*views, causal, scale, kernel, backward_kernel, needs_grad)
+            if out is not None:
+                return out[0] if layout == "bhsd" else out[0].transpose(1, 2)
     if layout not in _LAYOUTS:
         raise ValueError(f"layout must be 'bhsd' ([batch, heads, seq, head_dim]) or 'bshd' ([batch, seq, heads, "
                          f"head_dim]), got {layout!r}")
