@@ -678,11 +678,17 @@ CHECKER_SOURCES = ["classroom/grader/checker.cpp", "classroom/grader/runner_proc
                        "reference", "problem", "attention_features", "compare", "dtype", "fp8")]
 
 
+ANSWERS = "classroom/instructor/answers.cpp"  # the step cases' answers: the instructor's alone
+NO_ANSWERS = "classroom/grader/answers_absent.cpp"  # in their place in a student copy
+
+
 def checker_sources(root=ROOT):
     """The checker's sources in `root`: its own, every chapter's case generators
-    (classroom/grader/cases/*.cpp) and the oracle's part of common/."""
-    return CHECKER_SOURCES + sorted(os.path.relpath(p, root)
-                                    for p in glob.glob(os.path.join(root, "classroom", "grader", "cases", "*.cpp")))
+    (classroom/grader/cases/*.cpp), the oracle's part of common/, and the step cases' answers
+    (classroom/grader/answers.h: the instructor's file where it is, else none)."""
+    answers = ANSWERS if os.path.isfile(os.path.join(root, ANSWERS)) else NO_ANSWERS
+    return CHECKER_SOURCES + [answers] + sorted(
+        os.path.relpath(p, root) for p in glob.glob(os.path.join(root, "classroom", "grader", "cases", "*.cpp")))
 
 
 def build_checker(out_dir):

@@ -54,6 +54,9 @@ STUDENT_QUESTIONS = "classroom/questions.md"  # the written questions, answers t
 # copy, whose stubbed and student-written kernels differ from them by design (without the file
 # the resource budget test is not registered).
 KERNEL_BUDGET = "tests/kernel_budget.csv"
+# The docs' diagrams are drawn by running the steps they picture (the online update, the merge,
+# the window's tiles): the pictures go to the students, the scripts that compute them do not.
+DIAGRAM_SCRIPTS = ("tools/diagrams.py", "tools/diagrams_hopper.py")
 
 
 class HandoutError(Exception):
@@ -282,7 +285,7 @@ def write_copy(root, dest, exercises):
         with open(questions, encoding="utf-8") as f:
             outputs[STUDENT_QUESTIONS] = student_questions(f.read()).encode("utf-8")
     for rel, data in outputs.items():
-        if rel.startswith(INSTRUCTOR + "/") or rel == KERNEL_BUDGET:
+        if rel.startswith(INSTRUCTOR + "/") or rel == KERNEL_BUDGET or rel in DIAGRAM_SCRIPTS:
             continue  # answers and rubrics stay with the instructor, and the instructor's kernels' budget
         target = os.path.join(dest, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)

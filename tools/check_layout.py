@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The README's Layout map against the tree: every file of common/, of each chapter folder, of
 tools/, classroom/ (and its grader/, grader/cases/, grader/tasks/, gradescope/ and instructor/,
-where they exist), python/attention_kernels/ and examples/ is named in it, and every file it
+where they exist), python/attention_kernels/, python/csrc/ and examples/ is named in it, and every file it
 names exists.
 A file is named by its name (the files of docs/, python/ and tests/ may be named too), or as a
 second suffix after one named stem ("tma.h/.cpp" names tma.h and tma.cpp). A chapter's own files
@@ -13,7 +13,8 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CHECKED = ["common", "tools", os.path.join("python", "attention_kernels"), "examples", "classroom"] + [
+CHECKED = ["common", "tools", os.path.join("python", "attention_kernels"), os.path.join("python", "csrc"), "examples",
+           "classroom"] + [
     os.path.join("classroom", *d) for d in (("grader",), ("grader", "cases"), ("grader", "tasks"), ("gradescope",),
                                             ("instructor",))]
 # A file's name with its extension, or Gradescope's run_autograder (which has none).
@@ -89,7 +90,9 @@ def main():
     missing.sort()
     elsewhere = {name for d in ("docs", "python", "tests") for name in os.listdir(os.path.join(root, d))}
     if os.path.exists(os.path.join(root, ".handout")):
-        elsewhere.add("kernel_budget.csv")  # a student handout leaves the instructor's budget out (handout.py)
+        # A student handout leaves out the instructor's budget, the step cases' answers and the
+        # diagram scripts (handout.py), which the README still names.
+        elsewhere |= {"kernel_budget.csv", "answers.cpp", "diagrams.py", "diagrams_hopper.py"}
     extra = sorted(n for n in named if n not in files and n not in elsewhere)
     for p in missing:
         print(f"check_layout: {p} is not in the README's Layout map")

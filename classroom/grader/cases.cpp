@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "answers.h"
 #include "compare.h"
 #include "reference.h"
 
@@ -291,6 +292,7 @@ std::vector<Case> row_step_cases(Rng& rng, bool normalized) {
     c.header.args = {{"rows", std::to_string(rows)}, {"cols", std::to_string(cols)}, {"d", std::to_string(d)}};
     c.name = "row step from drawn states, " + std::to_string(cols) + " keys, head_dim " + std::to_string(d);
     c.is_step = true;
+    c.from_answers = true;
     std::vector<float> state(std::size_t(rows) * (2 + d)), scores(std::size_t(rows) * cols), keys(rows),
         v = normal(rng, std::size_t(rows) * cols * d);
     std::vector<double> want(std::size_t(rows) * (2 + d));
@@ -330,24 +332,8 @@ std::vector<Case> row_step_cases(Rng& rng, bool normalized) {
         for (int e = 0; e < d; ++e) st[2 + e] = normalized ? o[e] : o[e] * st[1];
       }
       // The state out, in double.
-      double* w = want.data() + std::size_t(r) * (2 + d);
-      const double m = st[0], m_new = std::max(m, double(tile_max));
-      for (int e = 0; e < 2 + d; ++e) w[e] = st[e];
-      if (m_new == -INFINITY) continue;
-      const double kept = m == -INFINITY ? 0.0 : std::exp(m - m_new);
-      double sum = 0;
-      std::vector<double> pv(d, 0.0);
-      for (int j = 0; j < n; ++j) {
-        if (sc[j] == -INFINITY) continue;
-        const double p = std::exp(double(sc[j]) - m_new);
-        sum += p;
-        for (int e = 0; e < d; ++e) pv[e] += p * v[(std::size_t(r) * cols + j) * d + e];
-      }
-      const double l_new = double(st[1]) * kept + sum;
-      w[0] = m_new;
-      w[1] = l_new;
-      for (int e = 0; e < d; ++e)
-        w[2 + e] = normalized ? (double(st[1]) * kept * st[2 + e] + pv[e]) / l_new : st[2 + e] * kept + pv[e];
+      row_step_answer(st, sc, v.data() + std::size_t(r) * cols * d, cols, d, normalized,
+                      want.data() + std::size_t(r) * (2 + d));
     }
     c.input = state;
     c.input.insert(c.input.end(), scores.begin(), scores.end());

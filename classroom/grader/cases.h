@@ -35,10 +35,11 @@ struct Case {
   std::vector<float> input;
   std::size_t expect_values = 0;
   Judge judge;
-  double min_speed = 0;      // > 0: a speed case, run by both runners (checker.cpp's check_speed)
-  double gate_speed = 0;     // > 0 (a speed case): below this share of the reference's speed, no case counts
-  bool needs_steps = false;  // counts only when every drawn-state case of the exercise passed
-  bool is_step = false;      // a step from a drawn state (row_step_cases, chapter 03's update)
+  double min_speed = 0;       // > 0: a speed case, run by both runners (checker.cpp's check_speed)
+  double gate_speed = 0;      // > 0 (a speed case): below this share of the reference's speed, no case counts
+  bool needs_steps = false;   // counts only when every drawn-state case of the exercise passed
+  bool is_step = false;       // a step from a drawn state (row_step_cases, chapter 03's update)
+  bool from_answers = false;  // its expected answers come from answers.h: not checked without them
 };
 
 // ---- the registry ----------------------------------------------------------------------------

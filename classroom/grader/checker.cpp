@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "answers.h"
 #include "cases.h"
 #include "protocol.h"
 #include "runner_process.h"
@@ -68,9 +69,8 @@ std::string judged(const Case& c, const Reply& r) {
 }
 
 /// A speed case: the reference runner and the student's, alternately, twice each, each timing
-/// its own launches (runner_gpu.cu's time_ms, the median of a launch count drawn here, so a kernel cannot
-/// tell which launch is the last; the runner poisons the outputs again before the last, whose
-/// outputs are judged). The best time of each counts. A time below what the runner's own
+/// its own launches (runner_gpu.cu's time_ms, the median of a launch count drawn here; the outputs
+/// judged are those of one timed launch, which the runner draws after it ran). The best time of each counts. A time below what the runner's own
 /// wall-clock time allows is not believed. Returns why not ("" when fast enough); `note` says
 /// what was measured.
 std::string check_speed(const Options& opt, const Case& c, Rng& rng, std::string& note, double& speed) {
@@ -120,6 +120,13 @@ int check(const Options& opt) {
   std::vector<std::string> whys(cases.size()), notes(cases.size());
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
+    if (c.from_answers && !answers_available()) {
+      // A student copy: the answers to the steps are the instructor's (answers.h).
+      whys[i] =
+          "not checked in a student copy: the expected answers of this case are the step itself, which only "
+          "the instructor's grader holds; the visible tests still check it";
+      continue;
+    }
     if (timed_out) {
       whys[i] = "not run: an earlier case ran past the time limit";
     } else if (c.min_speed > 0) {

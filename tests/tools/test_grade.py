@@ -17,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "classroom"))
 import grade  # noqa: E402
+import handout  # noqa: E402
 
 EXERCISES = [{"id": "ch03_online_update", "chapter": 3, "device": "cpu", "title": "t", "points": 6, "tests": "x"},
              {"id": "ch02_block_softmax", "chapter": 2, "device": "gpu", "title": "g", "points": 8, "tests": "y"}]
@@ -538,8 +539,20 @@ class ExercisesAreDataTest(unittest.TestCase):
                 registered += re.findall(r'^FA_EXERCISE_CASES\("(\w+)"', f.read(), re.M)
         self.assertEqual(sorted(registered), sorted(ex["id"] for ex in self.exercises))
         self.assertEqual(sorted(set(grade.checker_sources()) - set(grade.CHECKER_SOURCES)),
-                         sorted(os.path.relpath(p, ROOT) for p in glob.glob(
-                             os.path.join(ROOT, "classroom", "grader", "cases", "*.cpp"))))
+                         sorted([grade.ANSWERS] + [os.path.relpath(p, ROOT) for p in glob.glob(
+                             os.path.join(ROOT, "classroom", "grader", "cases", "*.cpp"))]))
+
+    def test_the_step_answers_are_the_instructors_alone(self):
+        # The cases' files hold no answer to a step: those come from classroom/instructor/answers.cpp,
+        # which the student copy leaves out; in its place answers_absent.cpp answers nothing.
+        self.assertTrue(os.path.isfile(os.path.join(ROOT, grade.ANSWERS)))
+        self.assertTrue(grade.ANSWERS.startswith(handout.INSTRUCTOR + "/"))
+        with tempfile.TemporaryDirectory() as tmp:
+            os.makedirs(os.path.join(tmp, "classroom", "grader", "cases"))
+            self.assertIn(grade.NO_ANSWERS, grade.checker_sources(tmp))
+            self.assertNotIn(grade.ANSWERS, grade.checker_sources(tmp))
+        with open(os.path.join(ROOT, grade.NO_ANSWERS)) as f:
+            self.assertIn("bool answers_available() { return false; }", f.read())
 
     def test_every_cpu_chapter_has_its_runner_tasks(self):
         for ex in self.exercises:

@@ -223,6 +223,17 @@ class ThisTreesHandoutTest(unittest.TestCase):
             _, regions_text, _ = handout.write_copy(ROOT, dest, exercises)
             leaks = handout.code_line_leaks(dest, regions_text)
             self.assertEqual(leaks, [], f"{len(leaks)} solution line(s) in the student copy:\n" + "\n".join(leaks))
+            # The checker's answers to the steps and the scripts that draw the steps stay out.
+            for rel in ("classroom/instructor/answers.cpp",) + handout.DIAGRAM_SCRIPTS:
+                self.assertFalse(os.path.exists(os.path.join(dest, rel)), rel)
+            self.assertTrue(os.path.isfile(os.path.join(dest, "classroom", "grader", "answers_absent.cpp")))
+            # and the case generators in the copy hold no step's formula (each is a line of answers.cpp)
+            with open(os.path.join(ROOT, "classroom", "instructor", "answers.cpp")) as f:
+                formulas = {handout.code_tokens(line) for line in f if "exp" in line or "/ tile * tile" in line}
+            formulas.discard("")
+            for rel, text in handout.text_files(os.path.join(dest, "classroom", "grader")):
+                for line in text.splitlines():
+                    self.assertNotIn(handout.code_tokens(line), formulas, f"{rel}: {line.strip()}")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "../answers.h"
 #include "../cases.h"
 
 namespace fa::grader {
@@ -21,6 +22,7 @@ std::vector<Case> update_from_states_cases(Rng& rng) {
     Case c;
     c.name = "online_update from drawn states, " + std::to_string(rows) + " rows";
     c.is_step = true;
+    c.from_answers = true;
     c.header.task = "online_update_from";
     c.header.args = {{"rows", std::to_string(rows)}};
     std::vector<double> want;
@@ -42,9 +44,8 @@ std::vector<Case> update_from_states_cases(Rng& rng) {
         score = m;  // equal to the max
       }
       c.input.insert(c.input.end(), {m, l, score});
-      double m_new = std::max(double(m), double(score)), l_new = l;
-      if (m_new != -INFINITY) l_new = double(l) * std::exp(double(m) - m_new) + std::exp(double(score) - m_new);
-      if (m == -INFINITY && score == -INFINITY) l_new = 0.0;
+      double m_new = 0, l_new = 0;
+      online_update_answer(m, l, score, m_new, l_new);
       want.push_back(m_new);
       want.push_back(l_new);
     }

@@ -9,66 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "../answers.h"
 #include "../cases.h"
 #include "reference.h"
 
 namespace fa::grader {
 namespace {
-
-/// dQ, dK, dV in fp64 for the loss sum(O * dO) by the recomputation the chapter teaches, from the
-/// O and LSE it is given: P = exp(scale S - LSE) where visible, D = rowsum(dO * O),
-/// dS = P (dO V^T - D), dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO (summed over a K/V
-/// head's query heads).
-struct Gradients {
-  std::vector<double> dq, dk, dv;
-};
-Gradients recomputed_gradients(const AttentionShape& s, const std::vector<float>& q, const std::vector<float>& k,
-                               const std::vector<float>& v, const std::vector<float>& o, const std::vector<float>& lse,
-                               const std::vector<float>& d_o) {
-  const int d = s.head_dim;
-  const double scale = s.softmax_scale();
-  Gradients g{std::vector<double>(q.size()), std::vector<double>(k.size()), std::vector<double>(v.size())};
-  std::vector<double> ds(std::size_t(s.seq_kv));
-  for (int bh = 0; bh < s.batch * s.heads_q; ++bh) {
-    const int64_t qo = s.q_head_offset(bh), ko = s.kv_head_offset(bh);
-    for (int i = 0; i < s.seq_q; ++i) {
-      const float row_lse = lse[std::size_t(int64_t(bh) * s.seq_q + i)];
-      if (row_lse == -INFINITY) continue;
-      const float* qi = &q[std::size_t(qo + int64_t(i) * d)];
-      const float* doi = &d_o[std::size_t(qo + int64_t(i) * d)];
-      const float* oi = &o[std::size_t(qo + int64_t(i) * d)];
-      double delta = 0;
-      for (int x = 0; x < d; ++x) delta += double(doi[x]) * oi[x];
-      for (int j = 0; j < s.seq_kv; ++j) {
-        ds[std::size_t(j)] = 0;
-        if (!s.visible(i, j)) continue;
-        const float* kj = &k[std::size_t(ko + int64_t(j) * d)];
-        const float* vj = &v[std::size_t(ko + int64_t(j) * d)];
-        double dot = 0, dp = 0;
-        for (int x = 0; x < d; ++x) {
-          dot += double(qi[x]) * kj[x];
-          dp += double(doi[x]) * vj[x];
-        }
-        const double pij = std::exp(dot * scale - double(row_lse));
-        ds[std::size_t(j)] = pij * (dp - delta);
-        double* dvj = &g.dv[std::size_t(ko + int64_t(j) * d)];
-        for (int x = 0; x < d; ++x) dvj[x] += pij * doi[x];
-      }
-      double* dqi = &g.dq[std::size_t(qo + int64_t(i) * d)];
-      for (int j = 0; j < s.seq_kv; ++j) {
-        const double dsij = ds[std::size_t(j)] * scale;
-        if (dsij == 0) continue;
-        const float* kj = &k[std::size_t(ko + int64_t(j) * d)];
-        double* dkj = &g.dk[std::size_t(ko + int64_t(j) * d)];
-        for (int x = 0; x < d; ++x) {
-          dqi[x] += dsij * kj[x];
-          dkj[x] += dsij * qi[x];
-        }
-      }
-    }
-  }
-  return g;
-}
 
 Case backward_case(Rng& rng, const AttentionShape& s, const std::string& kernel, DType dtype, double weight,
                    bool shift_lse) {
@@ -90,7 +36,9 @@ Case backward_case(Rng& rng, const AttentionShape& s, const std::string& kernel,
     for (float& x : lse)
       if (x != -INFINITY) x += shift(rng);
   }
-  const Gradients want = recomputed_gradients(s, q, k, v, o, lse, d_o);
+  // Unshifted, the oracle's gradients; shifted, the recomputation from the LSE given (answers.h).
+  const Gradients want = shift_lse ? recomputed_gradients(s, q, k, v, o, lse, d_o) : Gradients{ref.dq, ref.dk, ref.dv};
+  c.from_answers = shift_lse;
   c.input = q;
   for (const std::vector<float>* part : std::initializer_list<const std::vector<float>*>{&k, &v, &o, &lse, &d_o})
     c.input.insert(c.input.end(), part->begin(), part->end());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../../../chapters/08_paged_attention/block_manager.h"
+#include "../answers.h"
 #include "../cases.h"
 #include "compare.h"
 #include "reference.h"
@@ -187,16 +188,11 @@ Case merge_step_case(Rng& rng, int parts, int d) {
   c.input = lse;
   c.input.insert(c.input.end(), o.begin(), o.end());
   c.expect_values = std::size_t(d) + 1;
-  // fp64: LSE = top + log sum exp(LSE_p - top), O = sum exp(LSE_p - LSE) O_p.
-  double top = -INFINITY;
-  for (float x : lse) top = std::max(top, double(x));
-  double sum = 0;
-  for (float x : lse) sum += x == -INFINITY ? 0.0 : std::exp(double(x) - top);
-  const double total = parts == 0 || top == -INFINITY ? -INFINITY : top + std::log(sum);
-  std::vector<double> want(std::size_t(d), 0.0);
-  for (int p = 0; p < parts && total != -INFINITY; ++p)
-    for (int x = 0; x < d; ++x)
-      want[std::size_t(x)] += std::exp(double(lse[std::size_t(p)]) - total) * o[std::size_t(p) * d + x];
+  // The exact merge in fp64 (answers.h).
+  std::vector<double> want;
+  double total = 0;
+  merge_answer(lse, o, parts, d, want, total);
+  c.from_answers = true;
   c.judge = [=](const std::vector<float>& out) -> std::string {
     const float got = out[std::size_t(d)];
     if (total == -INFINITY) {

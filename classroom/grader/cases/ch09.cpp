@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "../answers.h"
 #include "../cases.h"
 #include "attention_features.h"
 
@@ -20,6 +21,7 @@ std::vector<Case> window_tile_cases(Rng& rng) {
     const int n = round == 0 ? 1 : 200;
     Case c;
     c.name = "window tiles, " + std::to_string(n) + " queries";
+    c.from_answers = true;
     c.weight = round == 0 ? 0 : 1;
     c.header.task = "window_tiles";
     c.header.args = {{"n", std::to_string(n)}};
@@ -39,14 +41,9 @@ std::vector<Case> window_tile_cases(Rng& rng) {
       const int j0 = uniform(rng, 0, (s.seq_kv - 1) / 64) * 64, j1 = std::min(s.seq_kv, j0 + 64 * uniform(rng, 1, 2));
       for (int v : {s.seq_q, s.seq_kv, int(s.causal), f.window_left, f.window_right, first, last, tile, j0, j1})
         c.input.push_back(float(v));
-      want.push_back(mask.keys(first).begin / tile * tile);
-      want.push_back(mask.keys(last).end);
-      int begin = 0;
-      while (begin < s.seq_q && !(mask.visible_keys(begin) > j0)) ++begin;
-      int end = begin;
-      while (end < s.seq_q && !(mask.first_visible_key(end) >= j1)) ++end;
-      want.push_back(begin);
-      want.push_back(end);
+      int answer[4];
+      tile_answer(mask, first, last, tile, j0, j1, answer);
+      want.insert(want.end(), answer, answer + 4);
     }
     c.expect_values = want.size();
     c.judge = [want, n, input = c.input](const std::vector<float>& out) -> std::string {
