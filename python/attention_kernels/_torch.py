@@ -579,8 +579,9 @@ def _eager_backward_fake(q, k, v, o, lse, d_o, plan):
 
 def eager_attention(q, k, v, causal, scale, kernel, backward_kernel, needs_grad):
     """(O, LSE) of attention() through libfa_torch.so's operator, its backward in C++; None when
-    that library is not loaded, or for tensors whose alignment the launch would refuse. The plan (the kernels, shape and workspaces after every check of
-    forward() and check_backward()) is made once per signature of the arguments."""
+    that library is not loaded, or for tensors whose alignment the launch would refuse. The plan
+    (the kernels, shape and workspaces after every check of forward() and check_backward()) is
+    made once per signature of the arguments, and is a row of the operator's table for good."""
     ops = eager_ops()
     if isinstance(ops, str):
         return None
