@@ -17,7 +17,6 @@
 
 namespace fa::context_parallel {
 
-
 /// A contiguous range of heads [first, first + count).
 struct HeadRange {
   int first = 0;
@@ -28,8 +27,9 @@ struct HeadRange {
 inline void check_ulysses_heads(const AttentionShape& s, int ranks) {
   if (s.heads_q % ranks != 0) {
     std::string allowed;
-    for (int n = 1; n <= s.heads_q; ++n)
-      if (s.heads_q % n == 0) allowed += (allowed.empty() ? "" : ", ") + std::to_string(n);
+    for (int n = 1; n <= s.heads_q; ++n)  // the rank counts both rules allow
+      if (s.heads_q % n == 0 && (s.heads_kv % n == 0 || n % s.heads_kv == 0))
+        allowed += (allowed.empty() ? "" : ", ") + std::to_string(n);
     throw std::invalid_argument("Ulysses splits the query heads over the ranks: heads_q (" + std::to_string(s.heads_q) +
                                 ") must be a multiple of ranks (" + std::to_string(ranks) +
                                 "); allowed ranks: " + allowed);
@@ -140,7 +140,7 @@ inline Shards heads_to_sequence(const Shards& shards, int batch, int heads, int 
 struct UlyssesForward {
   Shards o, lse;                     // sequence shards, as ring_attention_forward returns them
   std::vector<int64_t> work;         // scores each rank computed (all batches and its heads)
-  std::vector<int64_t> floats_sent;  // by each rank, over the four all-to-alls (Q, K, V in; O and LSE out)
+  std::vector<int64_t> floats_sent;  // by each rank, over the five all-to-alls (Q, K, V in; O and LSE out)
 };
 
 //! [ulysses_forward]
