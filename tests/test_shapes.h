@@ -119,6 +119,17 @@ inline std::vector<unsigned char> output_bytes(const ForwardKernel& kernel, Prob
   return bytes;
 }
 
+/// Relative Frobenius error of float results against the oracle's (absolute when the oracle's are
+/// all zero).
+inline double rel_error(const std::vector<float>& got, const std::vector<double>& want) {
+  double err = 0, norm = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    err += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  return norm > 0 ? std::sqrt(err / norm) : std::sqrt(err);
+}
+
 /// Relative Frobenius error of a kernel's gradient (raw `dtype` elements) against the oracle's;
 /// infinite when an element is not finite (a poisoned one left unwritten, say).
 inline double gradient_error(DType dtype, const std::vector<unsigned char>& raw, const std::vector<double>& want) {

@@ -13,15 +13,6 @@
 namespace fa {
 namespace {
 
-double rel_error(const std::vector<float>& got, const std::vector<double>& want) {
-  double err = 0, norm = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    err += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  return norm > 0 ? std::sqrt(err / norm) : std::sqrt(err);
-}
-
 class BackwardCpu : public ::testing::TestWithParam<AttentionShape> {};
 
 TEST_P(BackwardCpu, MatchesOracle) {

@@ -26,15 +26,6 @@ void PrintTo(Split kind, std::ostream* out) { *out << split_name(kind); }
 
 namespace {
 
-double rel_error(const std::vector<float>& got, const std::vector<double>& want) {
-  double err = 0, norm = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    err += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  return norm > 0 ? std::sqrt(err / norm) : std::sqrt(err);
-}
-
 double max_abs_diff(const std::vector<float>& got, const std::vector<double>& want) {
   double m = 0;
   for (std::size_t i = 0; i < got.size(); ++i) m = std::max(m, std::fabs(got[i] - want[i]));
