@@ -51,12 +51,14 @@ import re
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
 import zipfile
+import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "classroom"))
@@ -65,6 +67,7 @@ import handout  # noqa: E402
 MAX_OUTPUT = 4000  # characters of output kept per exercise
 MAX_REGION = 20000  # characters of one region body
 MAX_UPLOAD = 200 * 1024 * 1024  # bytes unpacked from a zip
+MAX_DEPTH = 64  # folders a submission may nest (the tree's own go 4 deep)
 WHAT_TO_SUBMIT = ("submit the whole tree, a zip of it, or only the files you edited (for example "
                   "chapters/03_online_softmax/algorithm.h), with their BEGIN/END SOLUTION lines kept")
 
@@ -87,6 +90,8 @@ def safe_unzip(path, dest, limit=MAX_UPLOAD, skipped=None):
                 unsafe = None
                 if name.startswith("/") or ".." in name.split("/") or "\\" in name:
                     unsafe = f"the zip holds an unsafe path '{name}'"
+                elif name.count("/") > MAX_DEPTH or len(name.encode("utf-8", "surrogateescape")) > 1024:
+                    unsafe = f"the zip holds a path deeper than {MAX_DEPTH} folders or longer than 1024 bytes"
                 elif (info.external_attr >> 16) & 0o170000 == 0o120000:
                     unsafe = f"the zip holds a link '{name}'"
                 if unsafe and skipped is not None:
@@ -100,11 +105,18 @@ def safe_unzip(path, dest, limit=MAX_UPLOAD, skipped=None):
                 if info.is_dir():
                     continue
                 target = os.path.join(dest, name)
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                with z.open(info) as src, open(target, "wb") as out:
-                    shutil.copyfileobj(src, out)
-    except zipfile.BadZipFile:
+                try:
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    with z.open(info) as src, open(target, "wb") as out:
+                        shutil.copyfileobj(src, out)
+                except OSError:
+                    if skipped is None:
+                        raise
+                    skipped.append(name)  # a batch export: this entry alone is left out
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError):
         raise SubmissionError(f"{os.path.basename(path)} is not a readable zip; {WHAT_TO_SUBMIT}")
+    except RuntimeError as e:  # an encrypted entry
+        raise SubmissionError(f"{os.path.basename(path)} cannot be unpacked ({str(e)[:80]}); {WHAT_TO_SUBMIT}")
     except (OSError, ValueError) as e:  # e.g. an entry under a name that another entry made a file
         raise SubmissionError(f"{os.path.basename(path)} cannot be unpacked ({e.__class__.__name__}: an entry clashes "
                               f"with another); {WHAT_TO_SUBMIT}")
@@ -157,8 +169,10 @@ def locate(submission, root):
     A tree (or a zip of one) is matched by path; loose files by the exercise markers inside."""
     wanted = exercise_files(root)
     work = None
+    if os.path.islink(submission):
+        raise SubmissionError(f"{os.path.basename(submission)} is a symbolic link; {WHAT_TO_SUBMIT}")
     if os.path.isfile(submission):
-        if not submission.endswith(".zip"):
+        if not submission.lower().endswith(".zip"):
             return locate_loose([submission], wanted)
         work = tempfile.mkdtemp(prefix="fa_upload_")
         UNPACKED.append(work)  # removed when the grading ends
@@ -176,6 +190,8 @@ def locate(submission, root):
             return found
     loose = []
     for base, dirs, names in os.walk(submission):
+        if os.path.relpath(base, submission).count(os.sep) >= MAX_DEPTH:
+            raise SubmissionError(f"the submission nests folders more than {MAX_DEPTH} deep; {WHAT_TO_SUBMIT}")
         dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("build", "__pycache__")]
         loose += [os.path.join(base, n) for n in names if not linked(submission, os.path.join(base, n))]
     return locate_loose(loose, wanted)
@@ -186,7 +202,9 @@ def locate_loose(paths, wanted):
     exercise file of the tree is that file."""
     found = {}
     for path in paths:
-        if not path.endswith(handout.SOURCE_SUFFIXES) or os.path.getsize(path) > 2 * 1024 * 1024:
+        if not path.endswith(handout.SOURCE_SUFFIXES) or not stat.S_ISREG(os.lstat(path).st_mode):
+            continue  # a FIFO or a device would block the read
+        if os.path.getsize(path) > 2 * 1024 * 1024:
             continue
         try:
             with open(path, encoding="utf-8") as f:
@@ -227,7 +245,8 @@ BANNED_WORDS = (
     "signgam environ __environ optarg optind opterr optopt tzname daylight timezone stdin stdout stderr "
     "program_invocation_name program_invocation_short_name h_errno getdate_err sys_errlist sys_nerr sys_siglist "
     "__progname cin cout cerr clog wcin wcout wcerr wclog xalloc iword pword set_default_resource "
-    "get_default_resource locale").split()
+    "get_default_resource locale getopt getopt_long getopt_long_only getsubopt sbrk brk nice "
+    "__nv_aligned_device_malloc").split()
 GRADER_NAMESPACE = "grader"  # fa::grader: the runners' own code
 
 

@@ -67,7 +67,7 @@ def students(folder):
             continue
         if os.path.isdir(path) and not os.path.islink(path):
             found.append((entry, path))
-        elif entry.lower().endswith(".zip") and os.path.isfile(path):
+        elif entry.lower().endswith(".zip") and os.path.isfile(path) and not os.path.islink(path):
             found.append((entry[:-4], path))
         else:
             skipped.append(entry)
@@ -146,8 +146,9 @@ def export_submissions(root):
             notes.append(f"skipping {folder!r}: {EXPORT_METADATA} lists it, but the export has no such folder")
             continue
         inside = [n for n in os.listdir(path) if not n.startswith(".")]
-        if len(inside) == 1 and inside[0].lower().endswith(".zip") and os.path.isfile(os.path.join(path, inside[0])):
-            path = os.path.join(path, inside[0])
+        one = os.path.join(path, inside[0]) if len(inside) == 1 else None
+        if one and one.lower().endswith(".zip") and os.path.isfile(one) and not os.path.islink(one):
+            path = one
         submitters = [s if s[0] else (s[2] or s[1] or folder, s[1], s[2]) for s in metadata.get(folder, [])]
         found.append(Submission(folder, path, submitters or [(folder, "", "")]))
     return found, notes
@@ -187,9 +188,18 @@ def gather(submissions, unpack_to):
 
 
 def safe_name(name):
-    """A student's folder name under GRADES: letters, digits, '.', '_', '-' only."""
+    """A student's folder name under GRADES: letters, digits, '.', '_', '-' only, and never the
+    gradebook's own name."""
     cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".")
+    if cleaned.lower() == "gradebook.csv":
+        cleaned = "student_" + cleaned
     return cleaned or "student"
+
+
+def shown(name):
+    """A submission's name as printed or written in the gradebook: control characters (a
+    terminal's escape sequences) and bytes no encoding holds replaced by '?'."""
+    return "".join("?" if not ch.isprintable() or 0xD800 <= ord(ch) <= 0xDFFF else ch for ch in name)
 
 
 def failed_results(exercises, why, cpu_only):
@@ -278,9 +288,9 @@ def write_gradebook(path, exercises, graded, export):
             writer.writerow(["student", "score", "possible_here"] + ids)
         for sub, folder, results in graded:
             for name, sid, email in sub.submitters:
-                row = gradebook_row(name, exercises, results)
+                row = gradebook_row(shown(name), exercises, results)
                 if export:
-                    row = row[:1] + [as_text(sid), as_text(email), folder] + row[1:]
+                    row = row[:1] + [as_text(shown(sid)), as_text(shown(email)), folder] + row[1:]
                 writer.writerow(row)
 
 
@@ -307,6 +317,12 @@ def main():
     except handout.HandoutError as e:
         print(f"grade_batch: error: {e}", file=sys.stderr)
         return 2
+    inside = os.path.relpath(os.path.realpath(args.submissions), os.path.realpath(ROOT))
+    if not inside.startswith(".."):
+        # Every grading copies the instructor's tree, and would take the students' files with it.
+        print(f"grade_batch: error: SUBMISSIONS {args.submissions!r} is inside the instructor's tree {ROOT}; "
+              "move it outside", file=sys.stderr)
+        return 2
     scratch = tempfile.mkdtemp(prefix="fa_grade_batch_")  # only this user can enter it
     try:
         try:
@@ -329,10 +345,10 @@ def main():
             while folder in used:
                 folder += "_"
             used.add(folder)
-            print(f"grade_batch: grading {sub.name} ...", flush=True)
+            print(f"grade_batch: grading {shown(sub.name)} ...", flush=True)
             results = grade_one(os.path.abspath(sub.path), os.path.join(args.out, folder), args, private)
             graded.append((sub, folder, results))
-            print(f"grade_batch: {sub.name}: {results.get('output', '')}", flush=True)
+            print(f"grade_batch: {shown(sub.name)}: {shown(results.get('output', ''))}", flush=True)
         book = os.path.join(args.out, "gradebook.csv")
         write_gradebook(book, exercises, graded, export)
         print(f"grade_batch: {len(graded)} submissions graded; {book}")

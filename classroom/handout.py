@@ -202,19 +202,26 @@ def exercise_files(root):
     return files
 
 
+# What grading leaves in a tree (grade.py's results, grade_batch.py's gradebook and logs) and
+# archives (an autograder zip made inside the tree holds every solution): never part of a copy.
+GRADING_OUTPUTS = ("results.json", "grade.log", "gradebook.csv")
+ARCHIVES = (".zip", ".tar", ".gz", ".tgz", ".xz", ".bz2", ".7z")
+
+
 def tracked_files(root):
     """The tree's files: those git tracks or would add (new, not ignored); every file outside
-    .git/build/.deps where there is no git (an unpacked archive, as on Gradescope)."""
+    .git/build/.deps where there is no git (an unpacked archive, as on Gradescope). Grading's
+    outputs and archives are left out either way."""
     try:
         listed = subprocess.run(["git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                                 check=True, capture_output=True).stdout
-        return [p for p in listed.decode().split("\0") if p]
+        files = [p for p in listed.decode().split("\0") if p]
     except (OSError, subprocess.CalledProcessError):
         files = []
         for base, dirs, names in os.walk(root):
             dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
             files += [os.path.relpath(os.path.join(base, n), root) for n in names]
-        return files
+    return [p for p in files if os.path.basename(p) not in GRADING_OUTPUTS and not p.lower().endswith(ARCHIVES)]
 
 
 def make_handout(root, dest, config_path):

@@ -336,6 +336,34 @@ class SubmissionTest(unittest.TestCase):
             f.write(text)
         return path
 
+    def test_a_link_a_deep_tree_a_fifo_and_broken_zips_are_one_line_each(self):
+        solved = os.path.join(self.tmp.name, "solved.zip")
+        with zipfile.ZipFile(solved, "w") as z:
+            z.writestr(ALGORITHM, self.text)
+        link = os.path.join(self.tmp.name, "mine.zip")
+        os.symlink(solved, link)  # another's zip (or the autograder's) handed in as a link
+        upper = os.path.join(self.tmp.name, "MINE.ZIP")
+        shutil.copy(solved, upper)
+        self.assertIn(ALGORITHM, grade.locate(upper, ROOT))  # the extension in any case
+        deep = os.path.join(self.tmp.name, "deep", *(["d"] * (grade.MAX_DEPTH + 2)))
+        os.makedirs(deep)
+        fifo = self.write("fifo/x.txt", "")
+        os.remove(fifo)
+        os.mkfifo(os.path.join(self.tmp.name, "fifo", "algorithm.h"))
+        corrupt = os.path.join(self.tmp.name, "corrupt.zip")
+        with open(solved, "rb") as f:
+            data = bytearray(f.read())
+        data[40:60] = b"\xff" * 20  # inside the stored entry's compressed bytes
+        with open(corrupt, "wb") as f:
+            f.write(bytes(data))
+        for path, words in ((link, "symbolic link"), (os.path.join(self.tmp.name, "deep"), "deep"),
+                            (corrupt, "zip")):
+            with self.assertRaises(grade.SubmissionError, msg=path) as caught:
+                grade.locate(path, ROOT)
+            self.assertIn(words, str(caught.exception))
+        with self.assertRaises(grade.SubmissionError):  # nothing to grade, and no read that blocks
+            grade.locate(os.path.join(self.tmp.name, "fifo"), ROOT)
+
     def test_a_tree_a_zip_and_a_loose_file(self):
         self.write("tree/" + ALGORITHM, self.text)
         self.assertEqual(list(grade.locate(os.path.join(self.tmp.name, "tree"), ROOT)), [ALGORITHM])

@@ -137,5 +137,22 @@ class WeeklyAutograderTest(unittest.TestCase):
             self.assertIn("--config classroom/assignment.json", f.read())
 
 
+
+class HostileNamesTest(unittest.TestCase):
+    def test_a_linked_zip_is_not_a_submission_and_names_cannot_take_the_gradebook(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            real = os.path.join(tmp, "elsewhere.zip")
+            with zipfile.ZipFile(real, "w") as z:
+                z.writestr("x.txt", "x")
+            folder = os.path.join(tmp, "subs")
+            os.makedirs(os.path.join(folder, "bob"))
+            os.symlink(real, os.path.join(folder, "mallory.zip"))
+            found, skipped = grade_batch.students(folder)
+            self.assertEqual([name for name, _ in found], ["bob"])
+            self.assertEqual(skipped, ["mallory.zip"])
+        self.assertNotEqual(grade_batch.safe_name("gradebook.csv"), "gradebook.csv")
+        self.assertEqual(grade_batch.shown("zz\x1b[2Jok\udcff"), "zz?[2Jok?")
+
+
 if __name__ == "__main__":
     unittest.main()

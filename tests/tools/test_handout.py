@@ -212,6 +212,17 @@ class HandoutTest(unittest.TestCase):
 
 
 
+class LeftOutTest(unittest.TestCase):
+    def test_grading_outputs_and_archives_never_reach_a_copy(self):
+        with tempfile.TemporaryDirectory() as tree:  # no git: every file would be taken
+            for rel in ("common/x.h", "build2/autograder.zip", "grades/gradebook.csv", "grades/bob/results.json",
+                        "grades/bob/grade.log", "results.json", "notes.TAR.GZ"):
+                os.makedirs(os.path.join(tree, os.path.dirname(rel) or "."), exist_ok=True)
+                with open(os.path.join(tree, rel), "w") as f:
+                    f.write("x")
+            self.assertEqual(handout.tracked_files(tree), ["common/x.h"])
+
+
 class ThisTreesHandoutTest(unittest.TestCase):
     """The student copy of this repository (every file of every chapter, docs included) holds no
     non-trivial code line of any solution region, inside the regions or outside them."""
