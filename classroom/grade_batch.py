@@ -171,7 +171,8 @@ def gather(submissions, unpack_to):
         except grade.SubmissionError as e:
             raise BatchError(f"{submissions!r} cannot be unpacked as a Gradescope export: {str(e).split(';')[0]}")
         folder = unpack_to
-        unpacked = [f"left out of the export's unpacking: {name!r} (an unsafe path or a link)" for name in skipped]
+        unpacked = [f"left out of the export's unpacking: {name!r} (an unsafe, too deep or too long path, a link, or "
+                    "an entry that could not be written)" for name in skipped]
         if export_root(folder) is None:
             raise BatchError(f"{submissions!r} is a zip without {EXPORT_METADATA}: give Gradescope's export zip, or a "
                              "folder that holds one folder or .zip per student")
@@ -184,7 +185,7 @@ def gather(submissions, unpack_to):
         return found, (unpacked if folder == unpack_to else []) + notes, True
     entries, skipped = students(folder)
     return ([Submission(name, path) for name, path in entries],
-            [f"skipping {entry!r}: neither a folder nor a .zip" for entry in skipped], False)
+            [f"skipping {entry!r}: neither a folder nor a .zip (a symbolic link is neither)" for entry in skipped], False)
 
 
 def safe_name(name):

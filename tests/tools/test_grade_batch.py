@@ -100,7 +100,7 @@ class ExportTest(unittest.TestCase):
         found, notes, export = grade_batch.gather(os.path.join(self.tmp.name, "plain"), self.tmp.name)
         self.assertFalse(export)
         self.assertEqual([(s.name, s.submitters) for s in found], [("ada", [("ada", "", "")])])
-        self.assertEqual(notes, ["skipping 'notes.txt': neither a folder nor a .zip"])
+        self.assertEqual(notes, ["skipping 'notes.txt': neither a folder nor a .zip (a symbolic link is neither)"])
         with self.assertRaises(grade_batch.BatchError) as caught:
             grade_batch.gather(os.path.join(self.tmp.name, "missing"), self.tmp.name)
         self.assertIn("is neither a folder nor a zip", str(caught.exception))
