@@ -184,8 +184,8 @@ def gather(submissions, unpack_to):
         found, notes = export_submissions(root)
         return found, (unpacked if folder == unpack_to else []) + notes, True
     entries, skipped = students(folder)
-    return ([Submission(name, path) for name, path in entries],
-            [f"skipping {entry!r}: neither a folder nor a .zip (a symbolic link is neither)" for entry in skipped], False)
+    notes = [f"skipping {entry!r}: neither a folder nor a .zip (a symbolic link is neither)" for entry in skipped]
+    return [Submission(name, path) for name, path in entries], notes, False
 
 
 def safe_name(name):
