@@ -68,6 +68,7 @@ MAX_OUTPUT = 4000  # characters of output kept per exercise
 MAX_REGION = 20000  # characters of one region body
 MAX_UPLOAD = 200 * 1024 * 1024  # bytes unpacked from a zip
 MAX_DEPTH = 64  # folders a submission may nest (the tree's own go 4 deep)
+BUILD_MEMORY = 16 << 30  # address space of each build process (nvcc's largest here uses well under half)
 WHAT_TO_SUBMIT = ("submit the whole tree, a zip of it, or only the files you edited (for example "
                   "chapters/03_online_softmax/algorithm.h), with their BEGIN/END SOLUTION lines kept")
 
@@ -750,11 +751,19 @@ CPU_RUNNER_MEMORY_MB = 4096
 def run_build(cmd, timeout, tmp, box=None, cwd=None):
     """(ok, output) of a build command run in a process group of its own, as the sandbox's user
     when `box` is active, every process of which is killed when it runs past `timeout` seconds
-    (the compiler's own children too); its temporary files go in `tmp`, its environment is the
-    few variables a compiler needs."""
+    (the compiler's own children too) and may map at most BUILD_MEMORY bytes (a few hundred bytes
+    of nested templates can ask the compiler for gigabytes); its temporary files go in `tmp`,
+    its environment is the few variables a compiler needs."""
     box = box or Sandbox()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace",
-                            start_new_session=True, env=box.env(tmp), cwd=cwd or tmp, preexec_fn=box.enter)
+
+    def enter():
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (BUILD_MEMORY, BUILD_MEMORY))
+        box.enter()
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                            errors="replace", start_new_session=True, env=box.env(tmp), cwd=cwd or tmp,
+                            preexec_fn=enter)
     try:
         out, _ = proc.communicate(timeout=timeout)
         return proc.returncode == 0, out

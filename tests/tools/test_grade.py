@@ -506,6 +506,13 @@ class HeaderMacroAndLinkTest(unittest.TestCase):
                      "set_default_resource"):
             self.assertRegex(grade.lint_region(f"  (void){word};\n", 3), f"'{word}' is (not allowed|a macro)", word)
 
+    def test_a_build_may_not_take_all_the_memory(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            ok, out = grade.run_build([sys.executable, "-c", "import resource; print(resource.getrlimit("
+                                       "resource.RLIMIT_AS)[0])"], 30, tmp)
+            self.assertTrue(ok, out)
+            self.assertEqual(int(out.split()[-1]), grade.BUILD_MEMORY)
+
     def test_a_build_whose_messages_are_not_utf8_is_graded(self):
         with tempfile.TemporaryDirectory() as tmp:
             ok, out = grade.run_build(["printf", "static_assert failed: \\377\\376\\n"], 30, tmp)
