@@ -183,6 +183,29 @@ inline float dot(const float* a, const float* b, int d) {
 }
 
 //! [block_forward]
+/// The (query row, run of keys) pairs of one block, in the order the forward and the backward
+/// visit them: for each of this rank's query rows (`row`, its index among the rank's rows) and
+/// each chunk of the block, the chunk's first row in the block (`key_row`) and how many of its
+/// keys the row sees (`keys`, a prefix of the chunk). Skip chunks, and rows that see none of a
+/// chunk, are not visited.
+template <class Visit>
+inline void for_each_key_run(const std::vector<Chunk>& q_chunks, const std::vector<Chunk>& kv_chunks, bool causal,
+                             Visit&& visit) {
+  int q_row0 = 0;
+  for (const Chunk& qc : q_chunks) {
+    int k_row0 = 0;
+    for (const Chunk& kc : kv_chunks) {
+      const BlockKind kind = classify(qc, kc, causal);
+      for (int i = 0; kind != BlockKind::Skip && i < qc.length; ++i) {
+        const int keys = kind == BlockKind::Full ? kc.length : keys_seen(qc.start + i, kc, causal);
+        if (keys > 0) visit(q_row0 + i, k_row0, keys);
+      }
+      k_row0 += kc.length;
+    }
+    q_row0 += qc.length;
+  }
+}
+
 /// One (batch, query head): this rank's query rows against the K/V block it holds. For each
 /// row, the normalized output over the keys it sees in the block and their LSE (O = 0 and
 /// LSE = -inf when it sees none). Within the block it is chapter 03's fused loop, one chunk
@@ -194,38 +217,26 @@ inline int64_t block_forward(const float* q, const std::vector<Chunk>& q_chunks,
   for (const Chunk& c : q_chunks) rows += c.length;
   std::vector<float> m(rows, -INFINITY), l(rows, 0.0f), acc(std::size_t(rows) * d, 0.0f), p;
   int64_t work = 0;
-  int q_row0 = 0;
-  for (const Chunk& qc : q_chunks) {
-    int k_row0 = 0;
-    for (const Chunk& kc : kv_chunks) {
-      const BlockKind kind = classify(qc, kc, causal);
-      for (int i = 0; kind != BlockKind::Skip && i < qc.length; ++i) {
-        const int row = q_row0 + i;
-        const int keys = kind == BlockKind::Full ? kc.length : keys_seen(qc.start + i, kc, causal);
-        if (keys == 0) continue;
-        p.resize(keys);
-        float step_max = -INFINITY;
-        for (int j = 0; j < keys; ++j) {
-          p[j] = scale * dot(q + int64_t(row) * d, k + int64_t(k_row0 + j) * d, d);
-          step_max = std::max(step_max, p[j]);
-        }
-        work += keys;
-        const float m_new = std::max(m[row], step_max);
-        const float correction = std::exp(m[row] - m_new);  // 0 before the row's first key
-        l[row] *= correction;
-        float* acc_row = acc.data() + std::size_t(row) * d;
-        for (int x = 0; x < d; ++x) acc_row[x] *= correction;
-        for (int j = 0; j < keys; ++j) {
-          const float e = std::exp(p[j] - m_new);
-          l[row] += e;
-          for (int x = 0; x < d; ++x) acc_row[x] += e * v[int64_t(k_row0 + j) * d + x];
-        }
-        m[row] = m_new;
-      }
-      k_row0 += kc.length;
+  for_each_key_run(q_chunks, kv_chunks, causal, [&](int row, int key_row, int keys) {
+    p.resize(keys);
+    float step_max = -INFINITY;
+    for (int j = 0; j < keys; ++j) {
+      p[j] = scale * dot(q + int64_t(row) * d, k + int64_t(key_row + j) * d, d);
+      step_max = std::max(step_max, p[j]);
     }
-    q_row0 += qc.length;
-  }
+    work += keys;
+    const float m_new = std::max(m[row], step_max);
+    const float correction = std::exp(m[row] - m_new);  // 0 before the row's first key
+    l[row] *= correction;
+    float* acc_row = acc.data() + std::size_t(row) * d;
+    for (int x = 0; x < d; ++x) acc_row[x] *= correction;
+    for (int j = 0; j < keys; ++j) {
+      const float e = std::exp(p[j] - m_new);
+      l[row] += e;
+      for (int x = 0; x < d; ++x) acc_row[x] += e * v[int64_t(key_row + j) * d + x];
+    }
+    m[row] = m_new;
+  });
   for (int row = 0; row < rows; ++row) {
     const bool seen = l[row] > 0.0f;
     for (int x = 0; x < d; ++x) o_part[int64_t(row) * d + x] = seen ? acc[std::size_t(row) * d + x] / l[row] : 0.0f;
@@ -350,33 +361,22 @@ inline int64_t block_backward(const float* q, const float* d_o, const float* lse
                               const std::vector<Chunk>& kv_chunks, int d, float scale, bool causal, float* dq,
                               float* dk, float* dv) {
   int64_t work = 0;
-  int q_row0 = 0;
-  for (const Chunk& qc : q_chunks) {
-    int k_row0 = 0;
-    for (const Chunk& kc : kv_chunks) {
-      const BlockKind kind = classify(qc, kc, causal);
-      for (int i = 0; kind != BlockKind::Skip && i < qc.length; ++i) {
-        const int row = q_row0 + i;
-        if (lse[row] == -INFINITY) continue;  // a row that sees no key anywhere has P = 0
-        const int keys = kind == BlockKind::Full ? kc.length : keys_seen(qc.start + i, kc, causal);
-        const float* q_row = q + int64_t(row) * d;
-        const float* do_row = d_o + int64_t(row) * d;
-        for (int j = 0; j < keys; ++j) {
-          const int64_t key = int64_t(k_row0 + j) * d;
-          const float p = std::exp(scale * dot(q_row, k + key, d) - lse[row]);
-          const float ds = p * (dot(do_row, v + key, d) - delta[row]);
-          for (int x = 0; x < d; ++x) {
-            dv[key + x] += p * do_row[x];
-            dk[key + x] += scale * ds * q_row[x];
-            dq[int64_t(row) * d + x] += scale * ds * k[key + x];
-          }
-        }
-        work += keys;
+  for_each_key_run(q_chunks, kv_chunks, causal, [&](int row, int key_row, int keys) {
+    if (lse[row] == -INFINITY) return;  // a row that sees no key anywhere has P = 0
+    const float* q_row = q + int64_t(row) * d;
+    const float* do_row = d_o + int64_t(row) * d;
+    for (int j = 0; j < keys; ++j) {
+      const int64_t key = int64_t(key_row + j) * d;
+      const float p = std::exp(scale * dot(q_row, k + key, d) - lse[row]);
+      const float ds = p * (dot(do_row, v + key, d) - delta[row]);
+      for (int x = 0; x < d; ++x) {
+        dv[key + x] += p * do_row[x];
+        dk[key + x] += scale * ds * q_row[x];
+        dq[int64_t(row) * d + x] += scale * ds * k[key + x];
       }
-      k_row0 += kc.length;
     }
-    q_row0 += qc.length;
-  }
+    work += keys;
+  });
   return work;
 }
 //! [block_backward]
