@@ -90,9 +90,14 @@ def main():
     missing.sort()
     elsewhere = {name for d in ("docs", "python", "tests") for name in os.listdir(os.path.join(root, d))}
     if os.path.exists(os.path.join(root, ".handout")):
-        # A student handout leaves out the instructor's budget, the step cases' answers and the
-        # diagram scripts (handout.py), which the README still names.
-        elsewhere |= {"kernel_budget.csv", "answers.cpp", "diagrams.py", "diagrams_hopper.py"}
+        # A student handout leaves out the instructor's budget, the diagram scripts and the
+        # instructor's folder (handout.py), which the README still names.
+        sys.path.insert(0, os.path.join(root, "classroom"))
+        import handout
+
+        left_out = (handout.KERNEL_BUDGET,) + handout.DIAGRAM_SCRIPTS
+        elsewhere |= {os.path.basename(p) for p in left_out}
+        elsewhere |= set(re.findall(r"instructor/([\w.+-]+)", layout_block(os.path.join(root, "README.md"))))
     extra = sorted(n for n in named if n not in files and n not in elsewhere)
     for p in missing:
         print(f"check_layout: {p} is not in the README's Layout map")

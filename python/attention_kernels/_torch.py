@@ -560,20 +560,20 @@ def eager_ops():
 
 _EAGER_FAKE = False
 
-_EAGER_STRIDED = {}  # plan id -> whether its forward and backward kernels are strided (for the fakes)
+_EAGER_KERNELS = {}  # plan id -> its forward and backward KernelInfo (None: no backward), for the fakes
 
 
 def _eager_attention_fake(q, k, v, plan):
     """Shapes and strides of eager_attention's outputs, as eager_attention.cpp lays them out."""
-    in_place = _EAGER_STRIDED.get(plan, (False, False))[0] and all(_strides(t) is not None for t in (q, k, v))
-    o = _new_like(q) if in_place else q.new_empty(q.shape)
+    fwd = _EAGER_KERNELS.get(plan, (None, None))[0]
+    o = _new_like(q) if fwd is not None and _in_place(fwd, (q, k, v)) else q.new_empty(q.shape)
     return o, q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
 def _eager_backward_fake(q, k, v, o, lse, d_o, plan):
     """Shapes and strides of eager_attention_backward's gradients, as eager_attention.cpp lays them out."""
-    strided = _EAGER_STRIDED.get(plan, (False, False))[1]
-    in_place = strided and all(_strides(t) is not None for t in (q, k, v, o, d_o))
+    bwd = _EAGER_KERNELS.get(plan, (None, None))[1]
+    in_place = bwd is not None and _in_place(bwd, (q, k, v, o, d_o))
     return tuple(_new_like(t) if in_place else t.new_empty(t.shape) for t in (q, k, v))
 
 
@@ -606,7 +606,7 @@ def eager_attention(q, k, v, causal, scale, kernel, backward_kernel, needs_grad)
             bwd_bytes = _check(lib.BACKWARD, bwd.name, _key(shape))
         plan = ops.eager_plan(fwd.name, "" if bwd is None else bwd.name, list(_key(shape)[:7]), shape.scale,
                               fwd.strided, bwd is not None and bwd.strided, fwd_bytes, bwd_bytes)
-        _EAGER_STRIDED[plan] = (fwd.strided, bwd is not None and bwd.strided)
+        _EAGER_KERNELS[plan] = (fwd, bwd)
         return plan
 
     plan = _plan(key, make)
