@@ -4,7 +4,8 @@
 # Checked: a C++17 compiler, CMake >= 3.25, the CUDA toolkit (nvcc), Eigen 3, GoogleTest, python3;
 # with --docs (make docs) also doxygen and libjs-mathjax; with --format (tools/format.sh, CI's
 # format check) also Debian's clang-format (14 on bookworm, the version .clang-format is tuned
-# to). The build itself needs neither; the flags combine.
+# to). The build itself needs neither; the flags combine. NCCL (chapter 10's program) comes
+# from PyPI, the nvidia-nccl-cuNN wheel, when neither python3 nor the system has it.
 # Missing Debian packages are installed with apt-get when we are root; otherwise the exact
 # command is printed and the script exits non-zero. The CUDA toolkit is not a Debian package we
 # install: if nvcc is missing we say where to get it and stop.
@@ -64,4 +65,17 @@ if [ -z "$nvcc_bin" ]; then
   echo "setup: nvcc not found; install the CUDA Toolkit (12.x or 13.x) and put its bin/ on PATH" >&2
   exit 1
 fi
-echo "setup: ok (cmake $(cmake --version | head -n1 | awk '{print $3}'), $("$nvcc_bin" --version | grep -o 'release [0-9.]*'))"
+# NCCL, for chapter 10's program: the PyPI wheel for the toolkit's CUDA major version, unless
+# python3 or the system already has it (Debian's libnccl-dev puts nccl.h in /usr/include).
+nccl_note="NCCL found"
+if ! python3 -c "import nvidia.nccl" >/dev/null 2>&1 && [ ! -f /usr/include/nccl.h ] && [ -z "${NCCL_ROOT:-}" ]; then
+  cuda_major=$("$nvcc_bin" --version | grep -o 'release [0-9]*' | awk '{print $2}')
+  wheel="nvidia-nccl-cu${cuda_major}"
+  if python3 -m pip install --quiet "$wheel"; then
+    nccl_note="NCCL installed ($wheel)"
+  else
+    nccl_note="NCCL missing: 'python3 -m pip install $wheel' failed; chapter 10's program will not be built"
+    echo "setup: $nccl_note" >&2
+  fi
+fi
+echo "setup: ok (cmake $(cmake --version | head -n1 | awk '{print $3}'), $("$nvcc_bin" --version | grep -o 'release [0-9.]*'), $nccl_note)"

@@ -47,6 +47,8 @@ struct Plan {
 std::mutex plans_mutex;
 std::deque<Plan> plans;  // a deque: a row never moves once added
 
+// Error messages are built as one std::string (std::to_string, +): TORCH_CHECK then passes it
+// through as it is, with no std::ostringstream in this library.
 const Plan& plan_at(std::int64_t id) {
   const Plan* found = nullptr;
   std::int64_t count = 0;
@@ -55,15 +57,18 @@ const Plan& plan_at(std::int64_t id) {
     count = std::int64_t(plans.size());
     if (id >= 0 && id < count) found = &plans[std::size_t(id)];
   }
-  TORCH_CHECK(found != nullptr, "eager_attention: plan ", id, " does not exist (", count, " plans made)");
+  TORCH_CHECK(found != nullptr, "eager_attention: plan " + std::to_string(id) + " does not exist (" +
+                                    std::to_string(count) + " plans made)");
   return *found;
 }
 
 std::int64_t eager_plan(std::string forward, std::string backward, std::vector<std::int64_t> shape, double scale,
                         bool forward_strided, bool backward_strided, std::int64_t forward_bytes,
                         std::int64_t backward_bytes) {
-  TORCH_CHECK(shape.size() == 7, "eager_plan: shape has 7 fields (batch, heads_q, heads_kv, seq_q, seq_kv, ",
-              "head_dim, causal), got ", shape.size());
+  TORCH_CHECK(shape.size() == 7,
+              "eager_plan: shape has 7 fields (batch, heads_q, heads_kv, seq_q, seq_kv, "
+              "head_dim, causal), got " +
+                  std::to_string(shape.size()));
   Plan p{std::move(forward),
          std::move(backward),
          fa_shape{int(shape[0]), int(shape[1]), int(shape[2]), int(shape[3]), int(shape[4]), int(shape[5]),
@@ -109,40 +114,41 @@ Tensor new_like(const Tensor& t, bool strided) {
   return at::empty(t.sizes(), t.options());
 }
 
-/// The tensors as one launch takes them, and the strides to pass (empty: every one packed).
-/// A strided kernel reads a tensor in place when strides_of allows it; a packed-only kernel's
-/// tensors, and any the rule refuses, are copied.
-struct Layout {
-  std::vector<Tensor> tensors;
+/// How one launch takes its tensors. A strided kernel reads the inputs in place when every one
+/// of them has strides_of, and then writes outputs laid out like them (`strides`: the inputs',
+/// then the outputs', in c_api.h's order). Otherwise, and always for a packed-only kernel, the
+/// inputs are copied to packed tensors and the outputs are packed (`strides` empty).
+struct Launch {
+  std::vector<Tensor> inputs;
   std::vector<fa_strides> strides;
+  bool in_place() const { return !strides.empty(); }
 };
 
-Layout lay_out(std::vector<Tensor> inputs, const std::vector<Tensor>& outputs, bool strided) {
+Launch plan_launch(std::vector<Tensor> inputs, bool strided) {
+  Launch launch{std::move(inputs), {}};
   bool packed = true;
-  for (const Tensor& t : inputs) packed = packed && t.is_contiguous();
-  for (const Tensor& t : outputs) packed = packed && t.is_contiguous();
-  Layout layout{std::move(inputs), {}};
-  if (packed) return layout;
-  if (strided) {
-    std::vector<fa_strides> strides;
-    bool all = true;
-    for (const Tensor& t : layout.tensors) {
+  for (const Tensor& t : launch.inputs) packed = packed && t.is_contiguous();
+  if (packed) return launch;  // the packed launch reads them as they are
+  // head_dim a multiple of 8: then the outputs' strides (multiples of head_dim) are too.
+  if (strided && launch.inputs[0].size(3) % 8 == 0) {
+    for (const Tensor& t : launch.inputs) {
       const auto s = strides_of(t);
-      all = all && s.has_value();
-      if (s) strides.push_back(*s);
+      if (!s) break;
+      launch.strides.push_back(*s);
     }
-    for (const Tensor& t : outputs) {
-      const auto s = strides_of(t);
-      all = all && s.has_value();
-      if (s) strides.push_back(*s);
-    }
-    if (all) {
-      layout.strides = std::move(strides);
-      return layout;
-    }
+    if (launch.strides.size() == launch.inputs.size()) return launch;
+    launch.strides.clear();
   }
-  for (Tensor& t : layout.tensors) t = t.contiguous();
-  return layout;
+  for (Tensor& t : launch.inputs) t = t.contiguous();
+  return launch;
+}
+
+/// An output like `t` for `launch`: laid out like the input when the launch reads in place
+/// (its strides appended), packed otherwise.
+Tensor output_like(const Tensor& t, Launch& launch) {
+  Tensor out = new_like(t, launch.in_place());
+  if (launch.in_place()) launch.strides.push_back(*strides_of(out));  // head_dim % 8 == 0: it has them
+  return out;
 }
 
 void* workspace_for(std::size_t bytes, const Tensor& like, Tensor& holder) {
@@ -155,16 +161,14 @@ void* workspace_for(std::size_t bytes, const Tensor& like, Tensor& holder) {
 std::tuple<Tensor, Tensor> forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t id) {
   const Plan& p = plan_at(id);
   const c10::cuda::CUDAGuard guard(q.device());
-  // Outputs laid out like q when the kernel is strided and q can be read in place.
-  const bool in_place = p.forward_strided && strides_of(q) && strides_of(k) && strides_of(v);
-  Tensor o = new_like(q, in_place);
+  Launch in = plan_launch({q, k, v}, p.forward_strided);
+  Tensor o = output_like(q, in);
   Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
-  const Layout in = lay_out({q, k, v}, {o}, p.forward_strided);
   Tensor work;
   void* workspace = workspace_for(p.forward_bytes, q, work);
   void* stream = at::cuda::getCurrentCUDAStream(q.device().index()).stream();
-  const auto& t = in.tensors;
-  if (in.strides.empty()) {
+  const auto& t = in.inputs;
+  if (!in.in_place()) {
     check(fa_forward(p.forward.c_str(), &p.shape, t[0].data_ptr(), t[1].data_ptr(), t[2].data_ptr(), o.data_ptr(),
                      lse.data_ptr<float>(), workspace, p.forward_bytes, stream));
   } else {
@@ -180,15 +184,15 @@ std::tuple<Tensor, Tensor, Tensor> backward_cuda(const Tensor& q, const Tensor& 
                                                  const Tensor& lse, const Tensor& d_o, std::int64_t id) {
   const Plan& p = plan_at(id);
   const c10::cuda::CUDAGuard guard(q.device());
-  bool in_place = p.backward_strided;
-  for (const Tensor* t : {&q, &k, &v, &o, &d_o}) in_place = in_place && strides_of(*t).has_value();
-  Tensor dq = new_like(q, in_place), dk = new_like(k, in_place), dv = new_like(v, in_place);
-  const Layout in = lay_out({q, k, v, o, d_o}, {dq, dk, dv}, p.backward_strided);
+  Launch in = plan_launch({q, k, v, o, d_o}, p.backward_strided);
+  Tensor dq = output_like(q, in);
+  Tensor dk = output_like(k, in);
+  Tensor dv = output_like(v, in);
   Tensor work;
   void* workspace = workspace_for(p.backward_bytes, q, work);
   void* stream = at::cuda::getCurrentCUDAStream(q.device().index()).stream();
-  const auto& t = in.tensors;
-  if (in.strides.empty()) {
+  const auto& t = in.inputs;
+  if (!in.in_place()) {
     check(fa_backward(p.backward.c_str(), &p.shape, t[0].data_ptr(), t[1].data_ptr(), t[2].data_ptr(), t[3].data_ptr(),
                       t[4].data_ptr(), lse.data_ptr<float>(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), workspace,
                       p.backward_bytes, stream));

@@ -157,10 +157,9 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.attention_kernels.eager_attention_backward.default, args)
 
 
-@pytest.mark.xfail(strict=True, reason="an exception thrown inside the operator's CUDA kernel ends the process "
-                   "(SIGSEGV) on the GPU machine, though not on a CPU build; the cause is not found yet")
 def test_a_bad_plan_id_is_refused():
-    """In a process of its own, so that a crash shows as this test's failure, with its trace."""
+    """A bad plan id and a bad plan, each a RuntimeError with its message. In a process of its
+    own, so that a crash shows as this test's failure, with its trace."""
     if isinstance(_torch.eager_ops(), str):
         pytest.skip(_torch.eager_ops())
     code = ("import torch, attention_kernels as ak\n"
@@ -171,8 +170,13 @@ def test_a_bad_plan_id_is_refused():
             "try:\n"
             "    torch.ops.attention_kernels.eager_attention(q, q, q, 99999999)\n"
             "except RuntimeError as e:\n"
-            "    print('refused:', e)\n")
+            "    print('refused:', e)\n"
+            "try:\n"
+            "    torch.ops.attention_kernels.eager_plan('a', 'b', [1, 2], 1.0, False, False, 0, 0)\n"
+            "except RuntimeError as e:\n"
+            "    print('plan refused:', e)\n")
     done = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], capture_output=True, text=True,
                           timeout=120, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     assert done.returncode == 0, f"exit status {done.returncode}: {done.stderr[-3000:]}"
     assert "refused: eager_attention: plan 99999999 does not exist" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert "plan refused: eager_plan: shape has 7 fields" in done.stdout, done.stdout + done.stderr[-2000:]

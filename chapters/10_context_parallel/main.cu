@@ -1,0 +1,643 @@
+// Chapter 10 program: build/bin/ch10_context_parallel --help
+//
+// One process per GPU. The program starts one child process per rank (before any CUDA call, so
+// each child owns one GPU from its start); rank 0 makes the NCCL id and hands it to the others
+// through a pipe; every rank runs ring_gpu.h's RingRank on its shards; the parent, which never
+// touches CUDA, collects what the ranks wrote into shared memory and judges it.
+//
+//   (default)  the check: the whole sequence's forward and backward against the fp64 oracle, on
+//              each split, with the fastest backward and with the deterministic one (run twice:
+//              the bytes must repeat);
+//   --bench    the benchmark: one rank against N ranks (contiguous and zigzag), forward and
+//              backward, the compute alone (no transfer) and one hop of the link alone.
+// With fewer than two GPUs it says so and runs algorithm.h's simulated ranks on the CPU against
+// the same oracle (or, with --gpu-only, exits 77: the tests' "skipped").
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "algorithm.h"
+#include "backward_runner.h"
+#include "chapter_main.h"
+#include "cli.h"
+#include "compare.h"
+#include "cuda_check.h"
+#include "reference.h"
+#include "ring_gpu.h"
+#include "ring_kernels.h"
+#include "tensor.h"
+
+namespace fa::context_parallel {
+namespace {
+
+/// Chapter 10's own flags, taken off the command line before the shared ones are parsed.
+struct RingOptions {
+  int ranks = 0;  // 0: every GPU there is
+  std::vector<Split> splits{Split::Contiguous, Split::Zigzag};
+  bool bench = false;
+  bool gpu_only = false;
+  int tokens_per_rank = 65536;
+};
+RingOptions ring_options;
+
+const char* kHelp = R"(
+Chapter 10's flags:
+  --ranks N              ranks (one GPU each); default: every GPU there is
+  --split KIND           contiguous, zigzag or both (default both)
+  --bench                the benchmark instead of the check: 1 rank vs N ranks, causal, at
+                         --tokens-per-rank tokens on each rank (default 65536); shape flags set
+                         batch, heads and head_dim (default 1 x 16 x 128, bf16)
+  --tokens-per-rank T    the benchmark's tokens on each rank
+  --gpu-only             with fewer than two GPUs, exit 77 (skipped) instead of running the
+                         simulated ranks on the CPU
+The check's default problem: batch 2, 8 query heads over 2 K/V heads, 1001 tokens, head_dim 128,
+causal. Its sequence is split across the ranks (--seq sets its length).
+)";
+
+std::vector<const char*> take_ring_flags(int argc, const char* const* argv) {
+  std::vector<const char*> rest{argv[0]};
+  auto value = [&](int& i, const std::string& flag) -> std::string {
+    if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
+    return argv[++i];
+  };
+  auto positive = [&](const std::string& flag, const std::string& text) {
+    std::size_t used = 0;
+    int n = 0;
+    try {
+      n = std::stoi(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != text.size() || n < 1)
+      throw std::invalid_argument(flag + " takes a positive integer, got '" + text + "'");
+    return n;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--ranks") {
+      ring_options.ranks = positive(arg, value(i, arg));
+    } else if (arg == "--tokens-per-rank") {
+      ring_options.tokens_per_rank = positive(arg, value(i, arg));
+    } else if (arg == "--split") {
+      const std::string kind = value(i, arg);
+      if (kind == "contiguous") ring_options.splits = {Split::Contiguous};
+      else if (kind == "zigzag") ring_options.splits = {Split::Zigzag};
+      else if (kind == "both") ring_options.splits = {Split::Contiguous, Split::Zigzag};
+      else throw std::invalid_argument("--split takes contiguous, zigzag or both, got '" + kind + "'");
+    } else if (arg == "--bench") {
+      ring_options.bench = true;
+    } else if (arg == "--gpu-only") {
+      ring_options.gpu_only = true;
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  return rest;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes: one per rank, and memory they share with the parent.
+
+/// How many GPUs this machine has, asked in a child process: the parent must not start CUDA,
+/// or the rank processes it forks afterwards could not use it.
+int count_gpus() {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+    _exit(std::min(n, 100));
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+}
+
+/// Anonymous memory shared by the parent and the rank processes it forks afterwards.
+template <class T>
+class Shared {
+ public:
+  explicit Shared(std::size_t count, T fill = T{}) : count_(count) {
+    void* p = mmap(nullptr, std::max<std::size_t>(1, count * sizeof(T)), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("mmap of " + std::to_string(count * sizeof(T)) + " bytes failed");
+    data_ = static_cast<T*>(p);
+    std::fill_n(data_, count_, fill);
+  }
+  ~Shared() { munmap(data_, std::max<std::size_t>(1, count_ * sizeof(T))); }
+  Shared(const Shared&) = delete;
+  Shared& operator=(const Shared&) = delete;
+  T* data() const { return data_; }
+  T& operator[](std::size_t i) const { return data_[i]; }
+  std::vector<T> copy() const { return std::vector<T>(data_, data_ + count_); }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+/// Runs body(rank, comm) in `ranks` child processes, rank r on GPU r, joined by one NCCL
+/// communicator. Returns 0 when every rank returned 0; a rank's exception is printed with its
+/// rank and counts as a failure.
+int run_ranks(int ranks, const std::function<int(int, ncclComm_t)>& body) {
+  int id_pipe[2];
+  if (pipe(id_pipe) != 0) throw std::runtime_error("pipe failed");
+  std::fflush(nullptr);
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < ranks; ++rank) {
+    const pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid > 0) {
+      children.push_back(pid);
+      continue;
+    }
+    int rc = 1;
+    try {
+      CUDA_CHECK(cudaSetDevice(rank));
+      ncclUniqueId id;
+      if (rank == 0) {
+        FA_NCCL_CHECK(ncclGetUniqueId(&id));
+        for (int r = 1; r < ranks; ++r)
+          if (write(id_pipe[1], &id, sizeof id) != ssize_t(sizeof id)) throw std::runtime_error("pipe write failed");
+      } else if (read(id_pipe[0], &id, sizeof id) != ssize_t(sizeof id)) {
+        throw std::runtime_error("rank " + std::to_string(rank) + " got no NCCL id");
+      }
+      ncclComm_t comm = nullptr;
+      FA_NCCL_CHECK(ncclCommInitRank(&comm, ranks, id, rank));
+      rc = body(rank, comm);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      ncclCommDestroy(comm);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: error: %s\n", rank, e.what());
+      rc = 1;
+    }
+    std::fflush(nullptr);
+    _exit(rc);
+  }
+  close(id_pipe[0]);
+  close(id_pipe[1]);
+  // A rank that fails leaves the others waiting in NCCL for a message that never comes: the
+  // first failure ends them all.
+  int failed = 0;
+  for (std::size_t done = 0; done < children.size(); ++done) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) break;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      if (failed++ == 0)
+        for (pid_t other : children)
+          if (other != pid) kill(other, SIGKILL);
+    }
+  }
+  return failed == 0 ? 0 : 1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shards: the global [batch, heads, seq, width] tensor and a rank's chunk-major shard.
+
+std::vector<float> to_chunk_major(const std::vector<float>& global, const AttentionShape& s, int heads, int width,
+                                  const std::vector<Chunk>& chunks) {
+  std::vector<float> shard;
+  for (const Chunk& c : chunks)
+    for (int64_t bh = 0; bh < int64_t(s.batch) * heads; ++bh)
+      for (int i = 0; i < c.length; ++i) {
+        const float* row = global.data() + (bh * s.seq_q + c.start + i) * width;
+        shard.insert(shard.end(), row, row + width);
+      }
+  return shard;
+}
+
+/// Writes a chunk-major shard's rows back to their global places in `global`.
+template <class T>
+void from_chunk_major(const T* shard, T* global, const AttentionShape& s, int heads, int width,
+                      const std::vector<Chunk>& chunks) {
+  int64_t at = 0;
+  for (const Chunk& c : chunks)
+    for (int64_t bh = 0; bh < int64_t(s.batch) * heads; ++bh)
+      for (int i = 0; i < c.length; ++i, at += width)
+        std::copy_n(shard + at, width, global + (bh * s.seq_q + c.start + i) * width);
+}
+
+template <class T>
+std::vector<T> download(const DeviceBuffer& buffer, std::size_t count) {
+  std::vector<T> host(count);
+  CUDA_CHECK(cudaMemcpy(host.data(), buffer.get(), count * sizeof(T), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+std::vector<float> download_as_floats(DType dtype, const DeviceBuffer& buffer, std::size_t count) {
+  std::vector<unsigned char> raw(count * dtype_size(dtype));
+  CUDA_CHECK(cudaMemcpy(raw.data(), buffer.get(), raw.size(), cudaMemcpyDeviceToHost));
+  std::vector<float> out(count);
+  decode_elements(dtype, raw.data(), out.data(), count);
+  return out;
+}
+
+DeviceBuffer poisoned(std::size_t bytes) {
+  DeviceBuffer b(bytes);
+  CUDA_CHECK(cudaMemset(b.get(), 0xFF, bytes));  // NaN in every float type: unwritten shows
+  return b;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernels a rank launches.
+
+const ForwardKernel& pick_forward(DType dtype, bool hopper) {
+  for (const char* name : {"ch06_pingpong_bf16", "ch05_tuned_bf16"}) {
+    if (!hopper && std::string(name).rfind("ch06", 0) == 0) continue;
+    for (const ForwardKernel& k : forward_kernels())
+      if (k.name == name && k.dtype == dtype) return k;
+  }
+  throw std::runtime_error("no forward kernel for chapter 10 (chapters 05 and 06 are not linked)");
+}
+
+const BackwardKernel& pick_backward(bool deterministic, bool hopper) {
+  std::vector<const char*> names = deterministic ? std::vector<const char*>{"ch07_deterministic_bf16"}
+                                                 : std::vector<const char*>{"ch07_wgmma_bf16", "ch07_mma_bf16"};
+  for (const char* name : names) {
+    if (!hopper && std::string(name) == "ch07_wgmma_bf16") continue;
+    for (const BackwardKernel& k : backward_kernels())
+      if (k.name == name) return k;
+  }
+  throw std::runtime_error("no backward kernel for chapter 10 (chapter 07 is not linked)");
+}
+
+bool is_hopper() {
+  int major = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  return major == 9;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The check.
+
+/// What the ranks of one check run leave for the parent, in the global layout.
+struct CheckOutputs {
+  Shared<unsigned char> o_raw;
+  Shared<float> lse, dq, dk, dv;
+  Shared<int> repeat_identical;  // per rank: 1 when the second backward wrote the same bytes
+  CheckOutputs(const AttentionShape& s, DType dtype, int ranks)
+      : o_raw(std::size_t(s.batch) * s.heads_q * s.seq_q * s.head_dim * dtype_size(dtype), 0xFF),
+        lse(std::size_t(s.batch) * s.heads_q * s.seq_q, NAN),
+        dq(std::size_t(s.batch) * s.heads_q * s.seq_q * s.head_dim, NAN),
+        dk(std::size_t(s.batch) * s.heads_kv * s.seq_kv * s.head_dim, NAN),
+        dv(std::size_t(s.batch) * s.heads_kv * s.seq_kv * s.head_dim, NAN),
+        repeat_identical(std::size_t(ranks), 0) {}
+};
+
+/// One rank of a check: upload its shards, run the ring's forward and backward, write its
+/// rows of O, LSE, dQ, dK and dV to `out`.
+int check_rank(int rank, ncclComm_t comm, const BackwardProblem& problem, const SequenceSplit& split,
+               bool deterministic, CheckOutputs& out) {
+  const AttentionShape& s = problem.shape;
+  const std::vector<Chunk>& chunks = split.chunks[rank];
+  const DType dtype = problem.dtype;
+  const bool hopper = is_hopper();
+  const ForwardKernel& fwd = pick_forward(dtype, hopper);
+  const BackwardKernel& bwd = pick_backward(deterministic, hopper);
+  const int rows = split.rows(rank), d = s.head_dim;
+  const std::size_t q_elems = std::size_t(s.batch) * s.heads_q * rows * d;
+  const std::size_t kv_elems = std::size_t(s.batch) * s.heads_kv * rows * d;
+  const std::size_t lse_elems = std::size_t(s.batch) * s.heads_q * rows;
+  const DeviceBuffer q = upload_as(dtype, to_chunk_major(problem.q, s, s.heads_q, d, chunks));
+  const DeviceBuffer k = upload_as(dtype, to_chunk_major(problem.k, s, s.heads_kv, d, chunks));
+  const DeviceBuffer v = upload_as(dtype, to_chunk_major(problem.v, s, s.heads_kv, d, chunks));
+  const DeviceBuffer d_o = upload_as(dtype, to_chunk_major(problem.d_o, s, s.heads_q, d, chunks));
+  const std::size_t el = dtype_size(dtype);
+  DeviceBuffer o = poisoned(q_elems * el), lse = poisoned(lse_elems * sizeof(float));
+
+  RingRank ring(comm, rank, s, split, fwd, &bwd);
+  ring.forward(q.get(), k.get(), v.get(), o.get(), lse.as<float>());
+  CUDA_CHECK(cudaStreamSynchronize(ring.compute_stream()));
+  const std::vector<unsigned char> o_raw = download<unsigned char>(o, q_elems * el);
+  const std::vector<float> lse_host = download<float>(lse, lse_elems);
+  // O's rows are width head_dim x element bytes when moved as bytes.
+  from_chunk_major(o_raw.data(), out.o_raw.data(), s, s.heads_q, int(d * el), chunks);
+  from_chunk_major(lse_host.data(), out.lse.data(), s, s.heads_q, 1, chunks);
+
+  std::vector<unsigned char> first;
+  for (int run = 0; run < (deterministic ? 2 : 1); ++run) {
+    DeviceBuffer dq = poisoned(q_elems * el), dk = poisoned(kv_elems * el), dv = poisoned(kv_elems * el);
+    ring.backward(q.get(), k.get(), v.get(), o.get(), lse.as<float>(), d_o.get(), dq.get(), dk.get(), dv.get());
+    CUDA_CHECK(cudaStreamSynchronize(ring.compute_stream()));
+    std::vector<unsigned char> bytes = download<unsigned char>(dq, q_elems * el);
+    for (const DeviceBuffer* b : {&dk, &dv}) {
+      const std::vector<unsigned char> more = download<unsigned char>(*b, kv_elems * el);
+      bytes.insert(bytes.end(), more.begin(), more.end());
+    }
+    if (run == 0) {
+      first = std::move(bytes);
+      from_chunk_major(download_as_floats(dtype, dq, q_elems).data(), out.dq.data(), s, s.heads_q, d, chunks);
+      from_chunk_major(download_as_floats(dtype, dk, kv_elems).data(), out.dk.data(), s, s.heads_kv, d, chunks);
+      from_chunk_major(download_as_floats(dtype, dv, kv_elems).data(), out.dv.data(), s, s.heads_kv, d, chunks);
+    } else {
+      out.repeat_identical[rank] = bytes == first ? 1 : 0;
+    }
+  }
+  return 0;
+}
+
+/// ||got - want|| / ||want|| over the whole tensor; NaN (unwritten or not finite) anywhere makes it NaN.
+double relative_error(const std::vector<float>& got, const std::vector<double>& want) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return NAN;
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += want[i] * want[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+std::string fmt(const char* format, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, value);
+  return buf;
+}
+
+int run_check(const AttentionShape& shape, uint64_t seed, int ranks) {
+  const DType dtype = DType::BF16;
+  std::printf("ring attention on %d ranks, %s, seed %llu: fp64 oracle on the whole sequence\n", ranks,
+              shape.to_string().c_str(), static_cast<unsigned long long>(seed));
+  BackwardProblem problem = make_backward_problem(shape, seed, dtype, 0);
+  const ForwardReference fwd_ref = reference_forward(shape, problem.q.data(), problem.k.data(), problem.v.data(),
+                                                     full_check_plan(shape));
+  const double limit = backward_tolerance(dtype);
+  int failed = 0;
+  std::printf("%-11s %-13s %-34s %-9s %-9s %-9s %s\n", "split", "backward", "forward O / LSE", "dQ rel", "dK rel",
+              "dV rel", "status");
+  for (Split kind : ring_options.splits) {
+    const SequenceSplit split = split_sequence(shape.seq_q, ranks, kind);
+    for (bool deterministic : {false, true}) {
+      CheckOutputs out(shape, dtype, ranks);
+      const int rc = run_ranks(ranks, [&](int rank, ncclComm_t comm) {
+        return check_rank(rank, comm, problem, split, deterministic, out);
+      });
+      const std::vector<unsigned char> o_raw = out.o_raw.copy();
+      const CompareReport report =
+          compare_forward(shape, dtype, o_raw, out.lse.copy(), full_check_plan(shape), fwd_ref);
+      const double e_dq = relative_error(out.dq.copy(), problem.ref.dq);
+      const double e_dk = relative_error(out.dk.copy(), problem.ref.dk);
+      const double e_dv = relative_error(out.dv.copy(), problem.ref.dv);
+      bool repeat = true;
+      for (int r = 0; r < ranks; ++r) repeat = repeat && out.repeat_identical[r] == 1;
+      const bool ok = rc == 0 && report.passed() && e_dq <= limit && e_dk <= limit && e_dv <= limit &&
+                      (!deterministic || repeat);
+      std::string status = ok ? "ok" : "FAILED";
+      if (deterministic) status += repeat ? " (bytes repeat)" : " (bytes differ run to run)";
+      if (rc != 0) status += " (a rank failed)";
+      std::printf("%-11s %-13s %-34s %-9s %-9s %-9s %s\n", split_name(kind),
+                  deterministic ? "deterministic" : "fastest", report.summary().c_str(), fmt("%.1e", e_dq).c_str(),
+                  fmt("%.1e", e_dk).c_str(), fmt("%.1e", e_dv).c_str(), status.c_str());
+      if (!report.passed()) std::printf("%s\n", report.details().c_str());
+      failed += ok ? 0 : 1;
+    }
+  }
+  std::printf("gradient limit: relative error %.0e (bf16)\n", limit);
+  return failed == 0 ? 0 : 1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The CPU side: algorithm.h's simulated ranks, for a machine with fewer than two GPUs.
+
+int run_simulated(const AttentionShape& shape, uint64_t seed) {
+  std::printf("the simulated ranks of algorithm.h on the CPU, %s, seed %llu, against the fp64 oracle:\n",
+              shape.to_string().c_str(), static_cast<unsigned long long>(seed));
+  const BackwardProblem problem = make_backward_problem(shape, seed, DType::F32, 0);
+  const int64_t outer_q = int64_t(shape.batch) * shape.heads_q, outer_kv = int64_t(shape.batch) * shape.heads_kv;
+  int failed = 0;
+  for (int ranks : {1, 2, 3, 4})
+    for (Split kind : ring_options.splits) {
+      const SequenceSplit split = split_sequence(shape.seq_q, ranks, kind);
+      const Shards q = scatter_rows(problem.q.data(), outer_q, shape.head_dim, split);
+      const Shards k = scatter_rows(problem.k.data(), outer_kv, shape.head_dim, split);
+      const Shards v = scatter_rows(problem.v.data(), outer_kv, shape.head_dim, split);
+      const Shards d_o = scatter_rows(problem.d_o.data(), outer_q, shape.head_dim, split);
+      const RingForward f = ring_attention_forward(shape, split, q, k, v);
+      const RingBackward b = ring_attention_backward(shape, split, q, k, v, f.o, f.lse, d_o);
+      const double e_o = relative_error(gather_rows(f.o, outer_q, shape.head_dim, split), problem.ref.o);
+      const double e_dq = relative_error(gather_rows(b.dq, outer_q, shape.head_dim, split), problem.ref.dq);
+      const double e_dk = relative_error(gather_rows(b.dk, outer_kv, shape.head_dim, split), problem.ref.dk);
+      const double e_dv = relative_error(gather_rows(b.dv, outer_kv, shape.head_dim, split), problem.ref.dv);
+      const bool ok = e_o <= 1e-5 && e_dq <= 1e-4 && e_dk <= 1e-4 && e_dv <= 1e-4;
+      std::printf("  %d ranks, %-10s  O rel %.1e  dQ %.1e  dK %.1e  dV %.1e  %s\n", ranks, split_name(kind), e_o, e_dq,
+                  e_dk, e_dv, ok ? "ok" : "FAILED");
+      failed += ok ? 0 : 1;
+    }
+  return failed == 0 ? 0 : 1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The benchmark.
+
+/// Times (ms) of each timed iteration on each rank: [config][rank][iteration].
+struct BenchTimes {
+  int iters;
+  Shared<float> forward, backward, hop;
+  BenchTimes(int ranks, int iters_)
+      : iters(iters_),
+        forward(std::size_t(ranks) * iters_, NAN),
+        backward(std::size_t(ranks) * iters_, NAN),
+        hop(std::size_t(ranks) * iters_, NAN) {}
+};
+
+/// Median over iterations of the slowest rank's time: a step ends when its last rank does.
+double slowest_median(const Shared<float>& times, int ranks, int iters) {
+  std::vector<double> worst(iters, 0.0);
+  for (int i = 0; i < iters; ++i)
+    for (int r = 0; r < ranks; ++r) worst[i] = std::max(worst[i], double(times[std::size_t(r) * iters + i]));
+  std::sort(worst.begin(), worst.end());
+  return worst[iters / 2];
+}
+
+int bench_rank(int rank, ncclComm_t comm, const AttentionShape& s, const SequenceSplit& split, bool transfer, int warmup,
+               BenchTimes& out) {
+  const DType dtype = DType::BF16;
+  const bool hopper = is_hopper();
+  const ForwardKernel& fwd = pick_forward(dtype, hopper);
+  const BackwardKernel& bwd = pick_backward(false, hopper);
+  const int rows = split.rows(rank);
+  const std::size_t el = dtype_size(dtype);
+  const int64_t q_elems = int64_t(s.batch) * s.heads_q * rows * s.head_dim;
+  const int64_t kv_elems = int64_t(s.batch) * s.heads_kv * rows * s.head_dim;
+  DeviceBuffer q(q_elems * el), k(kv_elems * el), v(kv_elems * el), o(q_elems * el), d_o(q_elems * el);
+  DeviceBuffer lse(std::size_t(s.batch) * s.heads_q * rows * sizeof(float));
+  DeviceBuffer dq(q_elems * el), dk(kv_elems * el), dv(kv_elems * el);
+  const uint64_t seed = 1000 + uint64_t(rank);
+  fill_uniform(dtype, q.get(), q_elems, seed * 4 + 0, nullptr);
+  fill_uniform(dtype, k.get(), kv_elems, seed * 4 + 1, nullptr);
+  fill_uniform(dtype, v.get(), kv_elems, seed * 4 + 2, nullptr);
+  fill_uniform(dtype, d_o.get(), q_elems, seed * 4 + 3, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  RingRank ring(comm, rank, s, split, fwd, &bwd, transfer);
+  cudaStream_t stream = ring.compute_stream();
+  cudaEvent_t begin, end;
+  CUDA_CHECK(cudaEventCreate(&begin));
+  CUDA_CHECK(cudaEventCreate(&end));
+  DeviceBuffer sync_buf(sizeof(float));
+  auto barrier = [&] {  // every rank starts a timed step together
+    FA_NCCL_CHECK(ncclAllReduce(sync_buf.get(), sync_buf.get(), 1, ncclFloat, ncclSum, comm, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+  };
+  auto timed = [&](const std::function<void()>& work) {
+    barrier();
+    CUDA_CHECK(cudaEventRecord(begin, stream));
+    work();
+    CUDA_CHECK(cudaEventRecord(end, stream));
+    CUDA_CHECK(cudaEventSynchronize(end));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, begin, end));
+    return ms;
+  };
+  auto forward = [&] { ring.forward(q.get(), k.get(), v.get(), o.get(), lse.as<float>()); };
+  auto backward = [&] {
+    ring.backward(q.get(), k.get(), v.get(), o.get(), lse.as<float>(), d_o.get(), dq.get(), dk.get(), dv.get());
+  };
+  // One hop of a forward block (K and V) each way, on the link alone.
+  const std::size_t hop_bytes = std::size_t(2 * kv_elems) * el;
+  DeviceBuffer hop_out(split.ranks > 1 ? hop_bytes : 0), hop_in(split.ranks > 1 ? hop_bytes : 0);
+  auto hop = [&] {
+    if (split.ranks > 1) ring.hop(hop_out.get(), hop_in.get(), hop_bytes);
+  };
+  for (int i = 0; i < warmup; ++i) {
+    timed(forward);
+    timed(backward);
+    timed(hop);
+  }
+  for (int i = 0; i < out.iters; ++i) {
+    out.forward[std::size_t(rank) * out.iters + i] = timed(forward);
+    out.backward[std::size_t(rank) * out.iters + i] = timed(backward);
+    out.hop[std::size_t(rank) * out.iters + i] = timed(hop);
+  }
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  return 0;
+}
+
+/// Causal attention's useful FLOPs over a sequence of `seq` tokens: the forward's two matrix
+/// products over the visible half of the score matrix; the backward does 2.5 times as many.
+double causal_forward_flops(const AttentionShape& s) {
+  const double pairs = double(s.seq_q) * (s.seq_q + 1) / 2.0;
+  return 4.0 * s.batch * s.heads_q * pairs * s.head_dim;
+}
+
+int run_bench(const AttentionShape& base, int ranks, int iters, int warmup) {
+  const int t = ring_options.tokens_per_rank;
+  std::printf("ring attention benchmark: %d tokens per rank, batch %d, heads %d/%d, head_dim %d, causal, bf16; "
+              "median of %d steps, each the slowest rank's time\n",
+              t, base.batch, base.heads_q, base.heads_kv, base.head_dim, iters);
+  struct Config {
+    std::string name;
+    int ranks;
+    Split kind;
+    bool transfer;
+  };
+  std::vector<Config> configs{{"1 rank", 1, Split::Contiguous, true}};
+  if (ranks == 1) configs.push_back({"1 rank, zigzag chunks", 1, Split::Zigzag, true});
+  if (ranks > 1) {
+    configs.push_back({std::to_string(ranks) + " ranks contiguous", ranks, Split::Contiguous, true});
+    configs.push_back({std::to_string(ranks) + " ranks zigzag", ranks, Split::Zigzag, true});
+    configs.push_back({std::to_string(ranks) + " ranks zigzag, compute alone", ranks, Split::Zigzag, false});
+  }
+  std::printf("%-36s %9s %9s %10s %10s %11s %11s %11s %9s\n", "run", "tokens", "fwd ms", "fwd TF/s", "bwd ms",
+              "bwd TF/s", "fwd x 1rank", "bwd x 1rank", "hop ms");
+  double one_fwd = 0, one_bwd = 0;
+  int failed = 0;
+  for (const Config& c : configs) {
+    AttentionShape s = base;
+    s.seq_q = s.seq_kv = t * c.ranks;
+    s.causal = true;
+    const SequenceSplit split = split_sequence(s.seq_q, c.ranks, c.kind);
+    BenchTimes times(c.ranks, iters);
+    const int rc = run_ranks(c.ranks, [&](int rank, ncclComm_t comm) {
+      return bench_rank(rank, comm, s, split, c.transfer, warmup, times);
+    });
+    if (rc != 0) {
+      std::printf("%-36s a rank failed\n", c.name.c_str());
+      ++failed;
+      continue;
+    }
+    const double f_ms = slowest_median(times.forward, c.ranks, iters);
+    const double b_ms = slowest_median(times.backward, c.ranks, iters);
+    const double h_ms = slowest_median(times.hop, c.ranks, iters);
+    const double f_tf = causal_forward_flops(s) / (f_ms * 1e-3) / 1e12, b_tf = 2.5 * causal_forward_flops(s) / (b_ms * 1e-3) / 1e12;
+    if (c.ranks == 1) {
+      one_fwd = f_tf;
+      one_bwd = b_tf;
+    }
+    std::printf("%-36s %9d %9.2f %10.1f %10.2f %11.1f %11.2f %11.2f %9s\n", c.name.c_str(), s.seq_q, f_ms, f_tf, b_ms,
+                b_tf, f_tf / one_fwd, b_tf / one_bwd, c.ranks > 1 ? fmt("%.3f", h_ms).c_str() : "-");
+  }
+  return failed == 0 ? 0 : 1;
+}
+
+int run_chapter(const CliOptions& opt, int argc, const char* const* argv) {
+  const int gpus = count_gpus();
+  const int ranks = ring_options.ranks ? ring_options.ranks : gpus;
+  AttentionShape shape = opt.shape;
+  if (!flag_given(argc, argv, "--batch")) shape.batch = ring_options.bench ? 1 : 2;
+  if (!flag_given(argc, argv, "--heads")) shape.heads_q = ring_options.bench ? 16 : 8;
+  if (!flag_given(argc, argv, "--heads-kv")) shape.heads_kv = ring_options.bench ? shape.heads_q : 2;
+  if (!flag_given(argc, argv, "--dim")) shape.head_dim = 128;
+  if (!flag_given(argc, argv, "--seq")) shape.seq_q = shape.seq_kv = 1001;
+  if (!flag_given(argc, argv, "--no-causal")) shape.causal = true;
+  if (shape.seq_q != shape.seq_kv)
+    throw std::invalid_argument("context parallelism splits one sequence: --seq-q (" + std::to_string(shape.seq_q) +
+                                ") must equal --seq-kv (" + std::to_string(shape.seq_kv) + ")");
+  shape.validate();
+  const uint64_t seed = opt.seed;  // fresh from parse_cli unless --seed was given
+  // One rank on one GPU runs when asked for (--ranks 1): the ring's chunks, pairs and merges
+  // without a hop.
+  if (ranks > gpus || (ranks < 2 && ring_options.ranks != 1)) {
+    const std::string why = gpus < 2 ? "chapter 10 needs two GPUs; this machine has " + std::to_string(gpus)
+                                     : "--ranks " + std::to_string(ranks) + " asks for more GPUs than the " +
+                                           std::to_string(gpus) + " there are";
+    if (ring_options.gpu_only) {
+      std::printf("skipped: %s\n", why.c_str());
+      return 77;
+    }
+    if (ranks > gpus && gpus >= 2) throw std::invalid_argument(why);
+    std::printf("%s: running the simulated ranks instead\n", why.c_str());
+    AttentionShape small = shape;
+    if (!opt.shape_given) small = {1, 4, 2, 97, 97, 32, true, 0.0};
+    return run_simulated(small, seed);
+  }
+  if (ring_options.bench) return run_bench(shape, ranks, std::max(3, std::min(opt.iters, 10)), std::max(1, opt.warmup));
+  return run_check(shape, seed, ranks);
+}
+
+}  // namespace
+}  // namespace fa::context_parallel
+
+int main(int argc, char** argv) {
+  using namespace fa::context_parallel;
+  std::vector<const char*> rest;
+  try {
+    rest = take_ring_flags(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "ch10_context_parallel: error: %s\n", e.what());
+    return 2;
+  }
+  fa::ChapterBody body;
+  body.help_notes = kHelp;
+  body.print_variants = [] { std::printf("chapter 10 variants:\n  1/ring  ring attention over NCCL (ring_gpu.h)\n"); };
+  body.require_variant = [](const std::string& variant) {
+    if (variant != "all" && variant != "1" && variant != "ring")
+      throw std::invalid_argument("unknown variant '" + variant + "' for chapter 10; available: 1/ring, all");
+  };
+  body.run = [](const fa::CliOptions& opt, int n, const char* const* args) { return run_chapter(opt, n, args); };
+  return fa::chapter_main(int(rest.size()), rest.data(),
+                          {10, "ch10_context_parallel", "attention across GPUs: ring attention over NCCL", false},
+                          body);
+}
