@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <iostream>
 #include <stdexcept>
@@ -532,7 +533,7 @@ double causal_forward_flops(const AttentionShape& s) {
   return 4.0 * s.batch * s.heads_q * pairs * s.head_dim;
 }
 
-int run_bench(const AttentionShape& base, int ranks, int iters, int warmup) {
+int run_bench(const AttentionShape& base, int ranks, int iters, int warmup, const std::string& csv_path) {
   const int t = ring_options.tokens_per_rank;
   std::printf("ring attention benchmark: %d tokens per rank, batch %d, heads %d/%d, head_dim %d, causal, bf16; "
               "median of %d steps, each the slowest rank's time\n",
@@ -550,8 +551,10 @@ int run_bench(const AttentionShape& base, int ranks, int iters, int warmup) {
     configs.push_back({std::to_string(ranks) + " ranks zigzag", ranks, Split::Zigzag, true});
     configs.push_back({std::to_string(ranks) + " ranks zigzag, compute alone", ranks, Split::Zigzag, false});
   }
-  std::printf("%-36s %9s %9s %10s %10s %11s %11s %11s %9s\n", "run", "tokens", "fwd ms", "fwd TF/s", "bwd ms",
-              "bwd TF/s", "fwd x 1rank", "bwd x 1rank", "hop ms");
+  std::printf("%-36s %9s %9s %10s %10s %11s %11s %11s %9s %9s\n", "run", "tokens", "fwd ms", "fwd TF/s", "bwd ms",
+              "bwd TF/s", "fwd x 1rank", "bwd x 1rank", "hop ms", "hop GB/s");
+  Shared<char> gpu_name(256, 0);
+  std::string rows;
   double one_fwd = 0, one_bwd = 0;
   int failed = 0;
   for (const Config& c : configs) {
@@ -561,6 +564,11 @@ int run_bench(const AttentionShape& base, int ranks, int iters, int warmup) {
     const SequenceSplit split = split_sequence(s.seq_q, c.ranks, c.kind);
     BenchTimes times(c.ranks, iters);
     const int rc = run_ranks(c.ranks, [&](int rank, ncclComm_t comm) {
+      if (rank == 0) {
+        cudaDeviceProp prop{};
+        CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+        std::memcpy(gpu_name.data(), prop.name, 255);  // the last of 256 bytes stays 0
+      }
       return bench_rank(rank, comm, s, split, c.transfer, warmup, times);
     });
     if (rc != 0) {
@@ -571,13 +579,44 @@ int run_bench(const AttentionShape& base, int ranks, int iters, int warmup) {
     const double f_ms = slowest_median(times.forward, c.ranks, iters);
     const double b_ms = slowest_median(times.backward, c.ranks, iters);
     const double h_ms = slowest_median(times.hop, c.ranks, iters);
-    const double f_tf = causal_forward_flops(s) / (f_ms * 1e-3) / 1e12, b_tf = 2.5 * causal_forward_flops(s) / (b_ms * 1e-3) / 1e12;
-    if (c.ranks == 1) {
+    const double f_tf = causal_forward_flops(s) / (f_ms * 1e-3) / 1e12;
+    const double b_tf = 2.5 * causal_forward_flops(s) / (b_ms * 1e-3) / 1e12;
+    if (c.ranks == 1 && one_fwd == 0) {
       one_fwd = f_tf;
       one_bwd = b_tf;
     }
-    std::printf("%-36s %9d %9.2f %10.1f %10.2f %11.1f %11.2f %11.2f %9s\n", c.name.c_str(), s.seq_q, f_ms, f_tf, b_ms,
-                b_tf, f_tf / one_fwd, b_tf / one_bwd, c.ranks > 1 ? fmt("%.3f", h_ms).c_str() : "-");
+    // One hop moves a rank's K and V block (bf16) each way.
+    const double hop_bytes = 2.0 * s.batch * s.heads_kv * double(t) * s.head_dim * 2.0;
+    const double hop_gbps = c.ranks > 1 ? hop_bytes / (h_ms * 1e-3) / 1e9 : 0.0;
+    std::printf("%-36s %9d %9.2f %10.1f %10.2f %11.1f %11.2f %11.2f %9s %9s\n", c.name.c_str(), s.seq_q, f_ms, f_tf,
+                b_ms, b_tf, f_tf / one_fwd, b_tf / one_bwd, c.ranks > 1 ? fmt("%.3f", h_ms).c_str() : "-",
+                c.ranks > 1 ? fmt("%.0f", hop_gbps).c_str() : "-");
+    char line[512];
+    std::snprintf(line, sizeof line, "%s,%d,%s,%d,%d,%.3f,%.1f,%.3f,%.1f,%.3f,%.3f,%s,%s\n", c.name.c_str(), c.ranks,
+                  split_name(c.kind), c.transfer ? 1 : 0, s.seq_q, f_ms, f_tf, b_ms, b_tf, f_tf / one_fwd,
+                  b_tf / one_bwd, c.ranks > 1 ? fmt("%.3f", h_ms).c_str() : "",
+                  c.ranks > 1 ? fmt("%.1f", hop_gbps).c_str() : "");
+    rows += line;
+  }
+  if (!csv_path.empty() && failed == 0) {
+    FILE* f = std::fopen(csv_path.c_str(), "w");
+    if (!f) throw std::runtime_error("cannot write " + csv_path);
+    int nccl = 0;
+    ncclGetVersion(&nccl);
+    const std::time_t now = std::time(nullptr);
+    char date[32];
+    std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+    std::fprintf(f,
+                 "# %d x %s (one machine), NCCL %d.%d.%d, %s: ch10_context_parallel --bench --ranks %d "
+                 "--tokens-per-rank %d --batch %d --heads %d --heads-kv %d --dim %d --iters %d\n",
+                 ranks, gpu_name.data(), nccl / 10000, nccl / 100 % 100, nccl % 100, date, ranks, t, base.batch,
+                 base.heads_q, base.heads_kv, base.head_dim, iters);
+    std::fprintf(f,
+                 "run,ranks,split,transfer,tokens,fwd_ms,fwd_tflops,bwd_ms,bwd_tflops,fwd_over_one_rank,"
+                 "bwd_over_one_rank,hop_ms,hop_gbps\n%s",
+                 rows.c_str());
+    std::fclose(f);
+    std::printf("wrote %s\n", csv_path.c_str());
   }
   return failed == 0 ? 0 : 1;
 }
@@ -613,7 +652,8 @@ int run_chapter(const CliOptions& opt, int argc, const char* const* argv) {
     if (!opt.shape_given) small = {1, 4, 2, 97, 97, 32, true, 0.0};
     return run_simulated(small, seed);
   }
-  if (ring_options.bench) return run_bench(shape, ranks, std::max(3, std::min(opt.iters, 10)), std::max(1, opt.warmup));
+  if (ring_options.bench)
+    return run_bench(shape, ranks, std::max(3, std::min(opt.iters, 10)), std::max(1, opt.warmup), opt.csv);
   return run_check(shape, seed, ranks);
 }
 
