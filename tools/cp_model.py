@@ -107,8 +107,8 @@ def main():
     pred_f, _ = model.ring(ranks, tokens)
     pred_b, _ = model.ring(ranks, tokens, backward=True)
     with open(out_csv, "w", newline="") as f:
-        f.write(f"# the model (tools/cp_model.py, link {model.link / 1e9:.0f} GB/s measured, {args.inter_gbps:.0f} "
-                f"GB/s assumed across machines) from: {line}\n")
+        f.write(f"# tools/cp_model.py --inter-gbps {args.inter_gbps:g} (one hop {model.link / 1e9:.0f} GB/s as measured; "
+                f"{args.inter_gbps:g} GB/s across machines, assumed), from the run of {line}\n")
         f.write(f"# check: {ranks} ranks x {tokens} tokens, zigzag: forward predicted {pred_f * 1e3:.2f} ms, measured "
                 f"{float(measured['fwd_ms']):.2f} ms; backward predicted {pred_b * 1e3:.2f} ms, measured "
                 f"{float(measured['bwd_ms']):.2f} ms\n")

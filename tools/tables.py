@@ -474,6 +474,67 @@ def fused_backward_table():
             f"\n\n{measured_on(line)}.\n")
 
 
+def context_parallel_table():
+    """Chapter 10: ring attention on N ranks against one rank, the splits, the compute alone, and
+    PyTorch's context parallelism on the same problem (each file naming its own run)."""
+    line, ours = load_with_line("context_parallel.csv")
+    torch_line, theirs = load_with_line("torch_context_parallel.csv")
+    per_rank = int(next(r for r in ours if r["ranks"] == "1")["tokens"])
+
+    def flops(seq):  # causal forward FLOPs of the benchmark's problem, per the first line's shape
+        shape = dict(re.findall(r"--(batch|heads|dim) (\d+)", line))
+        return 4.0 * int(shape["batch"]) * int(shape["heads"]) * seq * (seq + 1) / 2.0 * int(shape["dim"])
+
+    rows, train = [], {}
+    for r in ours:
+        seq = int(r["tokens"])
+        both = float(r["fwd_ms"]) + float(r["bwd_ms"])
+        train[r["run"]] = 3.5 * flops(seq) / both / 1e9
+        rows.append([r["run"], f"{seq:,}", r["fwd_ms"], r["fwd_tflops"], f"{float(r['fwd_over_one_rank']):.2f}×",
+                     r["bwd_ms"], r["bwd_tflops"], f"{float(r['bwd_over_one_rank']):.2f}×", f"{both:.2f}",
+                     f"{train[r['run']]:.1f}", f"{r['hop_ms']} ({float(r['hop_gbps']):.0f} GB/s)" if r["hop_ms"] else "–"])
+    one_torch = next(r for r in theirs if r["run"].startswith("1 GPU"))
+    for r in theirs:
+        rows.append([f"PyTorch: {r['run']}", f"{int(r['tokens']):,}", r["fwd_ms"], r["fwd_tflops"],
+                     f"{float(r['fwd_tflops']) / float(one_torch['fwd_tflops']):.2f}×", "–", "–", "–", r["fwd_bwd_ms"],
+                     r["fwd_bwd_tflops"], "–"])
+    body = table(["run", "tokens", "forward ms", "TFLOP/s", "× 1 rank", "backward ms", "TFLOP/s", "× 1 rank",
+                  "forward + backward ms", "TFLOP/s", "one hop of K and V"], rows)
+    n = next(int(r["ranks"]) for r in ours if r["ranks"] != "1")
+    zig = next(r for r in ours if r["split"] == "zigzag" and r["ranks"] != "1" and r["transfer"] == "1")
+    contig = next(r for r in ours if r["split"] == "contiguous" and r["ranks"] != "1")
+    alone = next(r for r in ours if r["transfer"] == "0")
+    best_torch = max((r for r in theirs if not r["run"].startswith("1 GPU")), key=lambda r: float(r["fwd_bwd_tflops"]))
+    ratios = (f"At {per_rank:,} tokens per rank on {n} ranks, zigzag: the forward runs at "
+              f"{float(zig['fwd_over_one_rank']):.2f}× one rank's TFLOP/s and the backward at "
+              f"{float(zig['bwd_over_one_rank']):.2f}× (the ideal is {n}×); a step takes "
+              f"{float(zig['fwd_ms']) / float(alone['fwd_ms']):.3f}× (forward) and "
+              f"{float(zig['bwd_ms']) / float(alone['bwd_ms']):.3f}× (backward) the time of the compute alone; "
+              f"zigzag is {float(contig['fwd_ms']) / float(zig['fwd_ms']):.2f}× (forward) and "
+              f"{float(contig['bwd_ms']) / float(zig['bwd_ms']):.2f}× (backward) as fast as the contiguous split; "
+              f"forward + backward runs at {train[zig['run']] / float(best_torch['fwd_bwd_tflops']):.2f}× the TFLOP/s "
+              f"of PyTorch's best context-parallel run ({best_torch['run']}), and the forward at "
+              f"{float(zig['fwd_tflops']) / float(best_torch['fwd_tflops']):.2f}×.")
+    return (body + "\n\nThe time of a step is the slowest rank's (a step ends when its last rank does), the median "
+            "of the steps run. The backward's TFLOP/s count 2.5 times the forward's FLOPs; forward + backward, 3.5 "
+            "times. " + ratios + f"\n\n{measured_on(line)}.\n\n{measured_on(torch_line)}.\n")
+
+
+def context_parallel_model_table():
+    with open(os.path.join(RESULTS, "context_parallel_model.csv"), newline="") as f:
+        line = f.readline()[2:].strip()
+        check = f.readline()[2:].strip()
+        rows = list(csv.DictReader(f))
+    shown = [r for r in rows if r["ranks"] in ("2", "8", "16", "64")]
+    body = table(["tokens per GPU", "GPUs", "ring forward", "ring backward", "Ulysses forward", "Ulysses backward"],
+                 [[f"{int(r['tokens_per_rank']):,}", r["ranks"], r["ring_fwd_eff"], r["ring_bwd_eff"],
+                   r["ulysses_fwd_eff"] or "– (N > heads)", r["ulysses_bwd_eff"] or "– (N > heads)"] for r in shown])
+    return (body + "\n\nEfficiency: the compute's time over the pass's (1 is the ideal). The model's "
+            f"{check.replace('check: ', 'check against the measurement, ')}.\n\n"
+            f"![the model's efficiency against the number of GPUs](../../{os.path.relpath(RESULTS, ROOT)}/context_parallel_model.png)"
+            f"\n\nModel: {code_commands(line)}.\n")
+
+
 def tables():
     fw = Forward()
     out = {"tour": tour_table(), "progression": progression_table(fw), "ceilings": ceilings_table(),
@@ -492,6 +553,9 @@ def tables():
     out["memory"] = memory_table()
     out["fp32"] = fp32_table()
     out["fused_backward"] = fused_backward_table()
+    if os.path.exists(os.path.join(RESULTS, "context_parallel.csv")):
+        out["context_parallel"] = context_parallel_table()
+        out["context_parallel_model"] = context_parallel_model_table()
     return out
 
 

@@ -372,8 +372,8 @@ int run_check(const AttentionShape& shape, uint64_t seed, int ranks) {
   std::printf("ring attention on %d ranks, %s, seed %llu: fp64 oracle on the whole sequence\n", ranks,
               shape.to_string().c_str(), static_cast<unsigned long long>(seed));
   BackwardProblem problem = make_backward_problem(shape, seed, dtype, 0);
-  const ForwardReference fwd_ref = reference_forward(shape, problem.q.data(), problem.k.data(), problem.v.data(),
-                                                     full_check_plan(shape));
+  const ForwardReference fwd_ref =
+      reference_forward(shape, problem.q.data(), problem.k.data(), problem.v.data(), full_check_plan(shape));
   const double limit = backward_tolerance(dtype);
   int failed = 0;
   std::printf("%-11s %-13s %-34s %-9s %-9s %-9s %s\n", "split", "backward", "forward O / LSE", "dQ rel", "dK rel",
@@ -382,9 +382,8 @@ int run_check(const AttentionShape& shape, uint64_t seed, int ranks) {
     const SequenceSplit split = split_sequence(shape.seq_q, ranks, kind);
     for (bool deterministic : {false, true}) {
       CheckOutputs out(shape, dtype, ranks);
-      const int rc = run_ranks(ranks, [&](int rank, ncclComm_t comm) {
-        return check_rank(rank, comm, problem, split, deterministic, out);
-      });
+      const int rc = run_ranks(
+          ranks, [&](int rank, ncclComm_t comm) { return check_rank(rank, comm, problem, split, deterministic, out); });
       const std::vector<unsigned char> o_raw = out.o_raw.copy();
       const CompareReport report =
           compare_forward(shape, dtype, o_raw, out.lse.copy(), full_check_plan(shape), fwd_ref);
@@ -393,8 +392,8 @@ int run_check(const AttentionShape& shape, uint64_t seed, int ranks) {
       const double e_dv = relative_error(out.dv.copy(), problem.ref.dv);
       bool repeat = true;
       for (int r = 0; r < ranks; ++r) repeat = repeat && out.repeat_identical[r] == 1;
-      const bool ok = rc == 0 && report.passed() && e_dq <= limit && e_dk <= limit && e_dv <= limit &&
-                      (!deterministic || repeat);
+      const bool ok =
+          rc == 0 && report.passed() && e_dq <= limit && e_dk <= limit && e_dv <= limit && (!deterministic || repeat);
       std::string status = ok ? "ok" : "FAILED";
       if (deterministic) status += repeat ? " (bytes repeat)" : " (bytes differ run to run)";
       if (rc != 0) status += " (a rank failed)";
@@ -462,8 +461,8 @@ double slowest_median(const Shared<float>& times, int ranks, int iters) {
   return worst[iters / 2];
 }
 
-int bench_rank(int rank, ncclComm_t comm, const AttentionShape& s, const SequenceSplit& split, bool transfer, int warmup,
-               BenchTimes& out) {
+int bench_rank(int rank, ncclComm_t comm, const AttentionShape& s, const SequenceSplit& split, bool transfer,
+               int warmup, BenchTimes& out) {
   const DType dtype = DType::BF16;
   const bool hopper = is_hopper();
   const ForwardKernel& fwd = pick_forward(dtype, hopper);
@@ -535,9 +534,10 @@ double causal_forward_flops(const AttentionShape& s) {
 
 int run_bench(const AttentionShape& base, int ranks, int iters, int warmup, const std::string& csv_path) {
   const int t = ring_options.tokens_per_rank;
-  std::printf("ring attention benchmark: %d tokens per rank, batch %d, heads %d/%d, head_dim %d, causal, bf16; "
-              "median of %d steps, each the slowest rank's time\n",
-              t, base.batch, base.heads_q, base.heads_kv, base.head_dim, iters);
+  std::printf(
+      "ring attention benchmark: %d tokens per rank, batch %d, heads %d/%d, head_dim %d, causal, bf16; "
+      "median of %d steps, each the slowest rank's time\n",
+      t, base.batch, base.heads_q, base.heads_kv, base.head_dim, iters);
   struct Config {
     std::string name;
     int ranks;
@@ -592,8 +592,8 @@ int run_bench(const AttentionShape& base, int ranks, int iters, int warmup, cons
                 b_ms, b_tf, f_tf / one_fwd, b_tf / one_bwd, c.ranks > 1 ? fmt("%.3f", h_ms).c_str() : "-",
                 c.ranks > 1 ? fmt("%.0f", hop_gbps).c_str() : "-");
     char line[512];
-    std::snprintf(line, sizeof line, "%s,%d,%s,%d,%d,%.3f,%.1f,%.3f,%.1f,%.3f,%.3f,%s,%s\n", c.name.c_str(), c.ranks,
-                  split_name(c.kind), c.transfer ? 1 : 0, s.seq_q, f_ms, f_tf, b_ms, b_tf, f_tf / one_fwd,
+    std::snprintf(line, sizeof line, "\"%s\",%d,%s,%d,%d,%.3f,%.1f,%.3f,%.1f,%.3f,%.3f,%s,%s\n", c.name.c_str(),
+                  c.ranks, split_name(c.kind), c.transfer ? 1 : 0, s.seq_q, f_ms, f_tf, b_ms, b_tf, f_tf / one_fwd,
                   b_tf / one_bwd, c.ranks > 1 ? fmt("%.3f", h_ms).c_str() : "",
                   c.ranks > 1 ? fmt("%.1f", hop_gbps).c_str() : "");
     rows += line;
@@ -607,7 +607,7 @@ int run_bench(const AttentionShape& base, int ranks, int iters, int warmup, cons
     char date[32];
     std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
     std::fprintf(f,
-                 "# %d x %s (one machine), NCCL %d.%d.%d, %s: ch10_context_parallel --bench --ranks %d "
+                 "# %d x %s (one machine), NCCL %d.%d.%d, %s: build/bin/ch10_context_parallel --bench --ranks %d "
                  "--tokens-per-rank %d --batch %d --heads %d --heads-kv %d --dim %d --iters %d\n",
                  ranks, gpu_name.data(), nccl / 10000, nccl / 100 % 100, nccl % 100, date, ranks, t, base.batch,
                  base.heads_q, base.heads_kv, base.head_dim, iters);

@@ -35,10 +35,10 @@
 
 namespace fa::context_parallel {
 
-#define FA_NCCL_CHECK(call)                                                                           \
-  do {                                                                                                \
-    const ncclResult_t fa_nccl_status = (call);                                                       \
-    if (fa_nccl_status != ncclSuccess)                                                                \
+#define FA_NCCL_CHECK(call)                                                                                \
+  do {                                                                                                     \
+    const ncclResult_t fa_nccl_status = (call);                                                            \
+    if (fa_nccl_status != ncclSuccess)                                                                     \
       throw std::runtime_error(std::string("NCCL: ") + #call + ": " + ncclGetErrorString(fa_nccl_status)); \
   } while (0)
 
@@ -60,6 +60,7 @@ struct ShardLayout {
   }
 };
 
+//! [pairs_for]
 /// One (query chunk, key chunk) launch of a step: the problem the kernel sees and where its
 /// tensors start inside the shards.
 struct PairLaunch {
@@ -90,6 +91,7 @@ inline std::vector<PairLaunch> pairs_for(const AttentionShape& global, const Seq
     }
   return pairs;
 }
+//! [pairs_for]
 
 /// One rank's ring attention: its shards (device pointers, chunk-major) in, its outputs out, all
 /// enqueued on compute_stream(). `transfer` false runs the same launches on blocks that never
@@ -129,7 +131,8 @@ class RingRank {
         }
       }
     const std::size_t el = dtype_size(dtype_);
-    const int64_t kv_elems = kv_elements(max_rows), q_chunk_elems = int64_t(s_.batch) * s_.heads_q * max_chunk * s_.head_dim;
+    const int64_t kv_elems = kv_elements(max_rows),
+                  q_chunk_elems = int64_t(s_.batch) * s_.heads_q * max_chunk * s_.head_dim;
     const int64_t rows_q = int64_t(s_.batch) * s_.heads_q * split.rows(rank_);
     for (auto& b : kv_) b = DeviceBuffer(std::size_t(2 * kv_elems) * el);
     o_part_ = DeviceBuffer(std::size_t(q_chunk_elems) * el);
@@ -213,8 +216,8 @@ class RingRank {
   /// dQ (this rank's queries), dK and dV (this rank's keys) from the forward's O and LSE, all
   /// chunk-major. dK and dV of a block travel with it as float sums and come home after the
   /// N-th step; with a deterministic backward kernel the result repeats bit for bit.
-  void backward(const void* q, const void* k, const void* v, const void* o, const float* lse, const void* d_o,
-                void* dq, void* dk, void* dv) {
+  void backward(const void* q, const void* k, const void* v, const void* o, const float* lse, const void* d_o, void* dq,
+                void* dk, void* dv) {
     if (!bwd_) throw std::logic_error("RingRank::backward without a backward kernel");
     const ShardLayout mine(split_.chunks[rank_]);
     const int64_t rows_q = int64_t(s_.batch) * s_.heads_q * mine.rows;
@@ -336,8 +339,8 @@ class RingRank {
     CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, computed_[t % 2]));
     const int64_t next_kv = kv_elements(split_.rows(source_rank(rank_, t + 1, ranks_)));
     FA_NCCL_CHECK(ncclGroupStart());
-    FA_NCCL_CHECK(ncclSend(dkv_[t % 2].get(), std::size_t(2 * block_kv), ncclFloat, (rank_ + 1) % ranks_, comm_,
-                           comm_stream_));
+    FA_NCCL_CHECK(
+        ncclSend(dkv_[t % 2].get(), std::size_t(2 * block_kv), ncclFloat, (rank_ + 1) % ranks_, comm_, comm_stream_));
     FA_NCCL_CHECK(ncclRecv(dkv_[(t + 1) % 2].get(), std::size_t(2 * next_kv), ncclFloat, (rank_ + ranks_ - 1) % ranks_,
                            comm_, comm_stream_));
     FA_NCCL_CHECK(ncclGroupEnd());

@@ -1,5 +1,7 @@
 // Chapter 10's merge, add and fill kernels (ring_kernels.h). All are memory-bound and small next
 // to an attention launch over a block: a merge reads and writes each output row once per block.
+#include "ring_kernels.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -9,7 +11,6 @@
 
 #include "cuda_check.h"
 #include "random.h"
-#include "ring_kernels.h"
 
 namespace fa::context_parallel {
 namespace {
@@ -20,11 +21,17 @@ __device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); 
 template <class T>
 __device__ inline T from_float(float x);
 template <>
-__device__ inline float from_float<float>(float x) { return x; }
+__device__ inline float from_float<float>(float x) {
+  return x;
+}
 template <>
-__device__ inline __half from_float<__half>(float x) { return __float2half_rn(x); }
+__device__ inline __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
 template <>
-__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 
 //! [merge_kernel]
 template <class T>
@@ -81,15 +88,9 @@ unsigned grid_for(int64_t count) {
 template <class F>
 void with_type(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::BF16:
-      f(__nv_bfloat16{});
-      return;
-    case DType::F16:
-      f(__half{});
-      return;
-    case DType::F32:
-      f(float{});
-      return;
+    case DType::BF16: f(__nv_bfloat16{}); return;
+    case DType::F16: f(__half{}); return;
+    case DType::F32: f(float{}); return;
   }
   throw std::invalid_argument(std::string("chapter 10's kernels take fp32, fp16 or bf16, not ") + dtype_name(dtype));
 }
