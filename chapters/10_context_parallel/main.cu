@@ -38,9 +38,13 @@
 #include "ring_gpu.h"
 #include "ring_kernels.h"
 #include "tensor.h"
+#include "ulysses_gpu.h"
 
 namespace fa::context_parallel {
 namespace {
+
+/// Which way across the GPUs: ring_gpu.h or ulysses_gpu.h.
+enum class Method { Ring, Ulysses };
 
 /// Chapter 10's own flags, taken off the command line before the shared ones are parsed.
 struct RingOptions {
@@ -300,6 +304,7 @@ struct CheckOutputs {
 
 /// One rank of a check: upload its shards, run the ring's forward and backward, write its
 /// rows of O, LSE, dQ, dK and dV to `out`.
+template <class Rank>
 int check_rank(int rank, ncclComm_t comm, const BackwardProblem& problem, const SequenceSplit& split,
                bool deterministic, CheckOutputs& out) {
   const AttentionShape& s = problem.shape;
@@ -319,7 +324,7 @@ int check_rank(int rank, ncclComm_t comm, const BackwardProblem& problem, const 
   const std::size_t el = dtype_size(dtype);
   DeviceBuffer o = poisoned(q_elems * el), lse = poisoned(lse_elems * sizeof(float));
 
-  RingRank ring(comm, rank, s, split, fwd, &bwd);
+  Rank ring(comm, rank, s, split, fwd, &bwd);
   ring.forward(q.get(), k.get(), v.get(), o.get(), lse.as<float>());
   CUDA_CHECK(cudaStreamSynchronize(ring.compute_stream()));
   const std::vector<unsigned char> o_raw = download<unsigned char>(o, q_elems * el);
@@ -376,14 +381,25 @@ int run_check(const AttentionShape& shape, uint64_t seed, int ranks) {
       reference_forward(shape, problem.q.data(), problem.k.data(), problem.v.data(), full_check_plan(shape));
   const double limit = backward_tolerance(dtype);
   int failed = 0;
-  std::printf("%-11s %-13s %-34s %-9s %-9s %-9s %s\n", "split", "backward", "forward O / LSE", "dQ rel", "dK rel",
+  std::printf("%-11s %-14s %-34s %-9s %-9s %-9s %s\n", "split", "method", "forward O / LSE", "dQ rel", "dK rel",
               "dV rel", "status");
+  const std::string ulysses_why = ulysses_gpu_reason(shape, ranks);
   for (Split kind : ring_options.splits) {
     const SequenceSplit split = split_sequence(shape.seq_q, ranks, kind);
-    for (bool deterministic : {false, true}) {
+    for (const auto& run :
+         std::vector<std::pair<Method, bool>>{{Method::Ring, false}, {Method::Ring, true}, {Method::Ulysses, false}}) {
+      const Method method = run.first;
+      const bool deterministic = run.second;
+      const char* name = method == Method::Ulysses ? "ulysses" : deterministic ? "ring, determ." : "ring";
+      if (method == Method::Ulysses && !ulysses_why.empty()) {
+        std::printf("%-11s %-14s not run: %s\n", split_name(kind), name, ulysses_why.c_str());
+        continue;
+      }
       CheckOutputs out(shape, dtype, ranks);
-      const int rc = run_ranks(
-          ranks, [&](int rank, ncclComm_t comm) { return check_rank(rank, comm, problem, split, deterministic, out); });
+      const int rc = run_ranks(ranks, [&](int rank, ncclComm_t comm) {
+        return method == Method::Ulysses ? check_rank<UlyssesRank>(rank, comm, problem, split, false, out)
+                                         : check_rank<RingRank>(rank, comm, problem, split, deterministic, out);
+      });
       const std::vector<unsigned char> o_raw = out.o_raw.copy();
       const CompareReport report =
           compare_forward(shape, dtype, o_raw, out.lse.copy(), full_check_plan(shape), fwd_ref);
@@ -397,14 +413,16 @@ int run_check(const AttentionShape& shape, uint64_t seed, int ranks) {
       std::string status = ok ? "ok" : "FAILED";
       if (deterministic) status += repeat ? " (bytes repeat)" : " (bytes differ run to run)";
       if (rc != 0) status += " (a rank failed)";
-      std::printf("%-11s %-13s %-34s %-9s %-9s %-9s %s\n", split_name(kind),
-                  deterministic ? "deterministic" : "fastest", report.summary().c_str(), fmt("%.1e", e_dq).c_str(),
-                  fmt("%.1e", e_dk).c_str(), fmt("%.1e", e_dv).c_str(), status.c_str());
+      std::printf("%-11s %-14s %-34s %-9s %-9s %-9s %s\n", split_name(kind), name, report.summary().c_str(),
+                  fmt("%.1e", e_dq).c_str(), fmt("%.1e", e_dk).c_str(), fmt("%.1e", e_dv).c_str(), status.c_str());
       if (!report.passed()) std::printf("%s\n", report.details().c_str());
       failed += ok ? 0 : 1;
     }
   }
-  std::printf("gradient limit: relative error %.0e (bf16)\n", limit);
+  std::printf(
+      "gradient limit: relative error %.0e (bf16); ring and ulysses run the fastest backward kernel, "
+      "ring, determ. the deterministic one twice (the bytes must repeat)\n",
+      limit);
   return failed == 0 ? 0 : 1;
 }
 
@@ -441,6 +459,28 @@ int run_simulated(const AttentionShape& shape, uint64_t seed) {
 // ---------------------------------------------------------------------------------------------
 // The benchmark.
 
+template <class Rank>
+Rank make_rank(ncclComm_t comm, int rank, const AttentionShape& s, const SequenceSplit& split, const ForwardKernel& fwd,
+               const BackwardKernel& bwd, bool transfer);
+template <>
+RingRank make_rank<RingRank>(ncclComm_t comm, int rank, const AttentionShape& s, const SequenceSplit& split,
+                             const ForwardKernel& fwd, const BackwardKernel& bwd, bool transfer) {
+  return RingRank(comm, rank, s, split, fwd, &bwd, transfer);
+}
+template <>
+UlyssesRank make_rank<UlyssesRank>(ncclComm_t comm, int rank, const AttentionShape& s, const SequenceSplit& split,
+                                   const ForwardKernel& fwd, const BackwardKernel& bwd, bool) {
+  return UlyssesRank(comm, rank, s, split, fwd, &bwd);
+}
+
+/// One hop of `bytes` bytes each way on `stream`: to rank + 1, from rank - 1 (the link alone).
+void hop_once(ncclComm_t comm, int rank, int ranks, void* send, void* recv, std::size_t bytes, cudaStream_t stream) {
+  FA_NCCL_CHECK(ncclGroupStart());
+  FA_NCCL_CHECK(ncclSend(send, bytes, ncclUint8, (rank + 1) % ranks, comm, stream));
+  FA_NCCL_CHECK(ncclRecv(recv, bytes, ncclUint8, (rank + ranks - 1) % ranks, comm, stream));
+  FA_NCCL_CHECK(ncclGroupEnd());
+}
+
 /// Times (ms) of each timed iteration on each rank: [config][rank][iteration].
 struct BenchTimes {
   int iters;
@@ -461,6 +501,7 @@ double slowest_median(const Shared<float>& times, int ranks, int iters) {
   return worst[iters / 2];
 }
 
+template <class Rank>
 int bench_rank(int rank, ncclComm_t comm, const AttentionShape& s, const SequenceSplit& split, bool transfer,
                int warmup, BenchTimes& out) {
   const DType dtype = DType::BF16;
@@ -480,7 +521,7 @@ int bench_rank(int rank, ncclComm_t comm, const AttentionShape& s, const Sequenc
   fill_uniform(dtype, v.get(), kv_elems, seed * 4 + 2, nullptr);
   fill_uniform(dtype, d_o.get(), q_elems, seed * 4 + 3, nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
-  RingRank ring(comm, rank, s, split, fwd, &bwd, transfer);
+  Rank ring = make_rank<Rank>(comm, rank, s, split, fwd, bwd, transfer);
   cudaStream_t stream = ring.compute_stream();
   cudaEvent_t begin, end;
   CUDA_CHECK(cudaEventCreate(&begin));
@@ -508,7 +549,7 @@ int bench_rank(int rank, ncclComm_t comm, const AttentionShape& s, const Sequenc
   const std::size_t hop_bytes = std::size_t(2 * kv_elems) * el;
   DeviceBuffer hop_out(split.ranks > 1 ? hop_bytes : 0), hop_in(split.ranks > 1 ? hop_bytes : 0);
   auto hop = [&] {
-    if (split.ranks > 1) ring.hop(hop_out.get(), hop_in.get(), hop_bytes);
+    if (split.ranks > 1) hop_once(comm, rank, split.ranks, hop_out.get(), hop_in.get(), hop_bytes, stream);
   };
   for (int i = 0; i < warmup; ++i) {
     timed(forward);
@@ -543,6 +584,7 @@ int run_bench(const AttentionShape& base, int ranks, int iters, int warmup, cons
     int ranks;
     Split kind;
     bool transfer;
+    Method method = Method::Ring;
   };
   std::vector<Config> configs{{"1 rank", 1, Split::Contiguous, true}};
   if (ranks == 1) configs.push_back({"1 rank, zigzag chunks", 1, Split::Zigzag, true});
@@ -550,6 +592,10 @@ int run_bench(const AttentionShape& base, int ranks, int iters, int warmup, cons
     configs.push_back({std::to_string(ranks) + " ranks contiguous", ranks, Split::Contiguous, true});
     configs.push_back({std::to_string(ranks) + " ranks zigzag", ranks, Split::Zigzag, true});
     configs.push_back({std::to_string(ranks) + " ranks zigzag, compute alone", ranks, Split::Zigzag, false});
+    AttentionShape whole = base;
+    whole.seq_q = whole.seq_kv = t * ranks;
+    if (ulysses_gpu_reason(whole, ranks).empty())
+      configs.push_back({std::to_string(ranks) + " ranks Ulysses", ranks, Split::Contiguous, true, Method::Ulysses});
   }
   std::printf("%-36s %9s %9s %10s %10s %11s %11s %11s %9s %9s\n", "run", "tokens", "fwd ms", "fwd TF/s", "bwd ms",
               "bwd TF/s", "fwd x 1rank", "bwd x 1rank", "hop ms", "hop GB/s");
@@ -569,7 +615,8 @@ int run_bench(const AttentionShape& base, int ranks, int iters, int warmup, cons
         CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
         std::memcpy(gpu_name.data(), prop.name, 255);  // the last of 256 bytes stays 0
       }
-      return bench_rank(rank, comm, s, split, c.transfer, warmup, times);
+      return c.method == Method::Ulysses ? bench_rank<UlyssesRank>(rank, comm, s, split, c.transfer, warmup, times)
+                                         : bench_rank<RingRank>(rank, comm, s, split, c.transfer, warmup, times);
     });
     if (rc != 0) {
       std::printf("%-36s a rank failed\n", c.name.c_str());

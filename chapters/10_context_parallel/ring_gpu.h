@@ -283,17 +283,6 @@ class RingRank {
   }
   //! [gpu_ring_backward]
 
-  /// One hop of `bytes` bytes each way on the comm stream alone, for the benchmark's link
-  /// figure: this rank sends to r + 1 and receives from r - 1.
-  void hop(void* send, void* recv, std::size_t bytes) {
-    FA_NCCL_CHECK(ncclGroupStart());
-    FA_NCCL_CHECK(ncclSend(send, bytes, ncclUint8, (rank_ + 1) % ranks_, comm_, comm_stream_));
-    FA_NCCL_CHECK(ncclRecv(recv, bytes, ncclUint8, (rank_ + ranks_ - 1) % ranks_, comm_, comm_stream_));
-    FA_NCCL_CHECK(ncclGroupEnd());
-    CUDA_CHECK(cudaEventRecord(comm_done_, comm_stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(compute_, comm_done_));
-  }
-
  private:
   struct Block {
     const void* k;
