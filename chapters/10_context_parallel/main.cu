@@ -268,15 +268,28 @@ const ForwardKernel& pick_forward(DType dtype, bool hopper) {
   throw std::runtime_error("no forward kernel for chapter 10 (chapters 05 and 06 are not linked)");
 }
 
-const BackwardKernel& pick_backward(bool deterministic, bool hopper) {
-  std::vector<const char*> names = deterministic ? std::vector<const char*>{"ch07_deterministic_bf16"}
-                                                 : std::vector<const char*>{"ch07_wgmma_bf16", "ch07_mma_bf16"};
-  for (const char* name : names) {
-    if (!hopper && std::string(name) == "ch07_wgmma_bf16") continue;
+/// Whether `kernel` takes every (query chunk, key chunk) pair of every rank of `split`.
+bool takes_every_pair(const BackwardKernel& kernel, const AttentionShape& s, const SequenceSplit& split) {
+  for (int r = 0; r < split.ranks; ++r)
+    for (int t = 0; t < split.ranks; ++t)
+      for (const PairLaunch& p : pairs_for(s, split, r, source_rank(r, t, split.ranks)))
+        if (!support_reason(kernel, p.shape, {}).empty()) return false;
+  return true;
+}
+
+/// Chapter 07's fastest backward that takes every block (its variants 6, 4 and 2 in that order,
+/// the first two on Hopper only), or its deterministic one.
+const BackwardKernel& pick_backward(bool deterministic, bool hopper, const AttentionShape& s,
+                                    const SequenceSplit& split) {
+  const std::vector<std::string> names =
+      deterministic ? std::vector<std::string>{"ch07_deterministic_bf16"}
+                    : std::vector<std::string>{"ch07_fused_bulk_bf16", "ch07_wgmma_bf16", "ch07_mma_bf16"};
+  for (const std::string& name : names) {
+    if (!hopper && name != "ch07_mma_bf16" && name != "ch07_deterministic_bf16") continue;
     for (const BackwardKernel& k : backward_kernels())
-      if (k.name == name) return k;
+      if (k.name == name && takes_every_pair(k, s, split)) return k;
   }
-  throw std::runtime_error("no backward kernel for chapter 10 (chapter 07 is not linked)");
+  throw std::runtime_error("no backward kernel of chapter 07 takes every block of " + s.to_string());
 }
 
 bool is_hopper() {
@@ -312,7 +325,7 @@ int check_rank(int rank, ncclComm_t comm, const BackwardProblem& problem, const 
   const DType dtype = problem.dtype;
   const bool hopper = is_hopper();
   const ForwardKernel& fwd = pick_forward(dtype, hopper);
-  const BackwardKernel& bwd = pick_backward(deterministic, hopper);
+  const BackwardKernel& bwd = pick_backward(deterministic, hopper, s, split);
   const int rows = split.rows(rank), d = s.head_dim;
   const std::size_t q_elems = std::size_t(s.batch) * s.heads_q * rows * d;
   const std::size_t kv_elems = std::size_t(s.batch) * s.heads_kv * rows * d;
@@ -507,7 +520,7 @@ int bench_rank(int rank, ncclComm_t comm, const AttentionShape& s, const Sequenc
   const DType dtype = DType::BF16;
   const bool hopper = is_hopper();
   const ForwardKernel& fwd = pick_forward(dtype, hopper);
-  const BackwardKernel& bwd = pick_backward(false, hopper);
+  const BackwardKernel& bwd = pick_backward(false, hopper, s, split);
   const int rows = split.rows(rank);
   const std::size_t el = dtype_size(dtype);
   const int64_t q_elems = int64_t(s.batch) * s.heads_q * rows * s.head_dim;
@@ -589,7 +602,11 @@ int run_bench(const AttentionShape& base, int ranks, int iters, int warmup, cons
   std::vector<Config> configs{{"1 rank", 1, Split::Contiguous, true}};
   if (ranks == 1) configs.push_back({"1 rank, zigzag chunks", 1, Split::Zigzag, true});
   if (ranks > 1) {
-    configs.push_back({std::to_string(ranks) + " ranks contiguous", ranks, Split::Contiguous, true});
+    const auto asked = [](Split kind) {
+      return std::find(ring_options.splits.begin(), ring_options.splits.end(), kind) != ring_options.splits.end();
+    };
+    if (asked(Split::Contiguous))
+      configs.push_back({std::to_string(ranks) + " ranks contiguous", ranks, Split::Contiguous, true});
     configs.push_back({std::to_string(ranks) + " ranks zigzag", ranks, Split::Zigzag, true});
     configs.push_back({std::to_string(ranks) + " ranks zigzag, compute alone", ranks, Split::Zigzag, false});
     AttentionShape whole = base;
@@ -653,11 +670,15 @@ int run_bench(const AttentionShape& base, int ranks, int iters, int warmup, cons
     const std::time_t now = std::time(nullptr);
     char date[32];
     std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+    // The NCCL settings of the run, as the command's environment (NCCL_NVLS_ENABLE=0 and the like).
+    std::string env;
+    for (char** e = environ; *e; ++e)
+      if (std::strncmp(*e, "NCCL_", 5) == 0) env += std::string(*e) + " ";
     std::fprintf(f,
-                 "# %d x %s (one machine), NCCL %d.%d.%d, %s: build/bin/ch10_context_parallel --bench --ranks %d "
+                 "# %d x %s (one machine), NCCL %d.%d.%d, %s: %sbuild/bin/ch10_context_parallel --bench --ranks %d "
                  "--tokens-per-rank %d --batch %d --heads %d --heads-kv %d --dim %d --iters %d\n",
-                 ranks, gpu_name.data(), nccl / 10000, nccl / 100 % 100, nccl % 100, date, ranks, t, base.batch,
-                 base.heads_q, base.heads_kv, base.head_dim, iters);
+                 ranks, gpu_name.data(), nccl / 10000, nccl / 100 % 100, nccl % 100, date, env.c_str(), ranks, t,
+                 base.batch, base.heads_q, base.heads_kv, base.head_dim, iters);
     std::fprintf(f,
                  "run,ranks,split,transfer,tokens,fwd_ms,fwd_tflops,bwd_ms,bwd_tflops,fwd_over_one_rank,"
                  "bwd_over_one_rank,hop_ms,hop_gbps\n%s",

@@ -48,7 +48,8 @@ class UlyssesRank {
     local_.heads_kv = s_.heads_kv / n_;
     local_.scale = s_.softmax_scale();
     std::string reason = support_reason(fwd_, local_, {});
-    if (!reason.empty()) throw std::invalid_argument(fwd_.name + " cannot take a " + local_.to_string() + ": " + reason);
+    if (!reason.empty())
+      throw std::invalid_argument(fwd_.name + " cannot take a " + local_.to_string() + ": " + reason);
     if (bwd_) {
       reason = support_reason(*bwd_, local_, {});
       if (!reason.empty())
@@ -101,8 +102,8 @@ class UlyssesRank {
   }
   //! [ulysses_forward]
 
-  void backward(const void* q, const void* k, const void* v, const void* o, const float* lse, const void* d_o,
-                void* dq, void* dk, void* dv) {
+  void backward(const void* q, const void* k, const void* v, const void* o, const float* lse, const void* d_o, void* dq,
+                void* dk, void* dv) {
     if (!bwd_) throw std::logic_error("UlyssesRank::backward without a backward kernel");
     const std::size_t el = dtype_size(bwd_->dtype);
     to_heads(q, s_.heads_q, s_.head_dim, el, q_.get());
