@@ -8,11 +8,13 @@ bandwidth of one hop between two GPUs (the "hop GB/s" of the N-rank rows). Beyon
 link is an assumption, said as one: --inter-gbps (default 50 GB/s a GPU, one 400 Gb/s NIC each).
 
 Ring attention, zigzag split, N ranks of T tokens (S = N T): every step computes the same share,
-c = F(S) / N^2 / R, where F is causal attention's FLOPs; step t's block arrives during step t - 1,
-so a pass takes c + (N - 1) max(c, x), x the time of one hop of K and V (the backward's hop also
-carries dK and dV in float: 3 times the bytes). Ulysses: two all-to-alls move Q, K, V and O (each
-rank keeps 1/N of them), then each rank runs the whole sequence for H/N heads: F(S) / N / R plus the
-all-to-alls, which nothing overlaps; it needs N <= heads.
+tau = F(S) / N^2 / R seconds, where F(S) is causal attention's FLOPs over the sequence and R one
+GPU's FLOP/s; step t's block arrives during step t - 1, so a pass takes tau + (N - 1) max(tau, x),
+x the time of one hop of K and V (the backward's hops also carry dK and dV in float, 3 times the
+bytes, and a last hop of dK and dV, 2 x, brings the sums home). Ulysses: all-to-alls move Q, K, V
+in and O out (each rank keeps 1/N of them; the backward also moves O and dO in and dQ, dK, dV out:
+twice the bytes), and each rank runs the whole sequence for H/N heads: F(S) / N / R plus the
+all-to-alls, which nothing overlaps; on GPUs it needs N to divide both head counts.
 
   python3 tools/cp_model.py [--results docs/results/h200] [--out-csv F] [--plot F.png]
 """
@@ -55,16 +57,19 @@ class Model:
         kv_bytes = 2.0 * self.b * self.hkv * t * self.d * 2.0
         x = (kv_bytes * 3.0 if backward else kv_bytes) / self.bandwidth(n) if n > 1 else 0.0
         time = c + (n - 1) * max(c, x)
+        if backward and n > 1:  # the N-th hop carries the dK/dV sums home after the last step
+            time += 2.0 * kv_bytes / self.bandwidth(n)
         return time, flops / n / rate / time
 
     def ulysses(self, n, t, backward=False):
-        if self.h % n or (self.hkv % n and n % self.hkv):
+        if self.h % n or self.hkv % n:  # on GPUs each rank owns whole K/V heads (ulysses_gpu.h)
             return None, None
         s = n * t
         flops = causal_flops(self.b, self.h, s, self.d) * (2.5 if backward else 1.0)
         rate = self.rb if backward else self.rf
         compute = flops / n / rate
-        moved = (n - 1) / n * self.b * t * self.d * 2.0 * (2 * self.h + 2 * self.hkv)
+        # In: Q, K, V (and for the backward O and dO); out: O (dQ, dK, dV). The LSE is small.
+        moved = (n - 1) / n * self.b * t * self.d * 2.0 * (2 * self.h + 2 * self.hkv) * (2.0 if backward else 1.0)
         comm = moved / self.bandwidth(n) if n > 1 else 0.0
         return compute + comm, compute / (compute + comm)
 

@@ -507,16 +507,17 @@ def context_parallel_table():
     best_torch = max((r for r in theirs if not r["run"].startswith("1 GPU")), key=lambda r: float(r["fwd_bwd_tflops"]))
     ratios = (f"At {per_rank:,} tokens per rank on {n} ranks, zigzag: the forward runs at "
               f"{float(zig['fwd_over_one_rank']):.2f}× one rank's TFLOP/s and the backward at "
-              f"{float(zig['bwd_over_one_rank']):.2f}× (the ideal is {n}×); a step takes "
+              f"{float(zig['bwd_over_one_rank']):.2f}× (even work at one rank's speed is {n}×); a pass takes "
               f"{float(zig['fwd_ms']) / float(alone['fwd_ms']):.3f}× (forward) and "
-              f"{float(zig['bwd_ms']) / float(alone['bwd_ms']):.3f}× (backward) the time of the compute alone; "
+              f"{float(zig['bwd_ms']) / float(alone['bwd_ms']):.3f}× (backward) the time of the compute alone (the "
+              f"performance notes say what its blocks held); "
               f"zigzag is {float(contig['fwd_ms']) / float(zig['fwd_ms']):.2f}× (forward) and "
               f"{float(contig['bwd_ms']) / float(zig['bwd_ms']):.2f}× (backward) as fast as the contiguous split; "
               f"forward + backward runs at {train[zig['run']] / float(best_torch['fwd_bwd_tflops']):.2f}× the TFLOP/s "
               f"of PyTorch's best context-parallel run ({best_torch['run']}), and the forward at "
               f"{float(zig['fwd_tflops']) / float(best_torch['fwd_tflops']):.2f}×.")
-    return (body + "\n\nThe time of a step is the slowest rank's (a step ends when its last rank does), the median "
-            "of the steps run. The backward's TFLOP/s count 2.5 times the forward's FLOPs; forward + backward, 3.5 "
+    return (body + "\n\nA time is the slowest rank's pass (a pass ends when its last rank does), the median "
+            "of the passes run. The backward's TFLOP/s count 2.5 times the forward's FLOPs; forward + backward, 3.5 "
             "times. " + ratios + f"\n\n{measured_on(line)}.\n\n{measured_on(torch_line)}.\n")
 
 

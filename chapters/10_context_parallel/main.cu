@@ -673,12 +673,15 @@ int run_bench(const AttentionShape& base, int ranks, int iters, int warmup, cons
     // The NCCL settings of the run, as the command's environment (NCCL_NVLS_ENABLE=0 and the like).
     std::string env;
     for (char** e = environ; *e; ++e)
-      if (std::strncmp(*e, "NCCL_", 5) == 0) env += std::string(*e) + " ";
+      if (std::strncmp(*e, "NCCL_", 5) == 0 && std::strncmp(*e, "NCCL_VERSION=", 13) != 0) env += std::string(*e) + " ";
     std::fprintf(f,
                  "# %d x %s (one machine), NCCL %d.%d.%d, %s: %sbuild/bin/ch10_context_parallel --bench --ranks %d "
-                 "--tokens-per-rank %d --batch %d --heads %d --heads-kv %d --dim %d --iters %d\n",
-                 ranks, gpu_name.data(), nccl / 10000, nccl / 100 % 100, nccl % 100, date, env.c_str(), ranks, t,
-                 base.batch, base.heads_q, base.heads_kv, base.head_dim, iters);
+                 "%s--tokens-per-rank %d --batch %d --heads %d --heads-kv %d --dim %d --iters %d\n",
+                 ranks, gpu_name.data(), nccl / 10000, nccl / 100 % 100, nccl % 100, date, env.c_str(), ranks,
+                 ring_options.splits.size() == 1
+                     ? (std::string("--split ") + split_name(ring_options.splits[0]) + " ").c_str()
+                     : "",
+                 t, base.batch, base.heads_q, base.heads_kv, base.head_dim, iters);
     std::fprintf(f,
                  "run,ranks,split,transfer,tokens,fwd_ms,fwd_tflops,bwd_ms,bwd_tflops,fwd_over_one_rank,"
                  "bwd_over_one_rank,hop_ms,hop_gbps\n%s",

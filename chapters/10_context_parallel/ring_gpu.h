@@ -148,8 +148,13 @@ class RingRank {
       dv_part_ = DeviceBuffer(std::size_t(kv_chunk_elems) * el);
       bwd_workspace_ = DeviceBuffer(bwd_work_);
     }
-    if (!transfer_)  // the stand-in block: any values, but defined ones
-      CUDA_CHECK(cudaMemset(kv_[0].get(), 0, kv_[0].bytes()));
+    // The stand-in block of a run without transfers: random K and V of their own (the kernels'
+    // speed depends on the data: equal scores everywhere would skip work real blocks need).
+    if (!transfer_) {
+      stand_in_rows_ = max_rows;
+      fill_uniform(dtype_, kv_[0].get(), 2 * kv_elems, 0x5eed0000u + uint64_t(rank), nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+    }
     CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
     for (auto* set : {&computed_, &received_, &d_received_})
@@ -299,7 +304,7 @@ class RingRank {
   Block block_at(int t, const void* k, const void* v, int owner) const {
     if (t == 0) return {k, v};
     const char* base = static_cast<const char*>(kv_[transfer_ ? (t - 1) % 2 : 0].get());
-    const int rows = transfer_ ? split_.rows(owner) : 0;
+    const int rows = transfer_ ? split_.rows(owner) : stand_in_rows_;
     return {base, base + kv_elements(rows) * int64_t(dtype_size(dtype_))};
   }
 
@@ -352,6 +357,7 @@ class RingRank {
   bool transfer_;
   DType dtype_;
   std::size_t fwd_work_ = 0, bwd_work_ = 0;
+  int stand_in_rows_ = 0;  // rows of K (then of V) in the stand-in block, without transfers
   std::array<DeviceBuffer, 2> kv_, dkv_;
   DeviceBuffer o_part_, lse_part_, acc_, fwd_workspace_, dkv_local_, dq_part_, dk_part_, dv_part_, bwd_workspace_;
   cudaStream_t compute_ = nullptr, comm_stream_ = nullptr;
