@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -163,7 +164,11 @@ int run_ranks(int ranks, const std::function<int(int, ncclComm_t)>& body) {
   std::vector<pid_t> children;
   for (int rank = 0; rank < ranks; ++rank) {
     const pid_t pid = fork();
-    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid < 0) {  // the ranks already started would wait in NCCL for the missing one
+      for (pid_t child : children) kill(child, SIGKILL);
+      for (pid_t child : children) waitpid(child, nullptr, 0);
+      throw std::runtime_error("fork failed for rank " + std::to_string(rank));
+    }
     if (pid > 0) {
       children.push_back(pid);
       continue;
@@ -198,8 +203,10 @@ int run_ranks(int ranks, const std::function<int(int, ncclComm_t)>& body) {
   int failed = 0;
   for (std::size_t done = 0; done < children.size(); ++done) {
     int status = 0;
-    const pid_t pid = waitpid(-1, &status, 0);
-    if (pid < 0) break;
+    pid_t pid = -1;
+    do pid = waitpid(-1, &status, 0);
+    while (pid < 0 && errno == EINTR);
+    if (pid < 0) throw std::runtime_error("waitpid failed while ranks were running");
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       if (failed++ == 0)
         for (pid_t other : children)
@@ -250,9 +257,12 @@ std::vector<float> download_as_floats(DType dtype, const DeviceBuffer& buffer, s
   return out;
 }
 
+/// A buffer of NaN in every float type (unwritten shows), finished before the ring's streams
+/// (which do not wait for the default stream) use it.
 DeviceBuffer poisoned(std::size_t bytes) {
   DeviceBuffer b(bytes);
-  CUDA_CHECK(cudaMemset(b.get(), 0xFF, bytes));  // NaN in every float type: unwritten shows
+  CUDA_CHECK(cudaMemset(b.get(), 0xFF, bytes));
+  CUDA_CHECK(cudaDeviceSynchronize());
   return b;
 }
 
@@ -294,7 +304,9 @@ const BackwardKernel& pick_backward(bool deterministic, bool hopper, const Atten
 
 bool is_hopper() {
   int major = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));  // this rank's GPU
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   return major == 9;
 }
 
@@ -635,6 +647,10 @@ int run_bench(const AttentionShape& base, int ranks, int iters, int warmup, cons
       return c.method == Method::Ulysses ? bench_rank<UlyssesRank>(rank, comm, s, split, c.transfer, warmup, times)
                                          : bench_rank<RingRank>(rank, comm, s, split, c.transfer, warmup, times);
     });
+    if (rc != 0 && c.ranks == 1) {  // every ratio below is over this run
+      std::printf("%-36s the rank failed: no ratios to give\n", c.name.c_str());
+      return 1;
+    }
     if (rc != 0) {
       std::printf("%-36s a rank failed\n", c.name.c_str());
       ++failed;
@@ -713,7 +729,7 @@ int run_chapter(const CliOptions& opt, int argc, const char* const* argv) {
     const std::string why = gpus < 2 ? "chapter 10 needs two GPUs; this machine has " + std::to_string(gpus)
                                      : "--ranks " + std::to_string(ranks) + " asks for more GPUs than the " +
                                            std::to_string(gpus) + " there are";
-    if (ring_options.gpu_only) {
+    if (ring_options.gpu_only && gpus < 2) {
       std::printf("skipped: %s\n", why.c_str());
       return 77;
     }

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -33,6 +34,13 @@ inline std::string ulysses_gpu_reason(const AttentionShape& s, int ranks) {
     return "heads_q (" + std::to_string(s.heads_q) + ") is not a multiple of ranks (" + std::to_string(ranks) + ")";
   if (s.heads_kv % ranks != 0)
     return "heads_kv (" + std::to_string(s.heads_kv) + ") is not a multiple of ranks (" + std::to_string(ranks) + ")";
+  // The pieces are moved by cudaMemcpy2DAsync, whose pitch (a chunk's rows of every head, or the
+  // whole sequence of a head, in float at most) must stay below 2^31 bytes.
+  const double pitch = double(std::max(s.seq_q, 1)) * std::max(s.heads_q, 1) * s.head_dim * 4.0;
+  if (pitch >= 2147483648.0)
+    return "the sequence is too long for the copies' pitch (" + std::to_string(s.seq_q) + " tokens x " +
+           std::to_string(s.heads_q) + " heads x head_dim " + std::to_string(s.head_dim) +
+           " must stay under 2^31 bytes)";
   return "";
 }
 
