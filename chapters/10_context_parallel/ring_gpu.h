@@ -60,39 +60,6 @@ struct ShardLayout {
   }
 };
 
-//! [pairs_for]
-/// One (query chunk, key chunk) launch of a step: the problem the kernel sees and where its
-/// tensors start inside the shards.
-struct PairLaunch {
-  AttentionShape shape;
-  int q_chunk = 0, kv_chunk = 0;
-};
-
-/// The pairs rank `rank` computes against the block of rank `owner`: every pair the causal mask
-/// does not skip. A diagonal pair is one chunk against itself (chunks are disjoint runs, so two
-/// different chunks are either wholly before one another or wholly after), which is plain causal
-/// attention; every other pair is attention with no mask.
-inline std::vector<PairLaunch> pairs_for(const AttentionShape& global, const SequenceSplit& split, int rank,
-                                         int owner) {
-  std::vector<PairLaunch> pairs;
-  for (int i = 0; i < int(split.chunks[rank].size()); ++i)
-    for (int j = 0; j < int(split.chunks[owner].size()); ++j) {
-      const Chunk qc = split.chunks[rank][i], kc = split.chunks[owner][j];
-      const BlockKind kind = classify(qc, kc, global.causal);
-      if (kind == BlockKind::Skip) continue;
-      if (kind == BlockKind::Diagonal && (qc.start != kc.start || qc.length != kc.length))
-        throw std::logic_error("a diagonal pair that is not one chunk against itself");
-      AttentionShape s = global;
-      s.seq_q = qc.length;
-      s.seq_kv = kc.length;
-      s.causal = kind == BlockKind::Diagonal;
-      s.scale = global.softmax_scale();  // the whole problem's scale, whatever the chunk's length
-      pairs.push_back({s, i, j});
-    }
-  return pairs;
-}
-//! [pairs_for]
-
 /// One rank's ring attention: its shards (device pointers, chunk-major) in, its outputs out, all
 /// enqueued on compute_stream(). `transfer` false runs the same launches on blocks that never
 /// move (their values are not the neighbours'): the compute alone, for the benchmark.

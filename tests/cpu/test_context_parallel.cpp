@@ -217,6 +217,37 @@ TEST(ContextParallelWork, ZigzagStepsAreBalancedToo) {
     }
 }
 
+TEST(ContextParallelWork, GpuPairsComputeExactlyThePlannedScores) {
+  // The GPU ring launches one attention problem per (query chunk, key chunk) pair (pairs_for);
+  // together they must cover exactly the scores step_work plans, on every rank and step: no pair
+  // missed, none twice, each diagonal a plain causal square. Lengths 2N divides, a prime, and 5
+  // (empty zigzag chunks from N = 3).
+  for (int ranks = 1; ranks <= 8; ++ranks)
+    for (int seq : {16 * ranks, 97, 5})
+      for (Split kind : {Split::Contiguous, Split::Zigzag})
+        for (bool causal : {false, true}) {
+          const SequenceSplit split = split_sequence(seq, ranks, kind);
+          AttentionShape s{1, 2, 1, seq, seq, 32, causal, 0.0};
+          for (int r = 0; r < ranks; ++r)
+            for (int t = 0; t < ranks; ++t) {
+              int64_t scores = 0;
+              for (const PairLaunch& p : pairs_for(s, split, r, source_rank(r, t, ranks))) {
+                ASSERT_GT(p.shape.seq_q, 0);
+                ASSERT_GT(p.shape.seq_kv, 0);
+                if (p.shape.causal) {
+                  ASSERT_EQ(p.shape.seq_q, p.shape.seq_kv);
+                }
+                EXPECT_DOUBLE_EQ(p.shape.softmax_scale(), s.softmax_scale());
+                scores += p.shape.causal ? int64_t(p.shape.seq_q) * (p.shape.seq_q + 1) / 2
+                                         : int64_t(p.shape.seq_q) * p.shape.seq_kv;
+              }
+              EXPECT_EQ(scores, step_work(split, r, t, causal))
+                  << ranks << " ranks, seq " << seq << ", " << split_name(kind) << (causal ? ", causal" : "")
+                  << ", rank " << r << ", step " << t;
+            }
+        }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Ulysses
 
