@@ -135,6 +135,21 @@ inline std::vector<float> gather_rows(const Shards& shards, int64_t outer, int w
   return global;
 }
 
+//! [documents]
+/// Packed sequences (chapter 09's variable-length batch) in self-attention: documents lie end to
+/// end along the one sequence, document d at positions starts[d] .. starts[d + 1] - 1 (starts is
+/// cu_seqlens: 0, ..., seq; a document may be empty). A query sees keys of its own document only,
+/// and, causal, none after itself. The split cuts the sequence as before, across documents.
+struct Documents {
+  std::vector<int> starts;
+  /// [begin, end) of the document holding position `pos`.
+  std::pair<int, int> around(int pos) const {
+    const auto next = std::upper_bound(starts.begin(), starts.end(), pos);  // the first start after pos
+    return {*(next - 1), *next};
+  }
+};
+//! [documents]
+
 //! [block_kind]
 /// What the causal mask does to a chunk of queries against a chunk of keys, known from the
 /// chunks' positions alone, before any score is computed.
@@ -163,18 +178,96 @@ inline int keys_seen(int pos, Chunk kv, bool causal) {
 /// from one rank further back at each step.
 inline int source_rank(int rank, int step, int ranks) { return ((rank - step) % ranks + ranks) % ranks; }
 
+inline float dot(const float* a, const float* b, int d) {
+  float sum = 0.0f;
+  for (int x = 0; x < d; ++x) sum += a[x] * b[x];
+  return sum;
+}
+
+//! [block_forward]
+/// The (query row, run of keys) pairs of one block, in the order the forward and the backward
+/// visit them: for each of this rank's query rows (`row`, its index among the rank's rows) and
+/// each chunk of the block, the row in the block of the first key it sees in the chunk
+/// (`key_row`) and how many consecutive keys it sees there (`keys`: a prefix of the chunk, or,
+/// with packed documents, the part of it in the row's document). Skip chunks, and rows that see
+/// none of a chunk, are not visited.
+template <class Visit>
+inline void for_each_key_run(const std::vector<Chunk>& q_chunks, const std::vector<Chunk>& kv_chunks, bool causal,
+                             Visit&& visit, const Documents* docs = nullptr) {
+  int q_row0 = 0;
+  for (const Chunk& qc : q_chunks) {
+    int k_row0 = 0;
+    for (const Chunk& kc : kv_chunks) {
+      const BlockKind kind = classify(qc, kc, causal);
+      for (int i = 0; kind != BlockKind::Skip && i < qc.length; ++i) {
+        int first = 0, keys = kind == BlockKind::Full ? kc.length : keys_seen(qc.start + i, kc, causal);
+        if (docs) {  // the row's document, cut to the causal limit and to the chunk
+          const int pos = qc.start + i;
+          const auto [begin, end] = docs->around(pos);
+          const int lo = std::max(begin, kc.start);
+          const int hi = std::min({end, causal ? pos + 1 : end, kc.start + kc.length});
+          first = lo - kc.start;
+          keys = hi - lo;
+        }
+        if (keys > 0) visit(q_row0 + i, k_row0 + first, keys);
+      }
+      k_row0 += kc.length;
+    }
+    q_row0 += qc.length;
+  }
+}
+
+/// One (batch, query head): this rank's query rows against the K/V block it holds. For each
+/// row, the normalized output over the keys it sees in the block and their LSE (O = 0 and
+/// LSE = -inf when it sees none). Within the block it is chapter 03's fused loop, one chunk
+/// pair at a time. Returns the number of scores computed.
+inline int64_t block_forward(const float* q, const std::vector<Chunk>& q_chunks, const float* k, const float* v,
+                             const std::vector<Chunk>& kv_chunks, int d, float scale, bool causal, float* o_part,
+                             float* lse_part, const Documents* docs = nullptr) {
+  int rows = 0;
+  for (const Chunk& c : q_chunks) rows += c.length;
+  std::vector<float> m(rows, -INFINITY), l(rows, 0.0f), acc(std::size_t(rows) * d, 0.0f), p;
+  int64_t work = 0;
+  for_each_key_run(
+      q_chunks, kv_chunks, causal,
+      [&](int row, int key_row, int keys) {
+        p.resize(keys);
+        float step_max = -INFINITY;
+        for (int j = 0; j < keys; ++j) {
+          p[j] = scale * dot(q + int64_t(row) * d, k + int64_t(key_row + j) * d, d);
+          step_max = std::max(step_max, p[j]);
+        }
+        work += keys;
+        const float m_new = std::max(m[row], step_max);
+        const float correction = std::exp(m[row] - m_new);  // 0 before the row's first key
+        l[row] *= correction;
+        float* acc_row = acc.data() + std::size_t(row) * d;
+        for (int x = 0; x < d; ++x) acc_row[x] *= correction;
+        for (int j = 0; j < keys; ++j) {
+          const float e = std::exp(p[j] - m_new);
+          l[row] += e;
+          for (int x = 0; x < d; ++x) acc_row[x] += e * v[int64_t(key_row + j) * d + x];
+        }
+        m[row] = m_new;
+      },
+      docs);
+  for (int row = 0; row < rows; ++row) {
+    const bool seen = l[row] > 0.0f;
+    for (int x = 0; x < d; ++x) o_part[int64_t(row) * d + x] = seen ? acc[std::size_t(row) * d + x] / l[row] : 0.0f;
+    lse_part[row] = seen ? m[row] + std::log(l[row]) : -INFINITY;
+  }
+  return work;
+}
+//! [block_forward]
+
 /// The (query, key) scores rank `rank` computes at step `step` for ONE (batch, query head),
 /// from the positions alone: the plan the forward and backward loops follow. Multiply by
 /// batch x heads_q for the whole problem.
-inline int64_t step_work(const SequenceSplit& split, int rank, int step, bool causal) {
+inline int64_t step_work(const SequenceSplit& split, int rank, int step, bool causal, const Documents* docs = nullptr) {
   int64_t pairs = 0;
-  for (const Chunk& qc : split.chunks[rank])
-    for (const Chunk& kc : split.chunks[source_rank(rank, step, split.ranks)]) {
-      const BlockKind kind = classify(qc, kc, causal);
-      if (kind == BlockKind::Full) pairs += int64_t(qc.length) * kc.length;
-      if (kind == BlockKind::Diagonal)
-        for (int i = 0; i < qc.length; ++i) pairs += keys_seen(qc.start + i, kc, causal);
-    }
+  for_each_key_run(
+      split.chunks[rank], split.chunks[source_rank(rank, step, split.ranks)], causal,
+      [&](int, int, int keys) { pairs += keys; }, docs);
   return pairs;
 }
 
@@ -210,76 +303,6 @@ inline std::vector<PairLaunch> pairs_for(const AttentionShape& global, const Seq
   return pairs;
 }
 //! [pairs_for]
-
-inline float dot(const float* a, const float* b, int d) {
-  float sum = 0.0f;
-  for (int x = 0; x < d; ++x) sum += a[x] * b[x];
-  return sum;
-}
-
-//! [block_forward]
-/// The (query row, run of keys) pairs of one block, in the order the forward and the backward
-/// visit them: for each of this rank's query rows (`row`, its index among the rank's rows) and
-/// each chunk of the block, the chunk's first row in the block (`key_row`) and how many of its
-/// keys the row sees (`keys`, a prefix of the chunk). Skip chunks, and rows that see none of a
-/// chunk, are not visited.
-template <class Visit>
-inline void for_each_key_run(const std::vector<Chunk>& q_chunks, const std::vector<Chunk>& kv_chunks, bool causal,
-                             Visit&& visit) {
-  int q_row0 = 0;
-  for (const Chunk& qc : q_chunks) {
-    int k_row0 = 0;
-    for (const Chunk& kc : kv_chunks) {
-      const BlockKind kind = classify(qc, kc, causal);
-      for (int i = 0; kind != BlockKind::Skip && i < qc.length; ++i) {
-        const int keys = kind == BlockKind::Full ? kc.length : keys_seen(qc.start + i, kc, causal);
-        if (keys > 0) visit(q_row0 + i, k_row0, keys);
-      }
-      k_row0 += kc.length;
-    }
-    q_row0 += qc.length;
-  }
-}
-
-/// One (batch, query head): this rank's query rows against the K/V block it holds. For each
-/// row, the normalized output over the keys it sees in the block and their LSE (O = 0 and
-/// LSE = -inf when it sees none). Within the block it is chapter 03's fused loop, one chunk
-/// pair at a time. Returns the number of scores computed.
-inline int64_t block_forward(const float* q, const std::vector<Chunk>& q_chunks, const float* k, const float* v,
-                             const std::vector<Chunk>& kv_chunks, int d, float scale, bool causal, float* o_part,
-                             float* lse_part) {
-  int rows = 0;
-  for (const Chunk& c : q_chunks) rows += c.length;
-  std::vector<float> m(rows, -INFINITY), l(rows, 0.0f), acc(std::size_t(rows) * d, 0.0f), p;
-  int64_t work = 0;
-  for_each_key_run(q_chunks, kv_chunks, causal, [&](int row, int key_row, int keys) {
-    p.resize(keys);
-    float step_max = -INFINITY;
-    for (int j = 0; j < keys; ++j) {
-      p[j] = scale * dot(q + int64_t(row) * d, k + int64_t(key_row + j) * d, d);
-      step_max = std::max(step_max, p[j]);
-    }
-    work += keys;
-    const float m_new = std::max(m[row], step_max);
-    const float correction = std::exp(m[row] - m_new);  // 0 before the row's first key
-    l[row] *= correction;
-    float* acc_row = acc.data() + std::size_t(row) * d;
-    for (int x = 0; x < d; ++x) acc_row[x] *= correction;
-    for (int j = 0; j < keys; ++j) {
-      const float e = std::exp(p[j] - m_new);
-      l[row] += e;
-      for (int x = 0; x < d; ++x) acc_row[x] += e * v[int64_t(key_row + j) * d + x];
-    }
-    m[row] = m_new;
-  });
-  for (int row = 0; row < rows; ++row) {
-    const bool seen = l[row] > 0.0f;
-    for (int x = 0; x < d; ++x) o_part[int64_t(row) * d + x] = seen ? acc[std::size_t(row) * d + x] / l[row] : 0.0f;
-    lse_part[row] = seen ? m[row] + std::log(l[row]) : -INFINITY;
-  }
-  return work;
-}
-//! [block_forward]
 
 //! [merge_partial]
 /// Chapter 03's merge in LSE form (chapter 08's split-KV merge is the same): a row's state
@@ -323,6 +346,19 @@ inline void check_problem(const AttentionShape& s, const SequenceSplit& split,
   }
 }
 
+/// Throws std::invalid_argument unless `docs` (when given) cuts this problem's one sequence:
+/// batch 1 (a packed batch), boundaries from 0 to seq, never decreasing.
+inline void check_documents(const AttentionShape& s, const Documents* docs) {
+  if (!docs) return;
+  if (s.batch != 1)
+    throw std::invalid_argument("packed documents lie along one sequence: batch must be 1, got " +
+                                std::to_string(s.batch));
+  const std::vector<int>& b = docs->starts;
+  if (b.size() < 2 || b.front() != 0 || b.back() != s.seq_q || !std::is_sorted(b.begin(), b.end()))
+    throw std::invalid_argument("document boundaries must run from 0 to seq (" + std::to_string(s.seq_q) +
+                                ") without decreasing");
+}
+
 /// What a ring run did: the scores each rank computed at each step (all batches and heads
 /// together), and the floats each rank sent to its neighbour.
 struct RingCounts {
@@ -340,8 +376,9 @@ struct RingForward {
 /// the step it passes the block on to rank r + 1. On GPUs the pass of step t's block overlaps
 /// step t's compute (two buffers per rank); here the steps simply run in order.
 inline RingForward ring_attention_forward(const AttentionShape& s, const SequenceSplit& split, const Shards& q,
-                                          const Shards& k, const Shards& v) {
+                                          const Shards& k, const Shards& v, const Documents* docs = nullptr) {
   check_problem(s, split, {{&q, s.heads_q}, {&k, s.heads_kv}, {&v, s.heads_kv}});
+  check_documents(s, docs);
   const int n = split.ranks, d = s.head_dim;
   const float scale = float(s.softmax_scale());
   struct KvBlock {
@@ -367,7 +404,7 @@ inline RingForward ring_attention_forward(const AttentionShape& s, const Sequenc
         out.counts.work[r][step] +=
             block_forward(q[r].data() + int64_t(bh) * rows * d, split.chunks[r], block.k.data() + kv_head * kv_rows * d,
                           block.v.data() + kv_head * kv_rows * d, split.chunks[block.owner], d, scale, s.causal,
-                          o_part.data(), lse_part.data());
+                          o_part.data(), lse_part.data(), docs);
         for (int i = 0; i < rows; ++i)
           merge_partial(out.o[r].data() + (int64_t(bh) * rows + i) * d, out.lse[r][int64_t(bh) * rows + i],
                         o_part.data() + int64_t(i) * d, lse_part[i], d);
@@ -394,24 +431,27 @@ inline RingForward ring_attention_forward(const AttentionShape& s, const Sequenc
 inline int64_t block_backward(const float* q, const float* d_o, const float* lse, const float* delta,
                               const std::vector<Chunk>& q_chunks, const float* k, const float* v,
                               const std::vector<Chunk>& kv_chunks, int d, float scale, bool causal, float* dq,
-                              float* dk, float* dv) {
+                              float* dk, float* dv, const Documents* docs = nullptr) {
   int64_t work = 0;
-  for_each_key_run(q_chunks, kv_chunks, causal, [&](int row, int key_row, int keys) {
-    if (lse[row] == -INFINITY) return;  // a row that sees no key anywhere has P = 0
-    const float* q_row = q + int64_t(row) * d;
-    const float* do_row = d_o + int64_t(row) * d;
-    for (int j = 0; j < keys; ++j) {
-      const int64_t key = int64_t(key_row + j) * d;
-      const float p = std::exp(scale * dot(q_row, k + key, d) - lse[row]);
-      const float ds = p * (dot(do_row, v + key, d) - delta[row]);
-      for (int x = 0; x < d; ++x) {
-        dv[key + x] += p * do_row[x];
-        dk[key + x] += scale * ds * q_row[x];
-        dq[int64_t(row) * d + x] += scale * ds * k[key + x];
-      }
-    }
-    work += keys;
-  });
+  for_each_key_run(
+      q_chunks, kv_chunks, causal,
+      [&](int row, int key_row, int keys) {
+        if (lse[row] == -INFINITY) return;  // a row that sees no key anywhere has P = 0
+        const float* q_row = q + int64_t(row) * d;
+        const float* do_row = d_o + int64_t(row) * d;
+        for (int j = 0; j < keys; ++j) {
+          const int64_t key = int64_t(key_row + j) * d;
+          const float p = std::exp(scale * dot(q_row, k + key, d) - lse[row]);
+          const float ds = p * (dot(do_row, v + key, d) - delta[row]);
+          for (int x = 0; x < d; ++x) {
+            dv[key + x] += p * do_row[x];
+            dk[key + x] += scale * ds * q_row[x];
+            dq[int64_t(row) * d + x] += scale * ds * k[key + x];
+          }
+        }
+        work += keys;
+      },
+      docs);
   return work;
 }
 //! [block_backward]
@@ -429,8 +469,9 @@ struct RingBackward {
 /// dK/dV row are added in the ring's fixed order: the ring adds no run-to-run variation.
 inline RingBackward ring_attention_backward(const AttentionShape& s, const SequenceSplit& split, const Shards& q,
                                             const Shards& k, const Shards& v, const Shards& o, const Shards& lse,
-                                            const Shards& d_o) {
+                                            const Shards& d_o, const Documents* docs = nullptr) {
   check_problem(s, split, {{&q, s.heads_q}, {&k, s.heads_kv}, {&v, s.heads_kv}, {&o, s.heads_q}, {&d_o, s.heads_q}});
+  check_documents(s, docs);
   for (int r = 0; r < split.ranks; ++r)
     if (lse[r].size() != std::size_t(s.batch) * s.heads_q * split.rows(r))
       throw std::invalid_argument("rank " + std::to_string(r) + "'s LSE shard has " + std::to_string(lse[r].size()) +
@@ -473,7 +514,7 @@ inline RingBackward ring_attention_backward(const AttentionShape& s, const Seque
             block_backward(q[r].data() + qo, d_o[r].data() + qo, lse[r].data() + int64_t(bh) * rows,
                            delta[r].data() + int64_t(bh) * rows, split.chunks[r], block.k.data() + kvo,
                            block.v.data() + kvo, split.chunks[block.owner], d, scale, s.causal, out.dq[r].data() + qo,
-                           block.dk.data() + kvo, block.dv.data() + kvo);
+                           block.dk.data() + kvo, block.dv.data() + kvo, docs);
       }
     }
     if (n > 1) pass_along(/*with_kv=*/step + 1 < n);  // the N-th hop carries dK and dV home

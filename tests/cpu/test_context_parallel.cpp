@@ -1,8 +1,9 @@
 // Chapter 10's CPU side: ring attention and DeepSpeed-Ulysses, forward and backward, N ranks
 // simulated in one process, against the fp64 oracle on the whole sequence. Every rank count from
 // 1 to 8, contiguous and zigzag splits, causal or not, GQA and MQA, lengths the split divides
-// and lengths it does not (down to ranks holding no token at all). Then the work plan: the
-// zigzag split evens out the causal work, the contiguous split does not.
+// and lengths it does not (down to ranks holding no token at all), and packed documents. Then
+// the work plan: the zigzag split evens out the causal work, the contiguous split does not, and
+// the GPU's chunk-pair launches cover exactly the planned scores.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,8 @@
 
 #include "../../chapters/10_context_parallel/algorithm.h"
 #include "../../chapters/10_context_parallel/ulysses.h"
+#include "attention_features.h"
+#include "feature_inputs.h"
 #include "random.h"
 #include "reference.h"
 #include "../test_shapes.h"
@@ -134,6 +137,68 @@ INSTANTIATE_TEST_SUITE_P(Ranks, RingAttention,
                          ::testing::Combine(::testing::Range(1, 9), ::testing::Values(Split::Contiguous, Split::Zigzag),
                                             ::testing::Bool()),
                          ring_case_name);
+
+// Packed documents (chapter 09's varlen batch): the split cuts across them, and a query sees
+// only its own document's keys, wherever the ring brings them from.
+using PackedCase = std::tuple<int, Split, bool>;  // ranks, split, causal
+
+class RingPacked : public ::testing::TestWithParam<PackedCase> {};
+
+TEST_P(RingPacked, ForwardAndBackwardMatchOracle) {
+  const auto& [ranks, kind, causal] = GetParam();
+  for (int seq : {97, 16 * ranks + 3}) {
+    const AttentionShape s = shape_of(1, 4, 2, seq, seq, 32, causal);
+    AttentionFeatures features;
+    features.sequences = 5;
+    const uint64_t seed = fresh_seed();
+    const Packing packing = random_packing(s, features, seed);  // empty documents among them
+    AttentionExtras extras;
+    extras.cu_seqlens_q = extras.cu_seqlens_k = packing.cu_q.data();
+    for (std::size_t i = 0; i + 1 < packing.cu_q.size(); ++i)
+      extras.max_seqlen_q = extras.max_seqlen_k = std::max(extras.max_seqlen_q, packing.cu_q[i + 1] - packing.cu_q[i]);
+    std::vector<float> q(s.q_elems()), k(s.kv_elems()), v(s.kv_elems()), d_o(s.o_elems());
+    for (int64_t i = 0; i < s.q_elems(); ++i) q[i] = random_normal(seed, 0, i), d_o[i] = random_normal(seed, 3, i);
+    for (int64_t i = 0; i < s.kv_elems(); ++i) k[i] = random_normal(seed, 1, i), v[i] = random_normal(seed, 2, i);
+    const BackwardReference ref = reference_backward(s, q.data(), k.data(), v.data(), d_o.data(), features, &extras);
+    const SequenceSplit split = split_sequence(seq, ranks, kind);
+    const Documents docs{packing.cu_q};
+    const int d = s.head_dim;
+    const auto shard = [&](const std::vector<float>& t, int heads) { return scatter_rows(t.data(), heads, d, split); };
+    const Shards qs = shard(q, s.heads_q), ks = shard(k, s.heads_kv), vs = shard(v, s.heads_kv),
+                 dos = shard(d_o, s.heads_q);
+    const RingForward f = ring_attention_forward(s, split, qs, ks, vs, &docs);
+    const RingBackward b = ring_attention_backward(s, split, qs, ks, vs, f.o, f.lse, dos, &docs);
+    const std::string what = std::to_string(ranks) + " ranks, " + split_name(kind) + ", seq " + std::to_string(seq) +
+                             (causal ? ", causal" : "") + ", seed " + std::to_string(seed);
+    EXPECT_LT(rel_error(gather_rows(f.o, s.heads_q, d, split), ref.o), 1e-5) << "O, " << what;
+    EXPECT_LT(max_abs_diff(gather_rows(f.lse, s.heads_q, 1, split), ref.lse), 1e-4) << "LSE, " << what;
+    EXPECT_LT(rel_error(gather_rows(b.dq, s.heads_q, d, split), ref.dq), 1e-4) << "dQ, " << what;
+    EXPECT_LT(rel_error(gather_rows(b.dk, s.heads_kv, d, split), ref.dk), 1e-4) << "dK, " << what;
+    EXPECT_LT(rel_error(gather_rows(b.dv, s.heads_kv, d, split), ref.dv), 1e-4) << "dV, " << what;
+    for (int r = 0; r < ranks; ++r)
+      for (int t = 0; t < ranks; ++t)
+        EXPECT_EQ(f.counts.work[r][t], s.heads_q * step_work(split, r, t, causal, &docs)) << what;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, RingPacked,
+                         ::testing::Combine(::testing::Range(1, 9), ::testing::Values(Split::Contiguous, Split::Zigzag),
+                                            ::testing::Bool()),
+                         ring_case_name);
+
+TEST(RingPacked, BadDocumentsAreRefused) {
+  const AttentionShape s = shape_of(1, 2, 2, 16, 16, 16, true);
+  const SequenceSplit split = split_sequence(16, 2, Split::Zigzag);
+  const Shards q(2, std::vector<float>(2 * 8 * 16)), kv(2, std::vector<float>(2 * 8 * 16));
+  for (const std::vector<int>& starts : std::vector<std::vector<int>>{{0, 9}, {1, 16}, {0, 10, 4, 16}, {0}}) {
+    const Documents docs{starts};
+    EXPECT_THROW(ring_attention_forward(s, split, q, kv, kv, &docs), std::invalid_argument);
+  }
+  const AttentionShape two = shape_of(2, 2, 2, 16, 16, 16, true);
+  const Documents docs{{0, 16}};
+  const Shards q2(2, std::vector<float>(2 * 2 * 8 * 16)), kv2(2, std::vector<float>(2 * 2 * 8 * 16));
+  EXPECT_THROW(ring_attention_forward(two, split, q2, kv2, kv2, &docs), std::invalid_argument);
+}
 
 TEST(ContextParallelSplit, PositionsCoverTheSequenceOnce) {
   for (int ranks = 1; ranks <= 8; ++ranks)
