@@ -490,9 +490,10 @@ def context_parallel_table():
         seq = int(r["tokens"])
         both = float(r["fwd_ms"]) + float(r["bwd_ms"])
         train[r["run"]] = 3.5 * flops(seq) / both / 1e9
-        rows.append([r["run"], f"{seq:,}", r["fwd_ms"], r["fwd_tflops"], f"{float(r['fwd_over_one_rank']):.2f}×",
-                     r["bwd_ms"], r["bwd_tflops"], f"{float(r['bwd_over_one_rank']):.2f}×", f"{both:.2f}",
-                     f"{train[r['run']]:.1f}", f"{r['hop_ms']} ({float(r['hop_gbps']):.0f} GB/s)" if r["hop_ms"] else "–"])
+        rows.append([r["run"], f"{seq:,}", f"{float(r['fwd_ms']):.2f}", r["fwd_tflops"],
+                     f"{float(r['fwd_over_one_rank']):.2f}×", f"{float(r['bwd_ms']):.2f}", r["bwd_tflops"],
+                     f"{float(r['bwd_over_one_rank']):.2f}×", f"{both:.2f}", f"{train[r['run']]:.1f}",
+                     f"{float(r['hop_ms']):.2f} ms, {float(r['hop_gbps']):.0f} GB/s" if r["hop_ms"] else "–"])
     one_torch = next(r for r in theirs if r["run"].startswith("1 GPU"))
     for r in theirs:
         rows.append([f"PyTorch: {r['run']}", f"{int(r['tokens']):,}", r["fwd_ms"], r["fwd_tflops"],
