@@ -67,8 +67,10 @@ Chapter 10's flags:
   --tokens-per-rank T    the benchmark's tokens on each rank
   --gpu-only             with fewer than two GPUs, exit 77 (skipped) instead of running the
                          simulated ranks on the CPU
-The check's default problem: batch 2, 8 query heads over 2 K/V heads, 1001 tokens, head_dim 128,
-causal. Its sequence is split across the ranks (--seq sets its length).
+The check runs the ring (with the fastest backward, and with the deterministic one twice) and
+Ulysses against the fp64 oracle. Its default problem: batch 2, 8 query heads over 2 K/V heads,
+1001 tokens, head_dim 128, causal; the sequence is split across the ranks (--seq sets its length).
+--bench --csv FILE writes the benchmark's rows to FILE.
 )";
 
 std::vector<const char*> take_ring_flags(int argc, const char* const* argv) {
