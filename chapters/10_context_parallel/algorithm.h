@@ -304,6 +304,41 @@ inline std::vector<PairLaunch> pairs_for(const AttentionShape& global, const Seq
 }
 //! [pairs_for]
 
+/// With packed documents a pair is one of chapter 09's variable-length problems: its sequences are
+/// the documents that reach into either chunk, each with its rows in the query chunk and its keys in
+/// the key chunk (either may be none). A diagonal pair's sequences are causal squares; in any other
+/// pair every key precedes every query, so a sequence sees all of its keys there.
+struct PackedPairLaunch {
+  PairLaunch pair;
+  std::vector<int> cu_q, cu_k;  // the sequences' boundaries in the pair's rows and keys, from 0
+};
+
+/// The packed pairs rank `rank` computes against the block of rank `owner`, leaving out pairs in
+/// which no query shares a document with a key. (The GPU program does not run packed documents
+/// yet; this is the plan its varlen launches would follow.)
+inline std::vector<PackedPairLaunch> packed_pairs_for(const AttentionShape& global, const SequenceSplit& split,
+                                                      int rank, int owner, const Documents& docs) {
+  std::vector<PackedPairLaunch> out;
+  for (const PairLaunch& p : pairs_for(global, split, rank, owner)) {
+    const Chunk qc = split.chunks[rank][p.q_chunk], kc = split.chunks[owner][p.kv_chunk];
+    const auto overlap = [](Chunk c, int begin, int end) {
+      return std::max(0, std::min(end, c.start + c.length) - std::max(begin, c.start));
+    };
+    PackedPairLaunch packed{p, {0}, {0}};
+    int64_t pairs_seen = 0;
+    for (std::size_t d = 0; d + 1 < docs.starts.size(); ++d) {
+      const int q = overlap(qc, docs.starts[d], docs.starts[d + 1]);
+      const int k = overlap(kc, docs.starts[d], docs.starts[d + 1]);
+      if (q == 0 && k == 0) continue;  // the document reaches neither chunk
+      packed.cu_q.push_back(packed.cu_q.back() + q);
+      packed.cu_k.push_back(packed.cu_k.back() + k);
+      pairs_seen += int64_t(q) * k;
+    }
+    if (pairs_seen > 0) out.push_back(std::move(packed));
+  }
+  return out;
+}
+
 //! [merge_partial]
 /// Chapter 03's merge in LSE form (chapter 08's split-KV merge is the same): a row's state
 /// (o, lse) over the keys seen so far absorbs the partial (o_b, lse_b) over keys it had not seen.

@@ -181,6 +181,37 @@ TEST_P(RingPacked, ForwardAndBackwardMatchOracle) {
   }
 }
 
+TEST_P(RingPacked, VarlenPairsComputeExactlyThePlannedScores) {
+  // Each packed pair as chapter 09's varlen problem (packed_pairs_for): its sequences' scores
+  // (causal squares on the diagonal, rectangles elsewhere) add up to what step_work plans.
+  const auto& [ranks, kind, causal] = GetParam();
+  for (int seq : {97, 16 * ranks + 3, 5}) {
+    const AttentionShape s = shape_of(1, 2, 1, seq, seq, 16, causal);
+    AttentionFeatures features;
+    features.sequences = 4;
+    const Documents docs{random_packing(s, features, fresh_seed()).cu_q};
+    const SequenceSplit split = split_sequence(seq, ranks, kind);
+    for (int r = 0; r < ranks; ++r)
+      for (int t = 0; t < ranks; ++t) {
+        int64_t scores = 0;
+        for (const PackedPairLaunch& p : packed_pairs_for(s, split, r, source_rank(r, t, ranks), docs)) {
+          ASSERT_EQ(p.cu_q.size(), p.cu_k.size());
+          ASSERT_EQ(p.cu_q.back(), p.pair.shape.seq_q);
+          ASSERT_EQ(p.cu_k.back(), p.pair.shape.seq_kv);
+          for (std::size_t i = 0; i + 1 < p.cu_q.size(); ++i) {
+            const int64_t q = p.cu_q[i + 1] - p.cu_q[i], k = p.cu_k[i + 1] - p.cu_k[i];
+            if (p.pair.shape.causal) {
+              ASSERT_EQ(q, k) << "a diagonal pair's sequence is a square";
+            }
+            scores += p.pair.shape.causal ? q * (q + 1) / 2 : q * k;
+          }
+        }
+        EXPECT_EQ(scores, step_work(split, r, t, causal, &docs))
+            << ranks << " ranks, " << split_name(kind) << ", seq " << seq << ", rank " << r << ", step " << t;
+      }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, RingPacked,
                          ::testing::Combine(::testing::Range(1, 9), ::testing::Values(Split::Contiguous, Split::Zigzag),
                                             ::testing::Bool()),
