@@ -103,7 +103,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     with return_attn_probs."""
     if (dropout_p == 0.0 and softmax_scale is None and softcap == 0.0 and alibi_slopes is None
             and deterministic is False and return_attn_probs is False and (causal is True or causal is False)
-            and window_size in ((-1, -1), [-1, -1])):
+            and type(window_size) in (tuple, list) and len(window_size) == 2
+            and type(window_size[0]) is int and type(window_size[1]) is int and tuple(window_size) == (-1, -1)):
         # The training call: attention()'s eager path, whose plan checks a new signature of the
         # arguments as the checks below would, and skips every check for one it has seen.
         return _torch.attention(q, k, v, causal=causal, layout="bshd")
