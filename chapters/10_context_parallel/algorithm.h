@@ -200,7 +200,7 @@ inline void for_each_key_run(const std::vector<Chunk>& q_chunks, const std::vect
     for (const Chunk& kc : kv_chunks) {
       const BlockKind kind = classify(qc, kc, causal);
       for (int i = 0; kind != BlockKind::Skip && i < qc.length; ++i) {
-        int first = 0, keys = kind == BlockKind::Full ? kc.length : keys_seen(qc.start + i, kc, causal);
+        int first = 0, keys = 0;
         if (docs) {  // the row's document, cut to the causal limit and to the chunk
           const int pos = qc.start + i;
           const auto [begin, end] = docs->around(pos);
@@ -208,6 +208,8 @@ inline void for_each_key_run(const std::vector<Chunk>& q_chunks, const std::vect
           const int hi = std::min({end, causal ? pos + 1 : end, kc.start + kc.length});
           first = lo - kc.start;
           keys = hi - lo;
+        } else {
+          keys = kind == BlockKind::Full ? kc.length : keys_seen(qc.start + i, kc, causal);
         }
         if (keys > 0) visit(q_row0 + i, k_row0 + first, keys);
       }

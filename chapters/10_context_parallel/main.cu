@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -244,26 +245,18 @@ void from_chunk_major(const T* shard, T* global, const AttentionShape& s, int he
         std::copy_n(shard + at, width, global + (bh * s.seq_q + c.start + i) * width);
 }
 
-template <class T>
-std::vector<T> download(const DeviceBuffer& buffer, std::size_t count) {
-  std::vector<T> host(count);
-  CUDA_CHECK(cudaMemcpy(host.data(), buffer.get(), count * sizeof(T), cudaMemcpyDeviceToHost));
-  return host;
-}
-
-std::vector<float> download_as_floats(DType dtype, const DeviceBuffer& buffer, std::size_t count) {
-  std::vector<unsigned char> raw(count * dtype_size(dtype));
-  CUDA_CHECK(cudaMemcpy(raw.data(), buffer.get(), raw.size(), cudaMemcpyDeviceToHost));
-  std::vector<float> out(count);
-  decode_elements(dtype, raw.data(), out.data(), count);
+/// Raw bytes of `dtype` elements (DeviceBuffer::download) as floats.
+std::vector<float> decoded(DType dtype, const std::vector<unsigned char>& raw) {
+  std::vector<float> out(raw.size() / dtype_size(dtype));
+  decode_elements(dtype, raw.data(), out.data(), out.size());
   return out;
 }
 
-/// A buffer of NaN in every float type (unwritten shows), finished before the ring's streams
-/// (which do not wait for the default stream) use it.
+/// A poisoned buffer (NaN in every float type: unwritten shows), finished before the ring's
+/// streams (which do not wait for the default stream) use it.
 DeviceBuffer poisoned(std::size_t bytes) {
   DeviceBuffer b(bytes);
-  CUDA_CHECK(cudaMemset(b.get(), 0xFF, bytes));
+  b.poison();
   CUDA_CHECK(cudaDeviceSynchronize());
   return b;
 }
@@ -321,7 +314,7 @@ struct CheckOutputs {
   Shared<float> lse, dq, dk, dv;
   Shared<int> repeat_identical;  // per rank: 1 when the second backward wrote the same bytes
   CheckOutputs(const AttentionShape& s, DType dtype, int ranks)
-      : o_raw(std::size_t(s.batch) * s.heads_q * s.seq_q * s.head_dim * dtype_size(dtype), 0xFF),
+      : o_raw(std::size_t(s.batch) * s.heads_q * s.seq_q * s.head_dim * dtype_size(dtype), kPoisonByte),
         lse(std::size_t(s.batch) * s.heads_q * s.seq_q, NAN),
         dq(std::size_t(s.batch) * s.heads_q * s.seq_q * s.head_dim, NAN),
         dk(std::size_t(s.batch) * s.heads_kv * s.seq_kv * s.head_dim, NAN),
@@ -354,27 +347,23 @@ int check_rank(int rank, ncclComm_t comm, const BackwardProblem& problem, const 
   Rank ring(comm, rank, s, split, fwd, &bwd);
   ring.forward(q.get(), k.get(), v.get(), o.get(), lse.as<float>());
   CUDA_CHECK(cudaStreamSynchronize(ring.compute_stream()));
-  const std::vector<unsigned char> o_raw = download<unsigned char>(o, q_elems * el);
-  const std::vector<float> lse_host = download<float>(lse, lse_elems);
+  const std::vector<unsigned char> o_raw = o.download();
+  const std::vector<float> lse_host = decoded(DType::F32, lse.download());
   // O's rows are width head_dim x element bytes when moved as bytes.
   from_chunk_major(o_raw.data(), out.o_raw.data(), s, s.heads_q, int(d * el), chunks);
   from_chunk_major(lse_host.data(), out.lse.data(), s, s.heads_q, 1, chunks);
 
-  std::vector<unsigned char> first;
+  std::array<std::vector<unsigned char>, 3> first;  // dQ, dK, dV of the first run
   for (int run = 0; run < (deterministic ? 2 : 1); ++run) {
     DeviceBuffer dq = poisoned(q_elems * el), dk = poisoned(kv_elems * el), dv = poisoned(kv_elems * el);
     ring.backward(q.get(), k.get(), v.get(), o.get(), lse.as<float>(), d_o.get(), dq.get(), dk.get(), dv.get());
     CUDA_CHECK(cudaStreamSynchronize(ring.compute_stream()));
-    std::vector<unsigned char> bytes = download<unsigned char>(dq, q_elems * el);
-    for (const DeviceBuffer* b : {&dk, &dv}) {
-      const std::vector<unsigned char> more = download<unsigned char>(*b, kv_elems * el);
-      bytes.insert(bytes.end(), more.begin(), more.end());
-    }
+    const std::array<std::vector<unsigned char>, 3> bytes{dq.download(), dk.download(), dv.download()};
     if (run == 0) {
-      first = std::move(bytes);
-      from_chunk_major(download_as_floats(dtype, dq, q_elems).data(), out.dq.data(), s, s.heads_q, d, chunks);
-      from_chunk_major(download_as_floats(dtype, dk, kv_elems).data(), out.dk.data(), s, s.heads_kv, d, chunks);
-      from_chunk_major(download_as_floats(dtype, dv, kv_elems).data(), out.dv.data(), s, s.heads_kv, d, chunks);
+      first = bytes;
+      from_chunk_major(decoded(dtype, bytes[0]).data(), out.dq.data(), s, s.heads_q, d, chunks);
+      from_chunk_major(decoded(dtype, bytes[1]).data(), out.dk.data(), s, s.heads_kv, d, chunks);
+      from_chunk_major(decoded(dtype, bytes[2]).data(), out.dv.data(), s, s.heads_kv, d, chunks);
     } else {
       out.repeat_identical[rank] = bytes == first ? 1 : 0;
     }

@@ -84,17 +84,18 @@ class RingRank {
       for (const Chunk& c : split.chunks[r]) max_chunk = std::max(max_chunk, c.length);
     }
     // Every pair this rank will launch, checked now: a kernel that cannot take one is named
-    // before anything runs.
+    // before anything runs. The workspaces are sized for the largest pair.
+    std::size_t fwd_work = 0, bwd_work = 0;
     for (int t = 0; t < ranks_; ++t)
       for (const PairLaunch& p : pairs_for(s_, split_, rank_, source_rank(rank_, t, ranks_))) {
         std::string why = support_reason(fwd_, p.shape, {});
         if (!why.empty()) throw std::invalid_argument(fwd_.name + " cannot take a " + p.shape.to_string() + ": " + why);
-        if (fwd_.workspace_bytes) fwd_work_ = std::max(fwd_work_, fwd_.workspace_bytes(p.shape));
+        if (fwd_.workspace_bytes) fwd_work = std::max(fwd_work, fwd_.workspace_bytes(p.shape));
         if (bwd_) {
           why = support_reason(*bwd_, p.shape, {});
           if (!why.empty())
             throw std::invalid_argument(bwd_->name + " cannot take a " + p.shape.to_string() + ": " + why);
-          if (bwd_->workspace_bytes) bwd_work_ = std::max(bwd_work_, bwd_->workspace_bytes(p.shape));
+          if (bwd_->workspace_bytes) bwd_work = std::max(bwd_work, bwd_->workspace_bytes(p.shape));
         }
       }
     const std::size_t el = dtype_size(dtype_);
@@ -105,7 +106,7 @@ class RingRank {
     o_part_ = DeviceBuffer(std::size_t(q_chunk_elems) * el);
     lse_part_ = DeviceBuffer(std::size_t(s_.batch) * s_.heads_q * max_chunk * sizeof(float));
     acc_ = DeviceBuffer(std::size_t(rows_q) * s_.head_dim * sizeof(float));
-    fwd_workspace_ = DeviceBuffer(fwd_work_);
+    fwd_workspace_ = DeviceBuffer(fwd_work);
     if (bwd_) {
       const int64_t kv_chunk_elems = int64_t(s_.batch) * s_.heads_kv * max_chunk * s_.head_dim;
       for (auto& b : dkv_) b = DeviceBuffer(std::size_t(2 * kv_elems) * sizeof(float));
@@ -113,7 +114,7 @@ class RingRank {
       dq_part_ = DeviceBuffer(std::size_t(q_chunk_elems) * el);
       dk_part_ = DeviceBuffer(std::size_t(kv_chunk_elems) * el);
       dv_part_ = DeviceBuffer(std::size_t(kv_chunk_elems) * el);
-      bwd_workspace_ = DeviceBuffer(bwd_work_);
+      bwd_workspace_ = DeviceBuffer(bwd_work);
     }
     // The stand-in block of a run without transfers: random K and V of their own (the kernels'
     // speed depends on the data: equal scores everywhere would skip work real blocks need).
@@ -167,7 +168,7 @@ class RingRank {
         params.v = at(block.v, theirs.offset(p.kv_chunk, s_, s_.heads_kv, s_.head_dim));
         params.o = o_part_.get();
         params.lse = lse_part_.as<float>();
-        params.workspace = fwd_work_ ? fwd_workspace_.get() : nullptr;
+        params.workspace = fwd_workspace_.get();  // null when the kernel asks for none
         params.stream = compute_;
         fwd_.launch(params);
         CUDA_CHECK_LAUNCH();
@@ -222,7 +223,7 @@ class RingRank {
         params.dq = dq_part_.get();
         params.dk = dk_part_.get();
         params.dv = dv_part_.get();
-        params.workspace = bwd_work_ ? bwd_workspace_.get() : nullptr;
+        params.workspace = bwd_workspace_.get();
         params.stream = compute_;
         bwd_->launch(params);
         CUDA_CHECK_LAUNCH();
@@ -242,7 +243,7 @@ class RingRank {
         add_into(DType::F32, d_running, d_local, 2 * block_kv, compute_);
       }
       CUDA_CHECK(cudaEventRecord(computed_[t % 2], compute_));
-      if (ranks_ > 1 && transfer_) pass_gradients(t, block_kv, owner);
+      if (ranks_ > 1 && transfer_) pass_gradients(t, block_kv);
     }
     // After N steps (and N hops of dK/dV) this rank's own block's sums are home.
     const int home = ranks_ > 1 && transfer_ ? ranks_ % 2 : (ranks_ - 1) % 2;
@@ -295,8 +296,7 @@ class RingRank {
 
   /// After step t's compute: the block's running dK/dV go on to r + 1, and the next block's
   /// arrive from r - 1 into the other buffer (free: its last send is earlier on this stream).
-  void pass_gradients(int t, int64_t block_kv, int owner) {
-    (void)owner;
+  void pass_gradients(int t, int64_t block_kv) {
     CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, computed_[t % 2]));
     const int64_t next_kv = kv_elements(split_.rows(source_rank(rank_, t + 1, ranks_)));
     FA_NCCL_CHECK(ncclGroupStart());
@@ -323,7 +323,6 @@ class RingRank {
   const BackwardKernel* bwd_;
   bool transfer_;
   DType dtype_;
-  std::size_t fwd_work_ = 0, bwd_work_ = 0;
   int stand_in_rows_ = 0;  // rows of K (then of V) in the stand-in block, without transfers
   std::array<DeviceBuffer, 2> kv_, dkv_;
   DeviceBuffer o_part_, lse_part_, acc_, fwd_workspace_, dkv_local_, dq_part_, dk_part_, dv_part_, bwd_workspace_;

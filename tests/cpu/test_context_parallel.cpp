@@ -73,6 +73,14 @@ void expect_forward_matches(const Problem& p, const Shards& o, const Shards& lse
   EXPECT_LT(max_abs_diff(lse_all, p.ref.lse), 1e-4) << "LSE on " << p.describe();
 }
 
+/// The backward's shards of dQ, dK and dV against the oracle's, by relative error.
+void expect_backward_matches(const Problem& p, const Shards& dq, const Shards& dk, const Shards& dv) {
+  const int d = p.shape.head_dim;
+  EXPECT_LT(rel_error(gather_rows(dq, p.q_outer(), d, p.split), p.ref.dq), 1e-4) << "dQ on " << p.describe();
+  EXPECT_LT(rel_error(gather_rows(dk, p.kv_outer(), d, p.split), p.ref.dk), 1e-4) << "dK on " << p.describe();
+  EXPECT_LT(rel_error(gather_rows(dv, p.kv_outer(), d, p.split), p.ref.dv), 1e-4) << "dV on " << p.describe();
+}
+
 // Shapes per rank count: one that 2N divides, GQA with batch 2, MQA on a prime length (no
 // split divides it), and 5 tokens (from 3 ranks on, the zigzag split leaves chunks empty; from
 // 6 on, the contiguous split leaves whole ranks without a token).
@@ -117,17 +125,14 @@ TEST_P(RingAttention, BackwardMatchesOracle) {
     const RingForward f = ring_attention_forward(s, p.split, p.q_shards, p.k_shards, p.v_shards);
     const RingBackward b =
         ring_attention_backward(s, p.split, p.q_shards, p.k_shards, p.v_shards, f.o, f.lse, p.do_shards);
-    const int d = s.head_dim;
-    EXPECT_LT(rel_error(gather_rows(b.dq, p.q_outer(), d, p.split), p.ref.dq), 1e-4) << "dQ on " << p.describe();
-    EXPECT_LT(rel_error(gather_rows(b.dk, p.kv_outer(), d, p.split), p.ref.dk), 1e-4) << "dK on " << p.describe();
-    EXPECT_LT(rel_error(gather_rows(b.dv, p.kv_outer(), d, p.split), p.ref.dv), 1e-4) << "dV on " << p.describe();
+    expect_backward_matches(p, b.dq, b.dk, b.dv);
     for (int r = 0; r < ranks; ++r) {
       for (int t = 0; t < ranks; ++t)
         EXPECT_EQ(b.counts.work[r][t], p.q_outer() * step_work(p.split, r, t, causal)) << p.describe();
       // K and V make N - 1 hops, dK and dV N (the last one home); one rank sends nothing.
       int64_t expected_sent = 0;
       for (int t = 0; t < ranks && ranks > 1; ++t)
-        expected_sent += (t + 1 < ranks ? 4 : 2) * p.kv_outer() * p.split.rows(source_rank(r, t, ranks)) * d;
+        expected_sent += (t + 1 < ranks ? 4 : 2) * p.kv_outer() * p.split.rows(source_rank(r, t, ranks)) * s.head_dim;
       EXPECT_EQ(b.counts.floats_sent[r], expected_sent) << "rank " << r << " on " << p.describe();
     }
   }
@@ -386,10 +391,7 @@ TEST_P(Ulysses, BackwardMatchesOracle) {
     const UlyssesForward f = ulysses_attention_forward(s, p.split, p.q_shards, p.k_shards, p.v_shards);
     const UlyssesBackward b =
         ulysses_attention_backward(s, p.split, p.q_shards, p.k_shards, p.v_shards, f.o, f.lse, p.do_shards);
-    const int d = s.head_dim;
-    EXPECT_LT(rel_error(gather_rows(b.dq, p.q_outer(), d, p.split), p.ref.dq), 1e-4) << "dQ on " << p.describe();
-    EXPECT_LT(rel_error(gather_rows(b.dk, p.kv_outer(), d, p.split), p.ref.dk), 1e-4) << "dK on " << p.describe();
-    EXPECT_LT(rel_error(gather_rows(b.dv, p.kv_outer(), d, p.split), p.ref.dv), 1e-4) << "dV on " << p.describe();
+    expect_backward_matches(p, b.dq, b.dk, b.dv);
   }
 }
 
