@@ -511,7 +511,7 @@ def context_parallel_table():
               f"{float(zig['bwd_over_one_rank']):.2f}× (even work at one rank's speed is {n}×); a pass takes "
               f"{float(zig['fwd_ms']) / float(alone['fwd_ms']):.3f}× (forward) and "
               f"{float(zig['bwd_ms']) / float(alone['bwd_ms']):.3f}× (backward) the time of the compute alone (the "
-              f"performance notes say what its blocks held); "
+              f"performance notes split the difference into slower kernels and waiting); "
               f"zigzag is {float(contig['fwd_ms']) / float(zig['fwd_ms']):.2f}× (forward) and "
               f"{float(contig['bwd_ms']) / float(zig['bwd_ms']):.2f}× (backward) as fast as the contiguous split; "
               f"forward + backward runs at {train[zig['run']] / float(best_torch['fwd_bwd_tflops']):.2f}× the TFLOP/s "

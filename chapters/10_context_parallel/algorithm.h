@@ -316,8 +316,7 @@ struct PackedPairLaunch {
 };
 
 /// The packed pairs rank `rank` computes against the block of rank `owner`, leaving out pairs in
-/// which no query shares a document with a key. (The GPU program does not run packed documents
-/// yet; this is the plan its varlen launches would follow.)
+/// which no query shares a document with a key: the GPU ring's varlen launches (ring_gpu.h).
 inline std::vector<PackedPairLaunch> packed_pairs_for(const AttentionShape& global, const SequenceSplit& split,
                                                       int rank, int owner, const Documents& docs) {
   std::vector<PackedPairLaunch> out;

@@ -28,6 +28,7 @@
 #include <iostream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "algorithm.h"
@@ -55,6 +56,7 @@ struct RingOptions {
   bool bench = false;
   bool gpu_only = false;
   int tokens_per_rank = 65536;
+  int documents = 0;  // the check's sequence packed as this many documents (0: one sequence)
 };
 RingOptions ring_options;
 
@@ -68,6 +70,9 @@ Chapter 10's flags:
   --tokens-per-rank T    the benchmark's tokens on each rank
   --gpu-only             with fewer than two GPUs, exit 77 (skipped) instead of running the
                          simulated ranks on the CPU
+  --documents N          the check packs the sequence as N documents of random lengths (some
+                         empty; a query sees keys of its own document only; needs --batch 1):
+                         the ring runs chapter 09's variable-length kernels
 The check runs the ring (with the fastest backward, and with the deterministic one twice) and
 Ulysses against the fp64 oracle. Its default problem: batch 2, 8 query heads over 2 K/V heads,
 1001 tokens, head_dim 128, causal; the sequence is split across the ranks (--seq sets its length).
@@ -108,6 +113,8 @@ std::vector<const char*> take_ring_flags(int argc, const char* const* argv) {
       ring_options.bench = true;
     } else if (arg == "--gpu-only") {
       ring_options.gpu_only = true;
+    } else if (arg == "--documents") {
+      ring_options.documents = positive(arg, value(i, arg));
     } else {
       rest.push_back(argv[i]);
     }
@@ -264,13 +271,17 @@ DeviceBuffer poisoned(std::size_t bytes) {
 // ---------------------------------------------------------------------------------------------
 // The kernels a rank launches.
 
-const ForwardKernel& pick_forward(DType dtype, bool hopper) {
-  for (const char* name : {"ch06_pingpong_bf16", "ch05_tuned_bf16"}) {
-    if (!hopper && std::string(name).rfind("ch06", 0) == 0) continue;
+/// Chapter 06's ping-pong kernel (chapter 05's tuned one off Hopper); on packed documents,
+/// chapter 09's variable-length kernels (its Hopper one, else its Ampere one).
+const ForwardKernel& pick_forward(DType dtype, bool hopper, bool packed = false) {
+  const std::vector<std::string> names = packed ? std::vector<std::string>{"ch09_hopper_bf16", "ch09_ampere_bf16"}
+                                                : std::vector<std::string>{"ch06_pingpong_bf16", "ch05_tuned_bf16"};
+  for (const std::string& name : names) {
+    if (!hopper && (name == "ch06_pingpong_bf16" || name == "ch09_hopper_bf16")) continue;
     for (const ForwardKernel& k : forward_kernels())
       if (k.name == name && k.dtype == dtype) return k;
   }
-  throw std::runtime_error("no forward kernel for chapter 10 (chapters 05 and 06 are not linked)");
+  throw std::runtime_error("no forward kernel for chapter 10 (chapters 05, 06 and 09 are not linked)");
 }
 
 /// Whether `kernel` takes every (query chunk, key chunk) pair of every rank of `split`.
@@ -283,14 +294,15 @@ bool takes_every_pair(const BackwardKernel& kernel, const AttentionShape& s, con
 }
 
 /// Chapter 07's fastest backward that takes every block (its variants 6, 4 and 2 in that order,
-/// the first two on Hopper only), or its deterministic one.
+/// the first two on Hopper only), or its deterministic one; on packed documents, chapter 09's.
 const BackwardKernel& pick_backward(bool deterministic, bool hopper, const AttentionShape& s,
-                                    const SequenceSplit& split) {
+                                    const SequenceSplit& split, bool packed = false) {
   const std::vector<std::string> names =
-      deterministic ? std::vector<std::string>{"ch07_deterministic_bf16"}
-                    : std::vector<std::string>{"ch07_fused_bulk_bf16", "ch07_wgmma_bf16", "ch07_mma_bf16"};
+      packed          ? std::vector<std::string>{"ch09_ampere_backward_bf16"}
+      : deterministic ? std::vector<std::string>{"ch07_deterministic_bf16"}
+                      : std::vector<std::string>{"ch07_fused_bulk_bf16", "ch07_wgmma_bf16", "ch07_mma_bf16"};
   for (const std::string& name : names) {
-    if (!hopper && name != "ch07_mma_bf16" && name != "ch07_deterministic_bf16") continue;
+    if (!hopper && (name == "ch07_fused_bulk_bf16" || name == "ch07_wgmma_bf16")) continue;
     for (const BackwardKernel& k : backward_kernels())
       if (k.name == name && takes_every_pair(k, s, split)) return k;
   }
@@ -322,17 +334,34 @@ struct CheckOutputs {
         repeat_identical(std::size_t(ranks), 0) {}
 };
 
+/// A rank of either method (packed documents: the ring only).
+template <class Rank>
+Rank make_rank(ncclComm_t comm, int rank, const AttentionShape& s, const SequenceSplit& split, const ForwardKernel& fwd,
+               const BackwardKernel& bwd, bool transfer, const Documents* docs = nullptr);
+template <>
+RingRank make_rank<RingRank>(ncclComm_t comm, int rank, const AttentionShape& s, const SequenceSplit& split,
+                             const ForwardKernel& fwd, const BackwardKernel& bwd, bool transfer,
+                             const Documents* docs) {
+  return RingRank(comm, rank, s, split, fwd, &bwd, transfer, docs);
+}
+template <>
+UlyssesRank make_rank<UlyssesRank>(ncclComm_t comm, int rank, const AttentionShape& s, const SequenceSplit& split,
+                                   const ForwardKernel& fwd, const BackwardKernel& bwd, bool, const Documents* docs) {
+  if (docs) throw std::invalid_argument("ulysses_gpu.h does not take packed documents");
+  return UlyssesRank(comm, rank, s, split, fwd, &bwd);
+}
+
 /// One rank of a check: upload its shards, run the ring's forward and backward, write its
 /// rows of O, LSE, dQ, dK and dV to `out`.
 template <class Rank>
 int check_rank(int rank, ncclComm_t comm, const BackwardProblem& problem, const SequenceSplit& split,
-               bool deterministic, CheckOutputs& out) {
+               bool deterministic, const Documents* docs, CheckOutputs& out) {
   const AttentionShape& s = problem.shape;
   const std::vector<Chunk>& chunks = split.chunks[rank];
   const DType dtype = problem.dtype;
   const bool hopper = is_hopper();
-  const ForwardKernel& fwd = pick_forward(dtype, hopper);
-  const BackwardKernel& bwd = pick_backward(deterministic, hopper, s, split);
+  const ForwardKernel& fwd = pick_forward(dtype, hopper, docs != nullptr);
+  const BackwardKernel& bwd = pick_backward(deterministic, hopper, s, split, docs != nullptr);
   const int rows = split.rows(rank), d = s.head_dim;
   const std::size_t q_elems = std::size_t(s.batch) * s.heads_q * rows * d;
   const std::size_t kv_elems = std::size_t(s.batch) * s.heads_kv * rows * d;
@@ -344,7 +373,7 @@ int check_rank(int rank, ncclComm_t comm, const BackwardProblem& problem, const 
   const std::size_t el = dtype_size(dtype);
   DeviceBuffer o = poisoned(q_elems * el), lse = poisoned(lse_elems * sizeof(float));
 
-  Rank ring(comm, rank, s, split, fwd, &bwd);
+  Rank ring = make_rank<Rank>(comm, rank, s, split, fwd, bwd, true, docs);
   ring.forward(q.get(), k.get(), v.get(), o.get(), lse.as<float>());
   CUDA_CHECK(cudaStreamSynchronize(ring.compute_stream()));
   const std::vector<unsigned char> o_raw = o.download();
@@ -388,13 +417,44 @@ std::string fmt(const char* format, double value) {
   return buf;
 }
 
+/// The check's problem and its oracle: one sequence, or (--documents N) the sequence packed as N
+/// documents of random lengths, some empty, the same boundaries for queries and keys.
+struct CheckProblem {
+  BackwardProblem problem;
+  Documents docs;
+  ForwardReference fwd_ref;
+  const Documents* packed() const { return docs.starts.empty() ? nullptr : &docs; }
+};
+
+CheckProblem make_check_problem(const AttentionShape& shape, uint64_t seed, DType dtype) {
+  CheckProblem c;
+  if (ring_options.documents == 0) {
+    c.problem = make_backward_problem(shape, seed, dtype, 0);
+  } else {
+    AttentionFeatures features;
+    features.sequences = ring_options.documents;
+    c.problem = make_backward_problem(shape, seed, dtype, -1, features);  // the inputs; the oracle below
+    c.problem.packing.cu_k = c.problem.packing.cu_q;                      // self-attention: one set of documents
+    c.docs.starts = c.problem.packing.cu_q;
+    const AttentionExtras extras = c.problem.host_extras();
+    c.problem.ref = reference_backward(shape, c.problem.q.data(), c.problem.k.data(), c.problem.v.data(),
+                                       c.problem.d_o.data(), features, &extras);
+  }
+  const AttentionExtras extras = c.problem.host_extras();
+  c.fwd_ref = reference_forward(shape, c.problem.q.data(), c.problem.k.data(), c.problem.v.data(),
+                                full_check_plan(shape), c.problem.features, &extras);
+  return c;
+}
+
 int run_check(const AttentionShape& shape, uint64_t seed, int ranks) {
   const DType dtype = DType::BF16;
-  std::printf("ring attention on %d ranks, %s, seed %llu: fp64 oracle on the whole sequence\n", ranks,
-              shape.to_string().c_str(), static_cast<unsigned long long>(seed));
-  BackwardProblem problem = make_backward_problem(shape, seed, dtype, 0);
-  const ForwardReference fwd_ref =
-      reference_forward(shape, problem.q.data(), problem.k.data(), problem.v.data(), full_check_plan(shape));
+  std::printf("ring attention on %d ranks, %s%s, seed %llu: fp64 oracle on the whole sequence\n", ranks,
+              shape.to_string().c_str(),
+              ring_options.documents ? (", " + std::to_string(ring_options.documents) + " documents").c_str() : "",
+              static_cast<unsigned long long>(seed));
+  const CheckProblem check = make_check_problem(shape, seed, dtype);
+  const BackwardProblem& problem = check.problem;
+  const Documents* docs = check.packed();
   const double limit = backward_tolerance(dtype);
   int failed = 0;
   std::printf("%-11s %-14s %-34s %-9s %-9s %-9s %s\n", "split", "method", "forward O / LSE", "dQ rel", "dK rel",
@@ -411,14 +471,21 @@ int run_check(const AttentionShape& shape, uint64_t seed, int ranks) {
         std::printf("%-11s %-14s not run: %s\n", split_name(kind), name, ulysses_why.c_str());
         continue;
       }
+      if (docs && (method == Method::Ulysses || deterministic)) {
+        std::printf(
+            "%-11s %-14s not run: packed documents run the ring with chapter 09's kernels, which has "
+            "no deterministic backward\n",
+            split_name(kind), name);
+        continue;
+      }
       CheckOutputs out(shape, dtype, ranks);
       const int rc = run_ranks(ranks, [&](int rank, ncclComm_t comm) {
-        return method == Method::Ulysses ? check_rank<UlyssesRank>(rank, comm, problem, split, false, out)
-                                         : check_rank<RingRank>(rank, comm, problem, split, deterministic, out);
+        return method == Method::Ulysses ? check_rank<UlyssesRank>(rank, comm, problem, split, false, nullptr, out)
+                                         : check_rank<RingRank>(rank, comm, problem, split, deterministic, docs, out);
       });
       const std::vector<unsigned char> o_raw = out.o_raw.copy();
       const CompareReport report =
-          compare_forward(shape, dtype, o_raw, out.lse.copy(), full_check_plan(shape), fwd_ref);
+          compare_forward(shape, dtype, o_raw, out.lse.copy(), full_check_plan(shape), check.fwd_ref);
       const double e_dq = relative_error(out.dq.copy(), problem.ref.dq);
       const double e_dk = relative_error(out.dk.copy(), problem.ref.dk);
       const double e_dv = relative_error(out.dv.copy(), problem.ref.dv);
@@ -446,9 +513,12 @@ int run_check(const AttentionShape& shape, uint64_t seed, int ranks) {
 // The CPU side: algorithm.h's simulated ranks, for a machine with fewer than two GPUs.
 
 int run_simulated(const AttentionShape& shape, uint64_t seed) {
-  std::printf("the simulated ranks of algorithm.h on the CPU, %s, seed %llu, against the fp64 oracle:\n",
-              shape.to_string().c_str(), static_cast<unsigned long long>(seed));
-  const BackwardProblem problem = make_backward_problem(shape, seed, DType::F32, 0);
+  std::printf("the simulated ranks of algorithm.h on the CPU, %s%s, seed %llu, against the fp64 oracle:\n",
+              shape.to_string().c_str(),
+              ring_options.documents ? (", " + std::to_string(ring_options.documents) + " documents").c_str() : "",
+              static_cast<unsigned long long>(seed));
+  const CheckProblem check = make_check_problem(shape, seed, DType::F32);
+  const BackwardProblem& problem = check.problem;
   const int64_t outer_q = int64_t(shape.batch) * shape.heads_q, outer_kv = int64_t(shape.batch) * shape.heads_kv;
   int failed = 0;
   for (int ranks : {1, 2, 3, 4})
@@ -458,8 +528,8 @@ int run_simulated(const AttentionShape& shape, uint64_t seed) {
       const Shards k = scatter_rows(problem.k.data(), outer_kv, shape.head_dim, split);
       const Shards v = scatter_rows(problem.v.data(), outer_kv, shape.head_dim, split);
       const Shards d_o = scatter_rows(problem.d_o.data(), outer_q, shape.head_dim, split);
-      const RingForward f = ring_attention_forward(shape, split, q, k, v);
-      const RingBackward b = ring_attention_backward(shape, split, q, k, v, f.o, f.lse, d_o);
+      const RingForward f = ring_attention_forward(shape, split, q, k, v, check.packed());
+      const RingBackward b = ring_attention_backward(shape, split, q, k, v, f.o, f.lse, d_o, check.packed());
       const double e_o = relative_error(gather_rows(f.o, outer_q, shape.head_dim, split), problem.ref.o);
       const double e_dq = relative_error(gather_rows(b.dq, outer_q, shape.head_dim, split), problem.ref.dq);
       const double e_dk = relative_error(gather_rows(b.dk, outer_kv, shape.head_dim, split), problem.ref.dk);
@@ -475,20 +545,6 @@ int run_simulated(const AttentionShape& shape, uint64_t seed) {
 // ---------------------------------------------------------------------------------------------
 // The benchmark.
 
-template <class Rank>
-Rank make_rank(ncclComm_t comm, int rank, const AttentionShape& s, const SequenceSplit& split, const ForwardKernel& fwd,
-               const BackwardKernel& bwd, bool transfer);
-template <>
-RingRank make_rank<RingRank>(ncclComm_t comm, int rank, const AttentionShape& s, const SequenceSplit& split,
-                             const ForwardKernel& fwd, const BackwardKernel& bwd, bool transfer) {
-  return RingRank(comm, rank, s, split, fwd, &bwd, transfer);
-}
-template <>
-UlyssesRank make_rank<UlyssesRank>(ncclComm_t comm, int rank, const AttentionShape& s, const SequenceSplit& split,
-                                   const ForwardKernel& fwd, const BackwardKernel& bwd, bool) {
-  return UlyssesRank(comm, rank, s, split, fwd, &bwd);
-}
-
 /// One hop of `bytes` bytes each way on `stream`: to rank + 1, from rank - 1 (the link alone).
 void hop_once(ncclComm_t comm, int rank, int ranks, void* send, void* recv, std::size_t bytes, cudaStream_t stream) {
   FA_NCCL_CHECK(ncclGroupStart());
@@ -497,15 +553,18 @@ void hop_once(ncclComm_t comm, int rank, int ranks, void* send, void* recv, std:
   FA_NCCL_CHECK(ncclGroupEnd());
 }
 
-/// Times (ms) of each timed iteration on each rank: [config][rank][iteration].
+/// Times (ms) of each timed iteration on each rank: [rank][iteration]. *_busy: the ring's
+/// compute stream's working time in that pass (RingRank::busy_ms; NaN for Ulysses).
 struct BenchTimes {
   int iters;
-  Shared<float> forward, backward, hop;
+  Shared<float> forward, backward, hop, forward_busy, backward_busy;
   BenchTimes(int ranks, int iters_)
       : iters(iters_),
         forward(std::size_t(ranks) * iters_, NAN),
         backward(std::size_t(ranks) * iters_, NAN),
-        hop(std::size_t(ranks) * iters_, NAN) {}
+        hop(std::size_t(ranks) * iters_, NAN),
+        forward_busy(std::size_t(ranks) * iters_, NAN),
+        backward_busy(std::size_t(ranks) * iters_, NAN) {}
 };
 
 /// Median over iterations of the slowest rank's time: a step ends when its last rank does.
@@ -573,9 +632,12 @@ int bench_rank(int rank, ncclComm_t comm, const AttentionShape& s, const Sequenc
     timed(hop);
   }
   for (int i = 0; i < out.iters; ++i) {
-    out.forward[std::size_t(rank) * out.iters + i] = timed(forward);
-    out.backward[std::size_t(rank) * out.iters + i] = timed(backward);
-    out.hop[std::size_t(rank) * out.iters + i] = timed(hop);
+    const std::size_t at = std::size_t(rank) * out.iters + i;
+    out.forward[at] = timed(forward);
+    if constexpr (std::is_same_v<Rank, RingRank>) out.forward_busy[at] = float(ring.busy_ms());
+    out.backward[at] = timed(backward);
+    if constexpr (std::is_same_v<Rank, RingRank>) out.backward_busy[at] = float(ring.busy_ms());
+    out.hop[at] = timed(hop);
   }
   cudaEventDestroy(begin);
   cudaEventDestroy(end);
@@ -617,8 +679,8 @@ int run_bench(const AttentionShape& base, int ranks, int iters, int warmup, cons
     if (ulysses_gpu_reason(whole, ranks).empty())
       configs.push_back({std::to_string(ranks) + " ranks Ulysses", ranks, Split::Contiguous, true, Method::Ulysses});
   }
-  std::printf("%-36s %9s %9s %10s %10s %11s %11s %11s %9s %9s\n", "run", "tokens", "fwd ms", "fwd TF/s", "bwd ms",
-              "bwd TF/s", "fwd x 1rank", "bwd x 1rank", "hop ms", "hop GB/s");
+  std::printf("%-36s %9s %9s %10s %10s %11s %11s %11s %9s %9s %9s %9s\n", "run", "tokens", "fwd ms", "fwd TF/s",
+              "bwd ms", "bwd TF/s", "fwd x 1rank", "bwd x 1rank", "hop ms", "hop GB/s", "fwd busy", "bwd busy");
   Shared<char> gpu_name(256, 0);
   std::string rows;
   double one_fwd = 0, one_bwd = 0;
@@ -650,6 +712,9 @@ int run_bench(const AttentionShape& base, int ranks, int iters, int warmup, cons
     const double f_ms = slowest_median(times.forward, c.ranks, iters);
     const double b_ms = slowest_median(times.backward, c.ranks, iters);
     const double h_ms = slowest_median(times.hop, c.ranks, iters);
+    const bool ring = c.method == Method::Ring;
+    const double f_busy = ring ? slowest_median(times.forward_busy, c.ranks, iters) : NAN;
+    const double b_busy = ring ? slowest_median(times.backward_busy, c.ranks, iters) : NAN;
     const double f_tf = causal_forward_flops(s) / (f_ms * 1e-3) / 1e12;
     const double b_tf = 2.5 * causal_forward_flops(s) / (b_ms * 1e-3) / 1e12;
     if (c.ranks == 1 && one_fwd == 0) {
@@ -659,14 +724,16 @@ int run_bench(const AttentionShape& base, int ranks, int iters, int warmup, cons
     // One hop moves a rank's K and V block (bf16) each way.
     const double hop_bytes = 2.0 * s.batch * s.heads_kv * double(t) * s.head_dim * 2.0;
     const double hop_gbps = c.ranks > 1 ? hop_bytes / (h_ms * 1e-3) / 1e9 : 0.0;
-    std::printf("%-36s %9d %9.2f %10.1f %10.2f %11.1f %11.2f %11.2f %9s %9s\n", c.name.c_str(), s.seq_q, f_ms, f_tf,
-                b_ms, b_tf, f_tf / one_fwd, b_tf / one_bwd, c.ranks > 1 ? fmt("%.3f", h_ms).c_str() : "-",
-                c.ranks > 1 ? fmt("%.0f", hop_gbps).c_str() : "-");
+    const std::string busy_f = ring ? fmt("%.2f", f_busy) : "", busy_b = ring ? fmt("%.2f", b_busy) : "";
+    std::printf("%-36s %9d %9.2f %10.1f %10.2f %11.1f %11.2f %11.2f %9s %9s %9s %9s\n", c.name.c_str(), s.seq_q, f_ms,
+                f_tf, b_ms, b_tf, f_tf / one_fwd, b_tf / one_bwd, c.ranks > 1 ? fmt("%.3f", h_ms).c_str() : "-",
+                c.ranks > 1 ? fmt("%.0f", hop_gbps).c_str() : "-", ring ? busy_f.c_str() : "-",
+                ring ? busy_b.c_str() : "-");
     char line[512];
-    std::snprintf(line, sizeof line, "\"%s\",%d,%s,%d,%d,%.3f,%.1f,%.3f,%.1f,%.3f,%.3f,%s,%s\n", c.name.c_str(),
+    std::snprintf(line, sizeof line, "\"%s\",%d,%s,%d,%d,%.3f,%.1f,%.3f,%.1f,%.3f,%.3f,%s,%s,%s,%s\n", c.name.c_str(),
                   c.ranks, split_name(c.kind), c.transfer ? 1 : 0, s.seq_q, f_ms, f_tf, b_ms, b_tf, f_tf / one_fwd,
                   b_tf / one_bwd, c.ranks > 1 ? fmt("%.3f", h_ms).c_str() : "",
-                  c.ranks > 1 ? fmt("%.1f", hop_gbps).c_str() : "");
+                  c.ranks > 1 ? fmt("%.1f", hop_gbps).c_str() : "", busy_f.c_str(), busy_b.c_str());
     rows += line;
   }
   if (!csv_path.empty() && failed == 0) {
@@ -691,7 +758,7 @@ int run_bench(const AttentionShape& base, int ranks, int iters, int warmup, cons
                  t, base.batch, base.heads_q, base.heads_kv, base.head_dim, iters);
     std::fprintf(f,
                  "run,ranks,split,transfer,tokens,fwd_ms,fwd_tflops,bwd_ms,bwd_tflops,fwd_over_one_rank,"
-                 "bwd_over_one_rank,hop_ms,hop_gbps\n%s",
+                 "bwd_over_one_rank,hop_ms,hop_gbps,fwd_busy_ms,bwd_busy_ms\n%s",
                  rows.c_str());
     std::fclose(f);
     std::printf("wrote %s\n", csv_path.c_str());
@@ -703,7 +770,7 @@ int run_chapter(const CliOptions& opt, int argc, const char* const* argv) {
   const int gpus = count_gpus();
   const int ranks = ring_options.ranks ? ring_options.ranks : gpus;
   AttentionShape shape = opt.shape;
-  if (!flag_given(argc, argv, "--batch")) shape.batch = ring_options.bench ? 1 : 2;
+  if (!flag_given(argc, argv, "--batch")) shape.batch = ring_options.bench || ring_options.documents ? 1 : 2;
   if (!flag_given(argc, argv, "--heads")) shape.heads_q = ring_options.bench ? 16 : 8;
   if (!flag_given(argc, argv, "--heads-kv")) shape.heads_kv = ring_options.bench ? shape.heads_q : 2;
   if (!flag_given(argc, argv, "--dim")) shape.head_dim = 128;
@@ -713,6 +780,11 @@ int run_chapter(const CliOptions& opt, int argc, const char* const* argv) {
     throw std::invalid_argument("context parallelism splits one sequence: --seq-q (" + std::to_string(shape.seq_q) +
                                 ") must equal --seq-kv (" + std::to_string(shape.seq_kv) + ")");
   shape.validate();
+  if (ring_options.documents > 0 && ring_options.bench)
+    throw std::invalid_argument("--documents is the check's; the benchmark runs one sequence");
+  if (ring_options.documents > 0 && shape.batch != 1)
+    throw std::invalid_argument("--documents packs one sequence: it needs --batch 1, got --batch " +
+                                std::to_string(shape.batch));
   const uint64_t seed = opt.seed;  // fresh from parse_cli unless --seed was given
   // One rank on one GPU runs when asked for (--ranks 1): the ring's chunks, pairs and merges
   // without a hop.

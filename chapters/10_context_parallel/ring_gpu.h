@@ -9,6 +9,10 @@
 // rank's K/V block travels as one buffer. LSE is chunk-major too ([batch, heads, chunk rows]
 // per chunk).
 //
+// Packed documents (cu_seqlens, algorithm.h's Documents). Each pair is then one of chapter 09's
+// variable-length problems (packed_pairs_for): its sequences are the documents that reach into
+// either chunk, and the launch carries their boundaries; chapter 09's kernels take them.
+//
 // Two CUDA streams per rank. The compute stream runs the attention launches and the merges; the
 // comm stream runs NCCL. While the compute stream works on the block it holds (step t), the comm
 // stream sends that block on to rank r + 1 and receives the next one from rank r - 1 into the
@@ -66,7 +70,8 @@ struct ShardLayout {
 class RingRank {
  public:
   RingRank(ncclComm_t comm, int rank, const AttentionShape& global, const SequenceSplit& split,
-           const ForwardKernel& forward, const BackwardKernel* backward, bool transfer = true)
+           const ForwardKernel& forward, const BackwardKernel* backward, bool transfer = true,
+           const Documents* docs = nullptr)
       : comm_(comm),
         rank_(rank),
         ranks_(split.ranks),
@@ -83,19 +88,21 @@ class RingRank {
       max_rows = std::max(max_rows, split.rows(r));
       for (const Chunk& c : split.chunks[r]) max_chunk = std::max(max_chunk, c.length);
     }
-    // Every pair this rank will launch, checked now: a kernel that cannot take one is named
-    // before anything runs. The workspaces are sized for the largest pair.
+    plan_launches(docs);
+    // Every launch of this rank, checked now: a kernel that cannot take one is named before
+    // anything runs. The workspaces are sized for the largest.
     std::size_t fwd_work = 0, bwd_work = 0;
-    for (int t = 0; t < ranks_; ++t)
-      for (const PairLaunch& p : pairs_for(s_, split_, rank_, source_rank(rank_, t, ranks_))) {
-        std::string why = support_reason(fwd_, p.shape, {});
-        if (!why.empty()) throw std::invalid_argument(fwd_.name + " cannot take a " + p.shape.to_string() + ": " + why);
-        if (fwd_.workspace_bytes) fwd_work = std::max(fwd_work, fwd_.workspace_bytes(p.shape));
+    for (const std::vector<Launch>& step : steps_)
+      for (const Launch& l : step) {
+        const AttentionShape& shape = l.pair.shape;
+        std::string why = support_reason(fwd_, shape, l.features);
+        if (!why.empty()) throw std::invalid_argument(fwd_.name + " cannot take a " + shape.to_string() + ": " + why);
+        if (fwd_.workspace_bytes) fwd_work = std::max(fwd_work, fwd_.workspace_bytes(shape));
         if (bwd_) {
-          why = support_reason(*bwd_, p.shape, {});
+          why = support_reason(*bwd_, shape, l.features);
           if (!why.empty())
-            throw std::invalid_argument(bwd_->name + " cannot take a " + p.shape.to_string() + ": " + why);
-          if (bwd_->workspace_bytes) bwd_work = std::max(bwd_work, bwd_->workspace_bytes(p.shape));
+            throw std::invalid_argument(bwd_->name + " cannot take a " + shape.to_string() + ": " + why);
+          if (bwd_->workspace_bytes) bwd_work = std::max(bwd_work, bwd_->workspace_bytes(shape));
         }
       }
     const std::size_t el = dtype_size(dtype_);
@@ -128,12 +135,15 @@ class RingRank {
     for (auto* set : {&computed_, &received_, &d_received_})
       for (auto& e : *set) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&start_, cudaEventDisableTiming));
+    marks_.resize(4 * std::size_t(ranks_));  // at most two spans per step
+    for (auto& e : marks_) CUDA_CHECK(cudaEventCreate(&e));
     CUDA_CHECK(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
   }
   ~RingRank() {
     for (auto* set : {&computed_, &received_, &d_received_})
       for (auto& e : *set) cudaEventDestroy(e);
     cudaEventDestroy(start_);
+    for (auto& e : marks_) cudaEventDestroy(e);
     cudaEventDestroy(comm_done_);
     cudaStreamDestroy(compute_);
     cudaStreamDestroy(comm_stream_);
@@ -142,6 +152,21 @@ class RingRank {
   RingRank& operator=(const RingRank&) = delete;
 
   cudaStream_t compute_stream() const { return compute_; }
+
+  /// The compute stream's working time in the last forward or backward (ms, once it has
+  /// finished): the sum over steps of the time from the moment a step had what it waits for
+  /// (its block, then the block's running dK/dV) to the end of its launches. The rest of the
+  /// run is waiting for a transfer, plus the start and the final rounding. A step's working time
+  /// grows when the transfers beside it slow its kernels down (they share SMs and memory).
+  double busy_ms() const {
+    float total = 0;
+    for (std::size_t i = 0; i + 1 < spans_; i += 2) {
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[i], marks_[i + 1]));
+      total += ms;
+    }
+    return total;
+  }
 
   //! [gpu_ring_forward]
   /// O (chunk-major, the kernel's dtype) and LSE (chunk-major, float) of this rank's queries
@@ -159,10 +184,14 @@ class RingRank {
       const Block block = block_at(t, k, v, owner);
       if (t + 1 < ranks_) pass_block(t, block);  // the next block arrives while this one computes
       if (t > 0 && transfer_) CUDA_CHECK(cudaStreamWaitEvent(compute_, received_[(t - 1) % 2]));
+      open_span(t == 0);
       const ShardLayout theirs(split_.chunks[owner]);
-      for (const PairLaunch& p : pairs_for(s_, split_, rank_, owner)) {
+      for (const Launch& l : steps_[t]) {
+        const PairLaunch& p = l.pair;
         ForwardParams params;
         params.shape = p.shape;
+        params.features = l.features;
+        params.extras = l.extras;
         params.q = at(q, mine.offset(p.q_chunk, s_, s_.heads_q, s_.head_dim));
         params.k = at(block.k, theirs.offset(p.kv_chunk, s_, s_.heads_kv, s_.head_dim));
         params.v = at(block.v, theirs.offset(p.kv_chunk, s_, s_.heads_kv, s_.head_dim));
@@ -178,6 +207,7 @@ class RingRank {
                            lse + mine.offset(p.q_chunk, s_, s_.heads_q, 1), o_part_.get(), lse_part_.as<float>(), rows,
                            s_.head_dim, compute_);
       }
+      close_span();
       CUDA_CHECK(cudaEventRecord(computed_[t % 2], compute_));
     }
     round_to(dtype_, o, o_acc, rows_q * s_.head_dim, compute_);
@@ -203,17 +233,21 @@ class RingRank {
       const Block block = block_at(t, k, v, owner);
       if (t + 1 < ranks_) pass_block(t, block);
       if (t > 0 && transfer_) CUDA_CHECK(cudaStreamWaitEvent(compute_, received_[(t - 1) % 2]));
+      open_span(t == 0);
       const ShardLayout theirs(split_.chunks[owner]);
       const int64_t block_kv = kv_elements(theirs.rows);
       // This step's terms of the block's dK and dV, summed here first: the running sums are
       // still on their way from rank r - 1 while the kernels run.
       float* d_local = dkv_local_.as<float>();
       fill_floats(d_local, 0.0f, 2 * block_kv, compute_);
-      for (const PairLaunch& p : pairs_for(s_, split_, rank_, owner)) {
+      for (const Launch& l : steps_[t]) {
+        const PairLaunch& p = l.pair;
         const int64_t q_off = mine.offset(p.q_chunk, s_, s_.heads_q, s_.head_dim);
         const int64_t kv_off = theirs.offset(p.kv_chunk, s_, s_.heads_kv, s_.head_dim);
         BackwardParams params;
         params.shape = p.shape;
+        params.features = l.features;
+        params.extras = l.extras;
         params.q = at(q, q_off);
         params.k = at(block.k, kv_off);
         params.v = at(block.v, kv_off);
@@ -239,9 +273,12 @@ class RingRank {
         CUDA_CHECK(cudaMemcpyAsync(d_running, d_local, std::size_t(2 * block_kv) * sizeof(float),
                                    cudaMemcpyDeviceToDevice, compute_));
       } else {
+        close_span();
         if (transfer_) CUDA_CHECK(cudaStreamWaitEvent(compute_, d_received_[t % 2]));
+        open_span();
         add_into(DType::F32, d_running, d_local, 2 * block_kv, compute_);
       }
+      close_span();
       CUDA_CHECK(cudaEventRecord(computed_[t % 2], compute_));
       if (ranks_ > 1 && transfer_) pass_gradients(t, block_kv);
     }
@@ -257,6 +294,68 @@ class RingRank {
   //! [gpu_ring_backward]
 
  private:
+  /// One kernel launch of a step: a (query chunk, key chunk) pair, with its documents' boundaries
+  /// (on the device) when the sequence is packed.
+  struct Launch {
+    PairLaunch pair;
+    AttentionFeatures features;
+    AttentionExtras extras;
+  };
+
+  /// steps_[t]: the launches of step t, against the block of source_rank(rank_, t). Packed
+  /// documents' boundaries go to the device once, here, for every launch of every step.
+  //! [plan_launches]
+  void plan_launches(const Documents* docs) {
+    check_documents(s_, docs);
+    std::vector<int> bounds;  // every launch's cu_q, then its cu_k
+    std::vector<std::vector<PackedPairLaunch>> packed(ranks_);
+    for (int t = 0; t < ranks_; ++t) {
+      const int owner = source_rank(rank_, t, ranks_);
+      if (!docs) {
+        steps_.emplace_back();
+        for (const PairLaunch& p : pairs_for(s_, split_, rank_, owner)) steps_.back().push_back({p, {}, {}});
+        continue;
+      }
+      packed[t] = packed_pairs_for(s_, split_, rank_, owner, *docs);
+      for (const PackedPairLaunch& p : packed[t]) {
+        bounds.insert(bounds.end(), p.cu_q.begin(), p.cu_q.end());
+        bounds.insert(bounds.end(), p.cu_k.begin(), p.cu_k.end());
+      }
+    }
+    if (!docs) return;
+    if (!bounds.empty()) {
+      bounds_ = DeviceBuffer(bounds.size() * sizeof(int));
+      CUDA_CHECK(cudaMemcpy(bounds_.get(), bounds.data(), bounds.size() * sizeof(int), cudaMemcpyHostToDevice));
+    }
+    const int* device = bounds_.as<int>();
+    int64_t at_bound = 0;
+    for (int t = 0; t < ranks_; ++t) {
+      steps_.emplace_back();
+      for (const PackedPairLaunch& p : packed[t]) {
+        Launch l{p.pair, {}, {}};
+        const int n = int(p.cu_q.size()) - 1;
+        l.features.sequences = n;
+        l.extras.cu_seqlens_q = device + at_bound;
+        l.extras.cu_seqlens_k = device + at_bound + n + 1;
+        for (int i = 0; i < n; ++i) {
+          l.extras.max_seqlen_q = std::max(l.extras.max_seqlen_q, p.cu_q[i + 1] - p.cu_q[i]);
+          l.extras.max_seqlen_k = std::max(l.extras.max_seqlen_k, p.cu_k[i + 1] - p.cu_k[i]);
+        }
+        at_bound += 2 * (n + 1);
+        steps_.back().push_back(l);
+      }
+    }
+  }
+  //! [plan_launches]
+
+  /// busy_ms()'s marks on the compute stream: a span opens once the step has what it waits for
+  /// and closes after its launches (`first`: a new run starts).
+  void open_span(bool first = false) {
+    if (first) spans_ = 0;
+    CUDA_CHECK(cudaEventRecord(marks_.at(spans_++), compute_));
+  }
+  void close_span() { CUDA_CHECK(cudaEventRecord(marks_.at(spans_++), compute_)); }
+
   struct Block {
     const void* k;
     const void* v;
@@ -324,11 +423,15 @@ class RingRank {
   bool transfer_;
   DType dtype_;
   int stand_in_rows_ = 0;  // rows of K (then of V) in the stand-in block, without transfers
+  std::vector<std::vector<Launch>> steps_;
+  DeviceBuffer bounds_;  // packed documents' boundaries, every launch's (plan_launches)
   std::array<DeviceBuffer, 2> kv_, dkv_;
   DeviceBuffer o_part_, lse_part_, acc_, fwd_workspace_, dkv_local_, dq_part_, dk_part_, dv_part_, bwd_workspace_;
   cudaStream_t compute_ = nullptr, comm_stream_ = nullptr;
   std::array<cudaEvent_t, 2> computed_{}, received_{}, d_received_{};
   cudaEvent_t start_ = nullptr, comm_done_ = nullptr;
+  std::vector<cudaEvent_t> marks_;
+  std::size_t spans_ = 0;  // marks recorded in the last run
 };
 
 }  // namespace fa::context_parallel
