@@ -258,6 +258,11 @@ def write_copy(root, dest, exercises):
     selected = {ex["id"] for ex in exercises}
     # First every file in memory, so that a bad marker anywhere leaves nothing half-written.
     outputs, totals, regions, regions_text = {}, {}, [], []
+    # A GPU exercise's host regions say only where its code goes: the grader never puts a
+    # student's code into a region that is blank in the solution, so nothing of the student's
+    # runs on the host in a GPU runner (whose timing and answers the host code could reach).
+    gpu = {ex["id"] for ex in exercises if ex.get("device") == "gpu"} & selected
+    host_code = []
     for rel in tracked_files(root):
         src = os.path.join(root, rel)
         if not os.path.isfile(src):
@@ -267,9 +272,11 @@ def write_copy(root, dest, exercises):
                 text = f.read()
             new_text, found = stub_regions(text, rel, selected, regions)
             lines = text.splitlines()
-            for r_id, _, first, last in regions[len(regions) - sum(found.values()):]:
+            for r_id, kind, first, last in regions[len(regions) - sum(found.values()):]:
                 if r_id in selected:
                     regions_text.append("\n".join(lines[first:last - 1]))
+                if r_id in gpu and kind == "host" and has_code(lines[first:last - 1]):
+                    host_code.append(f"{rel}:{first}")
             for ex_id, n in found.items():
                 totals[ex_id] = totals.get(ex_id, 0) + n
             outputs[rel] = new_text.encode("utf-8") if new_text != text else None
@@ -287,6 +294,10 @@ def write_copy(root, dest, exercises):
     if device_only:
         raise HandoutError(f"exercise(s) {', '.join(device_only)} have only (device) regions, whose stubs do not "
                            "throw; mark a host region too (the launcher), so the tests say 'not implemented'")
+    if host_code:
+        raise HandoutError(f"a GPU exercise's host region holds code ({', '.join(host_code[:3])}): move the code out "
+                           "of the region (a GPU exercise's code is device code in '(device)' regions; its host "
+                           "region stays blank, marking where the exercise is)")
     questions = os.path.join(root, INSTRUCTOR, "questions.md")
     if os.path.isfile(questions):
         with open(questions, encoding="utf-8") as f:
@@ -382,6 +393,11 @@ def solution_runs(regions_text):
         lines = [n for _, n in distinctive(body)]
         runs.update(tuple(lines[i:i + RUN]) for i in range(len(lines) - RUN + 1))
     return runs
+
+
+def has_code(lines):
+    """Whether a region's lines hold anything but blank lines and // comments."""
+    return any(line.strip() and not line.strip().startswith("//") for line in lines)
 
 
 def text_files(dest):

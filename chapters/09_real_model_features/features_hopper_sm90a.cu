@@ -9,6 +9,8 @@
 //     their tiles from the first of them;
 //   * softcap, ALiBi, the bias: in the consumers' softmax step, on the scores in registers,
 //     before the mask.
+// Like chapter 06's, it takes Q, K, V and O with any strides (flash-attn's [batch, seq, heads,
+// head_dim], or [total, heads, head_dim] for a packed batch): the tensor maps and O's rows carry them.
 // Run: build/bin/ch09_real_model_features --variant hopper --causal --window 1024,0
 #include <cuda_bf16.h>
 
@@ -20,6 +22,7 @@
 #include "features.h"
 #include "registry.h"
 #include "static_switch.h"
+#include "strides.h"
 #include "tma.h"
 
 namespace fa::features {
@@ -208,7 +211,7 @@ template <int kD, bool kModify, bool kStageBias>
 __global__ void __launch_bounds__(kThreads, 1)
     features_hopper_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                            const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, AttentionFeatures features,
-                           AttentionExtras extras, __nv_bfloat16* o, float* lse) {
+                           AttentionExtras extras, StridedRows<__nv_bfloat16> o, float* lse) {
   using S = Layout<kD>;
   //! [hopper_sequence]
   const SequenceRows seq =
@@ -238,21 +241,22 @@ __global__ void __launch_bounds__(kThreads, 1)
       // K/V tile j is the window's j-th.
       mbarrier_arrive_expect_tx(q_full, S::kQBytes);
       for (int b = 0; b < S::kBoxes; ++b)
-        tma_load_3d(smem + S::kQ + b * kBlockM * 128, &tm_q, 64 * b, seq.q_start + i0, seq.q_plane, q_full);
+        tma_load_head(smem + S::kQ + b * kBlockM * 128, &tm_q, 64 * b, seq.q_start + i0, seq.q_plane, shape.heads_q,
+                      q_full);
       const int first_row = seq.kv_start + keys.begin;
       flash3::produce_kv<kStages>(
           n_tiles, k_empty, v_empty,
           [&](int j, int stage) {
             mbarrier_arrive_expect_tx(&k_full[stage], S::kTileBytes);
             for (int b = 0; b < S::kBoxes; ++b)
-              tma_load_3d(smem + S::kK + stage * S::kTileBytes + b * kBoxBytes, &tm_k, 64 * b, first_row + j * kBlockN,
-                          seq.kv_plane, &k_full[stage]);
+              tma_load_head(smem + S::kK + stage * S::kTileBytes + b * kBoxBytes, &tm_k, 64 * b,
+                            first_row + j * kBlockN, seq.kv_plane, shape.heads_kv, &k_full[stage]);
           },
           [&](int j, int stage) {
             mbarrier_arrive_expect_tx(&v_full[stage], S::kTileBytes);
             for (int b = 0; b < S::kBoxes; ++b)
-              tma_load_3d(smem + S::kV + stage * S::kTileBytes + b * kBoxBytes, &tm_v, 64 * b, first_row + j * kBlockN,
-                          seq.kv_plane, &v_full[stage]);
+              tma_load_head(smem + S::kV + stage * S::kTileBytes + b * kBoxBytes, &tm_v, 64 * b,
+                            first_row + j * kBlockN, seq.kv_plane, shape.heads_kv, &v_full[stage]);
           });
       //! [hopper_producer]
     }
@@ -296,7 +300,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   float inv[2], lse_log2[2];
   flash3::sum_over_quad(ops.l);
   flash3::row_totals(ops.m, ops.l, inv, lse_log2);
-  store_rows_bf16(ops.out, o + seq.q_row0 * kD, row0, one.seq_q, t, inv);
+  store_rows_bf16(ops.out, o.head_start(seq.q_plane) + int64_t(seq.q_start) * o.strides.row, row0, one.seq_q, t, inv,
+                  o.strides.row);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + 8 * h;
@@ -308,9 +313,12 @@ template <int kD, bool kModify, bool kStageBias>
 void launch_dim(const ForwardParams& p) {
   const AttentionShape& s = p.shape;
   // A packed batch is the dense layout with a batch of one: planes are heads, rows the totals.
-  const CUtensorMap tm_q = make_tensor_map_sw128(p.q, 2, kD, s.seq_q, s.batch * s.heads_q, kBlockM);
-  const CUtensorMap tm_k = make_tensor_map_sw128(p.k, 2, kD, s.seq_kv, s.batch * s.heads_kv, kBlockN);
-  const CUtensorMap tm_v = make_tensor_map_sw128(p.v, 2, kD, s.seq_kv, s.batch * s.heads_kv, kBlockN);
+  // The tensors may have any strides (p.strides): the tensor maps and O's rows carry them.
+  const ForwardStrides st = p.strides ? *p.strides : ForwardStrides::packed(s);
+  const CUtensorMap tm_q = make_tensor_map_heads(p.q, kD, s.seq_q, s.heads_q, s.batch, st.q, kBlockM);
+  const CUtensorMap tm_k = make_tensor_map_heads(p.k, kD, s.seq_kv, s.heads_kv, s.batch, st.k, kBlockN);
+  const CUtensorMap tm_v = make_tensor_map_heads(p.v, kD, s.seq_kv, s.heads_kv, s.batch, st.v, kBlockN);
+  const StridedRows<__nv_bfloat16> o{static_cast<__nv_bfloat16*>(p.o), st.o, s.heads_q};
   auto kernel = features_hopper_kernel<kD, kModify, kStageBias>;
   const int bytes = kStageBias ? kBiasOffset<kD> + 2 * kBiasTileBytes + 1024 : Layout<kD>::kBytes;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
@@ -318,8 +326,7 @@ void launch_dim(const ForwardParams& p) {
   const int rows = f.varlen() ? p.extras.max_seqlen_q : s.seq_q;
   if (rows == 0) return;
   const dim3 grid(unsigned((rows + kBlockM - 1) / kBlockM), unsigned(f.sequence_count(s) * s.heads_q));
-  kernel<<<grid, kThreads, bytes, p.stream>>>(tm_q, tm_k, tm_v, s, f, p.extras, static_cast<__nv_bfloat16*>(p.o),
-                                              p.lse);
+  kernel<<<grid, kThreads, bytes, p.stream>>>(tm_q, tm_k, tm_v, s, f, p.extras, o, p.lse);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -349,6 +356,7 @@ ForwardKernel hopper_kernel() {
                   launch_hopper};
   k.supports = [](const AttentionShape& s) { return hopper_support(s, "chapter 09's hopper variant"); };
   k.features = kAllFeatures;
+  k.strided = true;  // strides in the tensor maps and O's rows
   return k;
 }
 

@@ -20,10 +20,11 @@ Where this differs from flash-attn, on purpose (docs/python.md, tested in tests/
     the penalized scores (tests/python/test_flash_attn.py checks it against that definition).
   * return_attn_probs=True returns (out, softmax_lse, None): there are no dropout masks to return.
   * The (batch, seq, heads, head_dim) tensors, and views of one QKV projection, are read in
-    place by the strided kernels (chapter 06's bf16 forward, chapter 07's Hopper backward: the
-    bf16 defaults on an H100 or H200), whose outputs come back in flash-attn's layout; chapter 09's
-    kernels and the others copy them into their packed [batch, heads, seq, head_dim] layout
-    first, the varlen call too.
+    place by the strided kernels (chapter 06's bf16 forward, chapter 07's Hopper backward,
+    chapter 09's Hopper forward: the bf16 kernels on an H100 or H200), whose outputs come back in
+    flash-attn's layout, the varlen call's [total, heads, head_dim] rows too; the others (chapter
+    09's backward among them) copy them into their packed [batch, heads, seq, head_dim] layout
+    first.
 """
 import torch
 
@@ -137,7 +138,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"{name} must be an int, got {value!r}")
     alibi = _check_alibi(alibi_slopes, cu_seqlens_q.shape[0] - 1, q.shape[1])
-    qh, kh, vh = (t.transpose(0, 1).unsqueeze(0).contiguous() for t in (q, k, v))
+    qh, kh, vh = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))  # views: copied only for a packed-only kernel
     o, lse = _run(qh, kh, vh, bool(causal), softmax_scale, window_size, softcap, alibi, cu_seqlens_q, cu_seqlens_k,
                   max_seqlen_q, max_seqlen_k, deterministic)
     out = o[0].transpose(0, 1)

@@ -2,10 +2,10 @@
 
 Layout: the kernels take [batch, heads, seq, head_dim] tensors, the shape
 torch.nn.functional.scaled_dot_product_attention takes. The strided kernels (KernelInfo.strided:
-chapter 06's bf16 kernels and chapter 07's Hopper backward) read and write any such view whose
-head_dim is contiguous, in place: flash-attn's [batch, seq, heads, head_dim] tensors
-(layout="bshd", or .transpose(1, 2)) and the Q, K, V slices of one projection cost no copy, and
-their outputs come back laid out like their inputs. Every other kernel reads packed tensors: a
+chapter 06's bf16 kernels, chapter 07's Hopper backward and chapter 09's Hopper forward) read and
+write any such view whose head_dim is contiguous, in place: flash-attn's [batch, seq, heads,
+head_dim] tensors (layout="bshd", or .transpose(1, 2)) and the Q, K, V slices of one projection
+cost no copy, and their outputs come back laid out like their inputs. Every other kernel reads packed tensors: a
 tensor that is not packed is copied for it (.contiguous()), and its outputs are packed.
 """
 import contextlib
@@ -323,9 +323,9 @@ def _sig(t):
     return None if t is None else (t.shape, t.stride(), t.storage_offset() % 8, t.dtype, t.device)
 
 
-# Strided kernels (KernelInfo.strided: chapter 06's bf16 kernels, chapter 07's Hopper backward)
-# read and write [batch, heads, seq, head_dim] views with any strides whose head_dim is
-# contiguous, such as flash-attn's [batch, seq, heads, head_dim] tensors seen through
+# Strided kernels (KernelInfo.strided: chapter 06's bf16 kernels, chapter 07's Hopper backward,
+# chapter 09's Hopper forward) read and write [batch, heads, seq, head_dim] views with any strides
+# whose head_dim is contiguous, such as flash-attn's [batch, seq, heads, head_dim] tensors seen through
 # .transpose(1, 2), or slices of one QKV projection: nothing is copied. Every other kernel reads
 # packed tensors, and a tensor that is not packed is copied for it (.contiguous()).
 

@@ -4,7 +4,8 @@
 // and tensors with gaps between heads, rows and batches. Fresh random inputs; the elements in
 // the gaps of the inputs are NaN (a kernel that reads one spoils its output) and those of the
 // outputs are poisoned and must stay so (a kernel that writes one fails); the outputs are
-// compared with the fp64 oracle. Without a GPU each test reports SKIPPED with the reason.
+// compared with the fp64 oracle (with chapter 09's features, for a strided kernel that takes
+// them). Without a GPU each test reports SKIPPED with the reason.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,9 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "attention_features.h"
 #include "backward_runner.h"
 #include "compare.h"
 #include "cuda_check.h"
+#include "feature_inputs.h"
 #include "reference.h"
 #include "registry.h"
 #include "strides.h"
@@ -201,6 +204,83 @@ TEST_P(StridedForwardTest, MatchesOracleAndStaysInItsRows) {
 
 INSTANTIATE_TEST_SUITE_P(All, StridedForwardTest, ::testing::ValuesIn(strided_cases(forward_kernels())),
                          case_name<ForwardCase>);
+
+/// A strided kernel that takes chapter 09's features, on a packed batch in flash-attn's varlen
+/// layout ([total, heads, head_dim]: the Bshd placement with a batch of one) with a window,
+/// softcap and ALiBi, and on a dense batch of views of one projection with the same features.
+class StridedFeaturesTest : public ::testing::TestWithParam<const ForwardKernel*> {};
+
+TEST_P(StridedFeaturesTest, MatchesTheFeatureOracleAndStaysInItsRows) {
+  const ForwardKernel& kernel = *GetParam();
+  const GpuInfo& gpu = detect_gpu();
+  if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason;
+  for (const bool packed : {true, false}) {
+    const AttentionShape s = packed ? shape_of(1, 4, 2, 517, 517, 128, true) : shape_of(2, 4, 2, 300, 300, 64, true);
+    AttentionFeatures f;
+    f.window_left = 100;
+    f.window_right = 0;
+    f.softcap = 30.0;
+    f.alibi = true;
+    if (packed) f.sequences = 5;
+    if (std::string why = support_reason(kernel, s, f); !why.empty())
+      GTEST_SKIP() << kernel.name << " does not take " << describe(s, f) << ": " << why;
+    const uint64_t seed = fresh_seed();
+    const HostInputs in = round_inputs(make_random_inputs(s, seed), DType::BF16);
+    const Packing packing = packed ? random_packing(s, f, seed) : Packing{};
+    const DeviceExtras extras(f, {}, packing);
+    const Layout layout = packed ? Layout::Bshd : Layout::Qkv;
+    const int d = s.head_dim;
+    const Placement pq = place(layout, s, 0, false, d), pk = place(layout, s, 1, true, d),
+                    pv = place(layout, s, 2, true, d), po = place(Layout::Gaps, s, 3, false, d);
+    const DeviceBuffer q = upload_placed(in.q, pq, s.batch, s.heads_q, s.seq_q, d);
+    const DeviceBuffer k = upload_placed(in.k, pk, s.batch, s.heads_kv, s.seq_kv, d);
+    const DeviceBuffer v = upload_placed(in.v, pv, s.batch, s.heads_kv, s.seq_kv, d);
+    const DeviceBuffer o = poisoned(po);
+    DeviceBuffer lse(std::size_t(s.lse_elems()) * sizeof(float));
+    lse.poison();
+    DeviceBuffer work(kernel.workspace_bytes ? kernel.workspace_bytes(s) : 0);
+    const ForwardStrides strides{pq.strides, pk.strides, pv.strides, po.strides};
+    ASSERT_EQ(strides_reason(strides), "");
+    ForwardParams p;
+    p.shape = s;
+    p.q = q.as<uint16_t>() + pq.offset;
+    p.k = k.as<uint16_t>() + pk.offset;
+    p.v = v.as<uint16_t>() + pv.offset;
+    p.o = o.as<uint16_t>() + po.offset;
+    p.lse = lse.as<float>();
+    p.workspace = work.get();
+    p.strides = &strides;
+    p.features = f;
+    p.extras = extras.extras;
+    kernel.launch(p);
+    CUDA_CHECK(cudaDeviceSynchronize());
+
+    const Gathered out = gather(o, po, s.batch, s.heads_q, s.seq_q, d);
+    EXPECT_EQ(out.touched_outside, 0) << kernel.name << " wrote " << out.touched_outside
+                                      << " elements outside O's rows";
+    const std::vector<unsigned char> lse_raw = lse.download();
+    std::vector<float> lse_host(std::size_t(s.lse_elems()));
+    std::memcpy(lse_host.data(), lse_raw.data(), lse_raw.size());
+    const CheckPlan plan = full_check_plan(s);
+    const AttentionExtras host = host_extras_of(f, {}, packing);
+    const ForwardReference ref = reference_forward(s, in.q.data(), in.k.data(), in.v.data(), plan, f, &host);
+    const CompareReport report = compare_forward(s, DType::BF16, out.packed, lse_host, plan, ref);
+    EXPECT_TRUE(report.passed()) << kernel.name << " on " << describe(s, f) << ", " << layout_name(layout) << ", seed "
+                                 << seed << ":\n"
+                                 << report.details();
+  }
+}
+
+std::vector<const ForwardKernel*> strided_feature_kernels() {
+  std::vector<const ForwardKernel*> out;
+  for (const ForwardKernel& k : forward_kernels())
+    if (k.strided && (k.features & kFeatureVarlen)) out.push_back(&k);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, StridedFeaturesTest, ::testing::ValuesIn(strided_feature_kernels()),
+                         [](const ::testing::TestParamInfo<const ForwardKernel*>& info) { return info.param->name; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(StridedFeaturesTest);
 
 using BackwardCase = StridedCase<BackwardKernel>;
 class StridedBackwardTest : public ::testing::TestWithParam<BackwardCase> {};

@@ -13,7 +13,7 @@ from attention_reference import generator, randn  # noqa: E402
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
 
 STRIDED_FORWARD = {"ch06_tma_bf16", "ch06_wgmma_bf16", "ch06_specialized_bf16", "ch06_pingpong_bf16",
-                   "ch06_persistent_bf16"}
+                   "ch06_persistent_bf16", "ch09_hopper_bf16"}
 STRIDED_BACKWARD = {"ch07_wgmma_bf16", "ch07_fused_bf16", "ch07_fused_bulk_bf16"}
 
 

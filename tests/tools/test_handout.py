@@ -192,6 +192,19 @@ class HandoutTest(unittest.TestCase):
                          "  // TODO(gpu1): your code replaces the stub below; keep the BEGIN/END lines\n"
                          "  FA_NOT_IMPLEMENTED(\"gpu1: launch k\");\n  // END SOLUTION\n}\n")
 
+    def test_a_gpu_exercise_takes_no_host_code(self):
+        # A GPU runner must run nothing of the student's on the host: a GPU exercise's host
+        # region stays blank in the solution (the grader never fills a blank region).
+        kernel = "__global__ void k(float* o) {\n  // BEGIN SOLUTION gpu1 (device): write o[0]\n  o[0] = 1.0f;\n  // END SOLUTION\n}\n"
+        self.write("chapters/gpu.cu", kernel + "void launch(float* o) {\n"
+                   "  // BEGIN SOLUTION gpu1: launch k\n  k<<<1, 1>>>(o);\n  // END SOLUTION\n}\n")
+        self.set_config([{"id": "gpu1", "device": "gpu", "title": "t", "points": 5, "tests": "^g"}])
+        self.assert_error("a GPU exercise's host region holds code (chapters/gpu.cu:7)")
+        self.write("chapters/gpu.cu", kernel + "void launch(float* o) {\n"
+                   "  // BEGIN SOLUTION gpu1: write k's body, then delete this line\n  // END SOLUTION\n"
+                   "  k<<<1, 1>>>(o);\n}\n")
+        self.assertEqual(handout.make_handout(self.root, self.dest, self.config)["gpu1"], 2)
+
     def test_an_exercise_with_only_device_regions_is_refused(self):
         self.write("chapters/gpu.cu", "__global__ void k(float* o) {\n"
                    "  // BEGIN SOLUTION gpu1 (device): write o[0]\n  o[0] = 1.0f;\n  // END SOLUTION\n}\n")
