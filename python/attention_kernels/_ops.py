@@ -111,7 +111,8 @@ def features_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optio
 def _(q, k, v, causal, scale, window_left, window_right, softcap, alibi, bias, cu_seqlens_q, cu_seqlens_k,
       max_seqlen_q, max_seqlen_k, alibi_slopes, kernel, backward_kernel, check_backward):
     _fake_attention_checks(q, k, v)
-    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+    (o,) = _torch.outputs_like(_torch.lib.FORWARD, kernel, (q, k, v), features=True)
+    return o, q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
 @torch.library.custom_op("attention_kernels::features_backward", mutates_args=(), device_types="cuda")
@@ -129,7 +130,8 @@ def features_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, d
 def _(q, k, v, o, lse, d_o, causal, scale, window_left, window_right, softcap, alibi, bias, cu_seqlens_q,
       cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes, kernel):
     _fake_attention_checks(q, k, v)
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    dq, dk, dv = _torch.outputs_like(_torch.lib.BACKWARD, kernel, (q, k, v, o, d_o), features=True)
+    return dq, dk, dv
 
 
 _FEATURE_ARGS = slice(5, 15)  # window_left .. alibi_slopes in features_forward's arguments

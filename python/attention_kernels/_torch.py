@@ -376,14 +376,15 @@ def _layout(info, inputs, outputs):
     return (lib._Strides * len(tensors))(*(_strides(t) for t in tensors))
 
 
-def outputs_like(kind, kernel, inputs):
+def outputs_like(kind, kernel, inputs, features=False):
     """The outputs a forward (O) or backward (dQ, dK, dV) call on `inputs` returns, empty: laid
     out as forward() and backward() lay them out, so that the operators' fake implementations
-    give torch.compile the strides the real ones will have."""
+    give torch.compile the strides the real ones will have (`features`: a call with chapter 09's
+    features, whose default kernels are chapter 09's)."""
     like = inputs[:1] if kind == lib.FORWARD else inputs[:3]
     new = [_new_like(t) for t in like]
     try:
-        info = _resolve(kind, kernel, _DTYPE_NAMES[inputs[0].dtype], "kernel")
+        info = _resolve(kind, kernel, _DTYPE_NAMES[inputs[0].dtype], "kernel", features)
     except Exception:  # the real call raises the right error
         info = None
     if info is None or not _in_place(info, list(inputs) + new):
