@@ -152,28 +152,25 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return info.param.kernel->name + "__" + info.param.shape.to_identifier() + "_" + layout_name(info.param.layout);
 }
 
-using ForwardCase = StridedCase<ForwardKernel>;
-class StridedForwardTest : public ::testing::TestWithParam<ForwardCase> {};
-
-TEST_P(StridedForwardTest, MatchesOracleAndStaysInItsRows) {
-  const ForwardCase& c = GetParam();
-  const GpuInfo& gpu = detect_gpu();
-  if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason;
-  const AttentionShape& s = c.shape;
-  if (std::string why = support_reason(*c.kernel, s); !why.empty())
-    GTEST_SKIP() << c.kernel->name << " does not support " << s.to_string() << ": " << why;
+/// One strided forward launch: fresh random inputs placed in `in_layout` (NaN in the gaps), O in
+/// `out_layout` (poisoned), the kernel launched with `f` and its inputs; then O must stay in its
+/// rows and match the fp64 oracle (with the features) on every row.
+void check_strided_forward(const ForwardKernel& kernel, const AttentionShape& s, Layout in_layout, Layout out_layout,
+                           const AttentionFeatures& f = {}) {
   const uint64_t seed = fresh_seed();
   const HostInputs in = round_inputs(make_random_inputs(s, seed), DType::BF16);
+  const Packing packing = f.varlen() ? random_packing(s, f, seed) : Packing{};
+  const DeviceExtras extras(f, {}, packing);
   const int d = s.head_dim;
-  const Placement pq = place(c.layout, s, 0, false, d), pk = place(c.layout, s, 1, true, d),
-                  pv = place(c.layout, s, 2, true, d), po = place(c.layout, s, 3, false, d);
+  const Placement pq = place(in_layout, s, 0, false, d), pk = place(in_layout, s, 1, true, d),
+                  pv = place(in_layout, s, 2, true, d), po = place(out_layout, s, 3, false, d);
   const DeviceBuffer q = upload_placed(in.q, pq, s.batch, s.heads_q, s.seq_q, d);
   const DeviceBuffer k = upload_placed(in.k, pk, s.batch, s.heads_kv, s.seq_kv, d);
   const DeviceBuffer v = upload_placed(in.v, pv, s.batch, s.heads_kv, s.seq_kv, d);
   const DeviceBuffer o = poisoned(po);
   DeviceBuffer lse(std::size_t(s.lse_elems()) * sizeof(float));
   lse.poison();
-  DeviceBuffer work(c.kernel->workspace_bytes ? c.kernel->workspace_bytes(s) : 0);
+  DeviceBuffer work(kernel.workspace_bytes ? kernel.workspace_bytes(s) : 0);
   const ForwardStrides strides{pq.strides, pk.strides, pv.strides, po.strides};
   ASSERT_EQ(strides_reason(strides), "");
   ForwardParams p;
@@ -185,21 +182,35 @@ TEST_P(StridedForwardTest, MatchesOracleAndStaysInItsRows) {
   p.lse = lse.as<float>();
   p.workspace = work.get();
   p.strides = &strides;
-  c.kernel->launch(p);
+  p.features = f;
+  p.extras = extras.extras;
+  kernel.launch(p);
   CUDA_CHECK(cudaDeviceSynchronize());
 
+  const std::string what =
+      kernel.name + " on " + describe(s, f) + " " + layout_name(in_layout) + ", seed " + std::to_string(seed);
   const Gathered out = gather(o, po, s.batch, s.heads_q, s.seq_q, d);
-  EXPECT_EQ(out.touched_outside, 0) << c.kernel->name << " wrote " << out.touched_outside
-                                    << " elements outside O's rows (" << layout_name(c.layout) << ")";
+  EXPECT_EQ(out.touched_outside, 0) << what << ": wrote " << out.touched_outside << " elements outside O's rows";
   const std::vector<unsigned char> lse_raw = lse.download();
   std::vector<float> lse_host(std::size_t(s.lse_elems()));
   std::memcpy(lse_host.data(), lse_raw.data(), lse_raw.size());
   const CheckPlan plan = full_check_plan(s);
-  const ForwardReference ref = reference_forward(s, in.q.data(), in.k.data(), in.v.data(), plan);
+  const AttentionExtras host = host_extras_of(f, {}, packing);
+  const ForwardReference ref = reference_forward(s, in.q.data(), in.k.data(), in.v.data(), plan, f, &host);
   const CompareReport report = compare_forward(s, DType::BF16, out.packed, lse_host, plan, ref);
-  EXPECT_TRUE(report.passed()) << c.kernel->name << " on " << s.to_string() << " " << layout_name(c.layout) << ", seed "
-                               << seed << ":\n"
-                               << report.details();
+  EXPECT_TRUE(report.passed()) << what << ":\n" << report.details();
+}
+
+using ForwardCase = StridedCase<ForwardKernel>;
+class StridedForwardTest : public ::testing::TestWithParam<ForwardCase> {};
+
+TEST_P(StridedForwardTest, MatchesOracleAndStaysInItsRows) {
+  const ForwardCase& c = GetParam();
+  const GpuInfo& gpu = detect_gpu();
+  if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason;
+  if (std::string why = support_reason(*c.kernel, c.shape); !why.empty())
+    GTEST_SKIP() << c.kernel->name << " does not support " << c.shape.to_string() << ": " << why;
+  check_strided_forward(*c.kernel, c.shape, c.layout, c.layout);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, StridedForwardTest, ::testing::ValuesIn(strided_cases(forward_kernels())),
@@ -224,50 +235,7 @@ TEST_P(StridedFeaturesTest, MatchesTheFeatureOracleAndStaysInItsRows) {
     if (packed) f.sequences = 5;
     if (std::string why = support_reason(kernel, s, f); !why.empty())
       GTEST_SKIP() << kernel.name << " does not take " << describe(s, f) << ": " << why;
-    const uint64_t seed = fresh_seed();
-    const HostInputs in = round_inputs(make_random_inputs(s, seed), DType::BF16);
-    const Packing packing = packed ? random_packing(s, f, seed) : Packing{};
-    const DeviceExtras extras(f, {}, packing);
-    const Layout layout = packed ? Layout::Bshd : Layout::Qkv;
-    const int d = s.head_dim;
-    const Placement pq = place(layout, s, 0, false, d), pk = place(layout, s, 1, true, d),
-                    pv = place(layout, s, 2, true, d), po = place(Layout::Gaps, s, 3, false, d);
-    const DeviceBuffer q = upload_placed(in.q, pq, s.batch, s.heads_q, s.seq_q, d);
-    const DeviceBuffer k = upload_placed(in.k, pk, s.batch, s.heads_kv, s.seq_kv, d);
-    const DeviceBuffer v = upload_placed(in.v, pv, s.batch, s.heads_kv, s.seq_kv, d);
-    const DeviceBuffer o = poisoned(po);
-    DeviceBuffer lse(std::size_t(s.lse_elems()) * sizeof(float));
-    lse.poison();
-    DeviceBuffer work(kernel.workspace_bytes ? kernel.workspace_bytes(s) : 0);
-    const ForwardStrides strides{pq.strides, pk.strides, pv.strides, po.strides};
-    ASSERT_EQ(strides_reason(strides), "");
-    ForwardParams p;
-    p.shape = s;
-    p.q = q.as<uint16_t>() + pq.offset;
-    p.k = k.as<uint16_t>() + pk.offset;
-    p.v = v.as<uint16_t>() + pv.offset;
-    p.o = o.as<uint16_t>() + po.offset;
-    p.lse = lse.as<float>();
-    p.workspace = work.get();
-    p.strides = &strides;
-    p.features = f;
-    p.extras = extras.extras;
-    kernel.launch(p);
-    CUDA_CHECK(cudaDeviceSynchronize());
-
-    const Gathered out = gather(o, po, s.batch, s.heads_q, s.seq_q, d);
-    EXPECT_EQ(out.touched_outside, 0) << kernel.name << " wrote " << out.touched_outside
-                                      << " elements outside O's rows";
-    const std::vector<unsigned char> lse_raw = lse.download();
-    std::vector<float> lse_host(std::size_t(s.lse_elems()));
-    std::memcpy(lse_host.data(), lse_raw.data(), lse_raw.size());
-    const CheckPlan plan = full_check_plan(s);
-    const AttentionExtras host = host_extras_of(f, {}, packing);
-    const ForwardReference ref = reference_forward(s, in.q.data(), in.k.data(), in.v.data(), plan, f, &host);
-    const CompareReport report = compare_forward(s, DType::BF16, out.packed, lse_host, plan, ref);
-    EXPECT_TRUE(report.passed()) << kernel.name << " on " << describe(s, f) << ", " << layout_name(layout) << ", seed "
-                                 << seed << ":\n"
-                                 << report.details();
+    check_strided_forward(kernel, s, packed ? Layout::Bshd : Layout::Qkv, Layout::Gaps, f);
   }
 }
 
