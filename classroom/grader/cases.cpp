@@ -230,7 +230,10 @@ namespace {
 /// The speed part of an exercise: one large shape, run by the reference runner (the instructor's
 /// code) and the student's, each timing its own launches; it passes when the student's kernel is
 /// right there too and reaches `min_speed` of the reference's speed. `weight`: the speed part's
-/// share of the exercise, given the other cases' total weight.
+/// share of the exercise, given the other cases' total weight. The runner scales Q by a fresh
+/// factor before every timed launch and answers with one launch's outputs and its factor, so the
+/// answer is judged against the oracle on Q times that factor, rounded to the kernel's dtype as
+/// the runner rounds it.
 Case speed_case(Rng& rng, const AttentionShape& s, const std::string& kernel, DType dtype, double weight,
                 double min_speed) {
   Case c = forward_case(rng, s, "forward", dtype, weight, {{"kernel", kernel}});
@@ -239,7 +242,13 @@ Case speed_case(Rng& rng, const AttentionShape& s, const std::string& kernel, DT
   const std::vector<float> q(c.input.begin(), c.input.begin() + s.q_elems()),
       k(c.input.begin() + s.q_elems(), c.input.begin() + s.q_elems() + s.kv_elems()),
       v(c.input.begin() + s.q_elems() + s.kv_elems(), c.input.end());
-  c.judge = judge_forward(s, q, k, v, dtype, rng() | 1);
+  const uint64_t sample_seed = rng() | 1;
+  c.judge = judge_forward(s, q, k, v, dtype, sample_seed);
+  c.judge_scaled = [=](const std::vector<float>& out, double q_scale) {
+    std::vector<float> scaled(q.size());
+    for (std::size_t i = 0; i < q.size(); ++i) scaled[i] = round_to_dtype(q[i] * float(q_scale), dtype);
+    return judge_forward(s, scaled, k, v, dtype, sample_seed)(out);
+  };
   return c;
 }
 

@@ -35,6 +35,9 @@ struct Case {
   std::vector<float> input;
   std::size_t expect_values = 0;
   Judge judge;
+  /// A speed case's judge: the answer of a launch whose Q was the case's times `q_scale`
+  /// (runner_gpu.cu scales Q afresh before every timed launch).
+  std::function<std::string(const std::vector<float>&, double q_scale)> judge_scaled;
   double min_speed = 0;       // > 0: a speed case, run by both runners (checker.cpp's check_speed)
   double gate_speed = 0;      // > 0 (a speed case): below this share of the reference's speed, no case counts
   bool needs_steps = false;   // counts only when every drawn-state case of the exercise passed

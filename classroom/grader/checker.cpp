@@ -55,13 +55,15 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
-/// "" when the runner's answer to `c` is right, else why not.
-std::string judged(const Case& c, const Reply& r) {
+/// "" when the runner's answer to `c` is right, else why not. `timed`: the answer of a timed run,
+/// whose launch had Q scaled by r.q_scale (a speed case's judge_scaled).
+std::string judged(const Case& c, const Reply& r, bool timed = false) {
   if (!r.ok) return r.error;
   if (c.expect_values && r.out.size() != c.expect_values)
     return "the runner answered " + std::to_string(r.out.size()) + " values, expected " +
            std::to_string(c.expect_values);
   try {
+    if (timed && c.judge_scaled) return c.judge_scaled(r.out, r.q_scale);
     return c.judge(r.out);
   } catch (const std::exception& e) {
     return std::string("could not judge the answer: ") + e.what();
@@ -69,8 +71,9 @@ std::string judged(const Case& c, const Reply& r) {
 }
 
 /// A speed case: the reference runner and the student's, alternately, twice each, each timing
-/// its own launches (runner_gpu.cu's time_ms, the median of a launch count drawn here; the outputs
-/// judged are those of one timed launch, which the runner draws after it ran). The best time of each counts. A time below what the runner's own
+/// its own launches (runner_gpu.cu's time_ms, the median of a launch count drawn here; Q is scaled by
+/// a fresh factor before each launch, and the outputs judged are those of one timed launch, which
+/// the runner draws after it ran, against Q times its factor). The best time of each counts. A time below what the runner's own
 /// wall-clock time allows is not believed. Returns why not ("" when fast enough); `note` says
 /// what was measured.
 std::string check_speed(const Options& opt, const Case& c, Rng& rng, std::string& note, double& speed) {
@@ -86,7 +89,7 @@ std::string check_speed(const Options& opt, const Case& c, Rng& rng, std::string
       RunLimits limits = opt.limits;
       if (who == 0 && opt.reference_uid >= 0) limits.uid = opt.reference_uid;
       const Reply r = ask(limits, who == 0 ? opt.reference_runner : opt.runner, h, c.input, c.expect_values);
-      const std::string why = judged(c, r);
+      const std::string why = judged(c, r, true);
       if (!why.empty()) return who == 0 ? "the reference solution failed here (an instructor's problem): " + why : why;
       if (!(r.ms > 0) || r.iters < 20 || r.wall_ms < 0.9 * r.ms * r.iters)
         return "the runner's time (" + fmt(r.ms) + " ms x " + std::to_string(r.iters) +

@@ -4,7 +4,7 @@
 // from the student's code) computes the outputs and nothing else. One request per runner process:
 //
 //   request:   a header line "TASK key=value key=value ...\n", then `in` float32 values
-//   response:  "ok out=N [ms=T iters=I]\n" and N float32 values, or "error MESSAGE\n"
+//   response:  "ok out=N [ms=T iters=I qscale=C]\n" and N float32 values, or "error MESSAGE\n"
 //
 // The header names every size, so both sides know how many values follow. The checker never
 // trusts a runner's exit code or its words: a response counts only when its values match the
@@ -126,6 +126,7 @@ struct Answer {
   std::vector<float> out;
   double ms = -1;
   int iters = 0;
+  double q_scale = 1;  // timed: the factor the answered launch's Q was scaled by (runner_gpu.cu's time_ms)
 };
 
 /// A runner's main: one request from stdin, then the runner confines itself (confine.h), then
@@ -141,7 +142,7 @@ int serve(Run run, Confinement confinement) {
     if (!read_floats(stdin, in, std::size_t(h.num("in")))) throw std::runtime_error("request ends early");
     confine(confinement);
     const Answer a = run(h, in);
-    if (a.ms >= 0) std::printf("ok out=%zu ms=%.6f iters=%d\n", a.out.size(), a.ms, a.iters);
+    if (a.ms >= 0) std::printf("ok out=%zu ms=%.6f iters=%d qscale=%a\n", a.out.size(), a.ms, a.iters, a.q_scale);
     else std::printf("ok out=%zu\n", a.out.size());
     write_floats(stdout, a.out);
   } catch (const std::exception& e) {

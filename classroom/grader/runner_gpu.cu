@@ -3,8 +3,9 @@
 // request from stdin (protocol.h): the inputs the checker drew, already rounded to the kernel's
 // dtype; it launches the kernel on outputs filled with NaN first, and writes O and LSE (or dQ,
 // dK, dV) back as float32. With time=1 it also times the launches (time_ms: the median of
-// `iters` after 3 warm-ups, outputs poisoned before each) for the speed part of an exercise, and
-// answers with the outputs of one timed launch drawn after it ran. CMake builds it once per chapter
+// `iters` after 3 warm-ups, outputs poisoned and Q scaled by a fresh factor before each) for the
+// speed part of an exercise, and answers with the outputs of one timed launch drawn after it ran,
+// and that launch's factor. CMake builds it once per chapter
 // (fa_runner_chNN, classroom/grader/CMakeLists.txt).
 #include <cuda_runtime.h>
 #include <sys/random.h>
@@ -54,8 +55,22 @@ std::uint64_t draw_below(std::uint64_t n) {
   return x % n;
 }
 
+/// A fresh factor for a timed launch's Q, from 0.75 to 1.5: drawn when the launch is prepared, so no
+/// launch can find an earlier one's results (or row statistics) for its own inputs anywhere.
+float draw_scale() { return 0.75f + 0.75f * float(draw_below(1u << 24)) / float(1u << 24); }
+
+/// Q (n values) times `scale`, rounded to `dtype` as the checker rounds it (round_to_dtype), into b.
+void upload_scaled(DType dtype, DeviceBuffer& b, const float* q, std::size_t n, float scale) {
+  std::vector<float> scaled(n);
+  for (std::size_t i = 0; i < n; ++i) scaled[i] = q[i] * scale;
+  std::vector<unsigned char> raw(n * dtype_size(dtype));
+  encode_elements(dtype, scaled.data(), raw.data(), n);
+  CUDA_CHECK(cudaMemcpy(b.get(), raw.data(), raw.size(), cudaMemcpyHostToDevice));
+}
+
 /// The median time of `iters` launches after 3 warm-ups; `poison` runs before each launch, outside
-/// the timed span, so that no launch finds the previous one's results to skip its work. Each
+/// the timed span (it poisons the outputs and scales Q afresh), so that no launch finds the
+/// previous one's results to skip its work. Each
 /// launch is timed by the host clock from a device-wide synchronize to the next: work that a
 /// launch moved to a stream of its own counts as much as work on the runner's.
 /// After timed launch i (outside its span) `keep` copies its outputs with probability 1/(i + 1),
@@ -115,12 +130,20 @@ Answer run(const Header& h, const std::vector<float>& in) {
       r.out.insert(r.out.end(), l.begin(), l.end());
     };
     if (timed) {
-      // Outputs and scratch poisoned before every launch; the outputs answered are those of a
-      // timed launch drawn after the fact (time_ms).
-      const auto poison = [&] {
+      // Outputs and scratch poisoned and Q scaled by a fresh factor before every launch (memory
+      // a kernel kept from an earlier launch describes other inputs); the outputs answered are
+      // those of a timed launch drawn after the fact (time_ms), with that launch's factor.
+      float scale = 1.0f;
+      const auto prepare = [&] {
         for (const DeviceBuffer* b : {&o, &lse, &ws}) CUDA_CHECK(cudaMemsetAsync(b->get(), 0xFF, b->bytes()));
+        scale = draw_scale();
+        upload_scaled(k->dtype, q, p[0], s.q_elems(), scale);
       };
-      r.ms = time_ms([&] { k->launch(fp); }, poison, read_back, r.iters);
+      const auto keep = [&] {
+        read_back();
+        r.q_scale = scale;
+      };
+      r.ms = time_ms([&] { k->launch(fp); }, prepare, keep, r.iters);
     } else {
       read_back();
     }

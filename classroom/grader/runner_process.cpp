@@ -347,6 +347,11 @@ Reply ask(const RunLimits& limits, const std::string& runner, const Header& head
     if (h.args.count("ms")) {
       reply.ms = std::atof(h.str("ms").c_str());
       reply.iters = int(h.num("iters"));
+      const std::string scale = h.str("qscale");
+      char* end = nullptr;
+      reply.q_scale = std::strtod(scale.c_str(), &end);
+      if (end == scale.c_str() || *end != '\0' || !(reply.q_scale > 0))
+        throw std::runtime_error("'qscale' is not a positive number");
     }
   } catch (const std::exception& e) {
     reply.error = std::string("malformed answer: ") + e.what();

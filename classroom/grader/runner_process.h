@@ -29,6 +29,7 @@ struct Reply {
   std::vector<float> out;
   double ms = -1, wall_ms = 0;
   int iters = 0;
+  double q_scale = 1;  // a timed answer: the factor its launch's Q was scaled by (protocol.h)
   bool timed_out = false;
 };
 

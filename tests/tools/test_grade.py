@@ -506,6 +506,11 @@ class HeaderMacroAndLinkTest(unittest.TestCase):
                      "set_default_resource"):
             self.assertRegex(grade.lint_region(f"  (void){word};\n", 3), f"'{word}' is (not allowed|a macro)", word)
 
+    def test_cuda_barriers_pass_and_gccs_sync_builtins_do_not(self):
+        for word in ("__syncthreads", "__syncwarp", "__syncthreads_or", "__syncthreads_count"):
+            self.assertEqual(grade.lint_region(f"  {word}();\n", 2), "", word)
+        self.assertRegex(grade.lint_region("  __sync_fetch_and_add(p, 1);\n", 2), "'__sync_fetch_and_add' is not allowed")
+
     def test_a_build_may_not_take_all_the_memory(self):
         with tempfile.TemporaryDirectory() as tmp:
             ok, out = grade.run_build([sys.executable, "-c", "import resource; print(resource.getrlimit("
