@@ -396,8 +396,9 @@ def solution_runs(regions_text):
 
 
 def has_code(lines):
-    """Whether a region's lines hold anything but blank lines and // comments."""
-    return any(line.strip() and not line.strip().startswith("//") for line in lines)
+    """Whether a region's lines hold anything but blank lines, // comments and a student copy's
+    stub (FA_NOT_IMPLEMENTED: a copy of a copy is made from stubs)."""
+    return any(line.strip() and not line.strip().startswith(("//", "FA_NOT_IMPLEMENTED(")) for line in lines)
 
 
 def text_files(dest):
