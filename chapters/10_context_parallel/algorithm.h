@@ -6,9 +6,10 @@
 //   1. The split: contiguous (rank r holds chunk r of N) or zigzag (2N chunks; rank r holds
 //      chunks r and 2N-1-r, which evens out the causal work), and each rank's global positions.
 //   2. Ring attention: the K/V blocks travel around the ring of ranks, one hop per step. Each
-//      rank computes its queries' partial (O, LSE) against the block it holds and merges it into
-//      its running (O, LSE) with chapter 03's merge. The backward sends dK and dV along with
-//      their block, so they are complete when they arrive back at the block's owner.
+//      rank computes its queries' partial (O, LSE) against the block it holds (chapter 05's row
+//      step) and merges it into its running (O, LSE) with chapter 08's merge of partitions (chapter
+//      03's merge in LSE form). The backward sends dK and dV along with their block, so they are
+//      complete when they arrive back at the block's owner.
 //   3. The GPU ring's plan (ring_gpu.h): each step as one attention launch per (query chunk,
 //      key chunk) pair the causal mask does not skip (pairs_for).
 //   4. DeepSpeed-Ulysses, in ulysses.h: an all-to-all turns sequence shards into head shards,
@@ -36,6 +37,8 @@
 #include <utility>
 #include <vector>
 
+#include "../05_flash_attention_v2/algorithm.h"
+#include "../08_paged_attention/algorithm.h"
 #include "problem.h"
 
 namespace fa::context_parallel {
@@ -221,8 +224,8 @@ inline void for_each_key_run(const std::vector<Chunk>& q_chunks, const std::vect
 
 /// One (batch, query head): this rank's query rows against the K/V block it holds. For each
 /// row, the normalized output over the keys it sees in the block and their LSE (O = 0 and
-/// LSE = -inf when it sees none). Within the block it is chapter 03's fused loop, one chunk
-/// pair at a time. Returns the number of scores computed.
+/// LSE = -inf when it sees none). Within the block each run of keys is one of chapter 05's row
+/// steps (flash2_row_step), one chunk pair at a time. Returns the number of scores computed.
 inline int64_t block_forward(const float* q, const std::vector<Chunk>& q_chunks, const float* k, const float* v,
                              const std::vector<Chunk>& kv_chunks, int d, float scale, bool causal, float* o_part,
                              float* lse_part, const Documents* docs = nullptr) {
@@ -240,17 +243,9 @@ inline int64_t block_forward(const float* q, const std::vector<Chunk>& q_chunks,
           step_max = std::max(step_max, p[j]);
         }
         work += keys;
-        const float m_new = std::max(m[row], step_max);
-        const float correction = std::exp(m[row] - m_new);  // 0 before the row's first key
-        l[row] *= correction;
-        float* acc_row = acc.data() + std::size_t(row) * d;
-        for (int x = 0; x < d; ++x) acc_row[x] *= correction;
-        for (int j = 0; j < keys; ++j) {
-          const float e = std::exp(p[j] - m_new);
-          l[row] += e;
-          for (int x = 0; x < d; ++x) acc_row[x] += e * v[int64_t(key_row + j) * d + x];
-        }
-        m[row] = m_new;
+        // Chapter 05's step: the run of keys is a tile, its V rows consecutive.
+        flash2::flash2_row_step(p.data(), step_max, m[row], l[row], acc.data() + std::size_t(row) * d,
+                                v + int64_t(key_row) * d, keys, d);
       },
       docs);
   for (int row = 0; row < rows; ++row) {
@@ -341,21 +336,21 @@ inline std::vector<PackedPairLaunch> packed_pairs_for(const AttentionShape& glob
 }
 
 //! [merge_partial]
-/// Chapter 03's merge in LSE form (chapter 08's split-KV merge is the same): a row's state
-/// (o, lse) over the keys seen so far absorbs the partial (o_b, lse_b) over keys it had not seen.
+/// Chapter 03's merge in LSE form: a row's state (o, lse) over the keys seen so far absorbs the
+/// partial (o_b, lse_b) over keys it had not seen.
 ///   LSE = log(e^lse + e^lse_b),  O = e^(lse - LSE) o + e^(lse_b - LSE) o_b
+/// It is chapter 08's merge of a row's split-KV partitions, with two partitions: the state so far
+/// and the block's partial. A side that has seen no key (LSE = -inf) is no partition at all.
 inline void merge_partial(float* o, float& lse, const float* o_b, float lse_b, int d) {
   if (lse_b == -INFINITY) return;  // the block showed this row no key: nothing to add
-  if (lse == -INFINITY) {          // the first keys this row sees: e^(-inf) weighs the old state 0
-    std::copy_n(o_b, d, o);
-    lse = lse_b;
-    return;
+  std::vector<float> parts_o, parts_lse;
+  if (lse != -INFINITY) {
+    parts_o.assign(o, o + d);
+    parts_lse.push_back(lse);
   }
-  const float top = std::max(lse, lse_b);  // taken around the larger one: no overflow
-  const float merged = top + std::log(std::exp(lse - top) + std::exp(lse_b - top));
-  const float w_a = std::exp(lse - merged), w_b = std::exp(lse_b - merged);
-  for (int x = 0; x < d; ++x) o[x] = w_a * o[x] + w_b * o_b[x];
-  lse = merged;
+  parts_o.insert(parts_o.end(), o_b, o_b + d);
+  parts_lse.push_back(lse_b);
+  paged::merge_partitions_cpu(parts_o, parts_lse, d, o, &lse);
 }
 //! [merge_partial]
 
