@@ -304,7 +304,7 @@ inline std::vector<PairLaunch> pairs_for(const AttentionShape& global, const Seq
 /// With packed documents a pair is one of chapter 09's variable-length problems: its sequences are
 /// the documents that reach into either chunk, each with its rows in the query chunk and its keys in
 /// the key chunk (either may be none). A diagonal pair's sequences are causal squares; in any other
-/// pair every key precedes every query, so a sequence sees all of its keys there.
+/// pair a sequence sees all of its keys (causal: every key there precedes every query).
 struct PackedPairLaunch {
   PairLaunch pair;
   std::vector<int> cu_q, cu_k;  // the sequences' boundaries in the pair's rows and keys, from 0

@@ -43,7 +43,8 @@ __global__ void merge_rows_kernel(float* o_acc, float* lse_acc, const T* o_part,
   const float lse_b = lse_part[row];
   if (lse_b == -INFINITY) return;  // the block showed this row no key
   const float lse_a = lse_acc[row];
-  // e^(-inf - x) = 0 weighs a row's empty starting state out, as on the CPU.
+  // e^(-inf - x) = 0 weighs a row's empty starting state out (the CPU leaves it out of chapter 08's
+  // merge instead); the return above keeps out the case where both sides are empty.
   const float top = fmaxf(lse_a, lse_b);
   const float merged = top + logf(expf(lse_a - top) + expf(lse_b - top));
   const float w_a = expf(lse_a - merged), w_b = expf(lse_b - merged);
