@@ -417,6 +417,11 @@ std::string fmt(const char* format, double value) {
   return buf;
 }
 
+/// ", N documents" when the check packs its sequence (--documents), else "".
+std::string documents_note() {
+  return ring_options.documents ? ", " + std::to_string(ring_options.documents) + " documents" : "";
+}
+
 /// The check's problem and its oracle: one sequence, or (--documents N) the sequence packed as N
 /// documents of random lengths, some empty, the same boundaries for queries and keys.
 struct CheckProblem {
@@ -436,11 +441,11 @@ CheckProblem make_check_problem(const AttentionShape& shape, uint64_t seed, DTyp
     c.problem = make_backward_problem(shape, seed, dtype, -1, features);  // the inputs; the oracle below
     c.problem.packing.cu_k = c.problem.packing.cu_q;                      // self-attention: one set of documents
     c.docs.starts = c.problem.packing.cu_q;
-    const AttentionExtras extras = c.problem.host_extras();
-    c.problem.ref = reference_backward(shape, c.problem.q.data(), c.problem.k.data(), c.problem.v.data(),
-                                       c.problem.d_o.data(), features, &extras);
   }
   const AttentionExtras extras = c.problem.host_extras();
+  if (c.packed())
+    c.problem.ref = reference_backward(shape, c.problem.q.data(), c.problem.k.data(), c.problem.v.data(),
+                                       c.problem.d_o.data(), c.problem.features, &extras);
   c.fwd_ref = reference_forward(shape, c.problem.q.data(), c.problem.k.data(), c.problem.v.data(),
                                 full_check_plan(shape), c.problem.features, &extras);
   return c;
@@ -449,9 +454,7 @@ CheckProblem make_check_problem(const AttentionShape& shape, uint64_t seed, DTyp
 int run_check(const AttentionShape& shape, uint64_t seed, int ranks) {
   const DType dtype = DType::BF16;
   std::printf("ring attention on %d ranks, %s%s, seed %llu: fp64 oracle on the whole sequence\n", ranks,
-              shape.to_string().c_str(),
-              ring_options.documents ? (", " + std::to_string(ring_options.documents) + " documents").c_str() : "",
-              static_cast<unsigned long long>(seed));
+              shape.to_string().c_str(), documents_note().c_str(), static_cast<unsigned long long>(seed));
   const CheckProblem check = make_check_problem(shape, seed, dtype);
   const BackwardProblem& problem = check.problem;
   const Documents* docs = check.packed();
@@ -514,9 +517,7 @@ int run_check(const AttentionShape& shape, uint64_t seed, int ranks) {
 
 int run_simulated(const AttentionShape& shape, uint64_t seed) {
   std::printf("the simulated ranks of algorithm.h on the CPU, %s%s, seed %llu, against the fp64 oracle:\n",
-              shape.to_string().c_str(),
-              ring_options.documents ? (", " + std::to_string(ring_options.documents) + " documents").c_str() : "",
-              static_cast<unsigned long long>(seed));
+              shape.to_string().c_str(), documents_note().c_str(), static_cast<unsigned long long>(seed));
   const CheckProblem check = make_check_problem(shape, seed, DType::F32);
   const BackwardProblem& problem = check.problem;
   const int64_t outer_q = int64_t(shape.batch) * shape.heads_q, outer_kv = int64_t(shape.batch) * shape.heads_kv;
