@@ -43,6 +43,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))  # check_snippets
+sys.path.insert(0, os.path.join(ROOT, "classroom"))
+from cxx_text import has_code  # noqa: E402
 SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc")
 BEGIN = re.compile(r"^(\s*)// BEGIN SOLUTION ([A-Za-z0-9_]+)( \(device\))?: (.+?)\s*$")
 END = re.compile(r"^\s*// END SOLUTION\s*$")
@@ -275,7 +277,7 @@ def write_copy(root, dest, exercises):
             for r_id, kind, first, last in regions[len(regions) - sum(found.values()):]:
                 if r_id in selected:
                     regions_text.append("\n".join(lines[first:last - 1]))
-                if r_id in gpu and kind == "host" and has_code(lines[first:last - 1]):
+                if r_id in gpu and kind == "host" and has_code("\n".join(lines[first:last - 1])):
                     host_code.append(f"{rel}:{first}")
             for ex_id, n in found.items():
                 totals[ex_id] = totals.get(ex_id, 0) + n
@@ -393,12 +395,6 @@ def solution_runs(regions_text):
         lines = [n for _, n in distinctive(body)]
         runs.update(tuple(lines[i:i + RUN]) for i in range(len(lines) - RUN + 1))
     return runs
-
-
-def has_code(lines):
-    """Whether a region's lines hold anything but blank lines, // comments and a student copy's
-    stub (FA_NOT_IMPLEMENTED: a copy of a copy is made from stubs)."""
-    return any(line.strip() and not line.strip().startswith(("//", "FA_NOT_IMPLEMENTED(")) for line in lines)
 
 
 def text_files(dest):

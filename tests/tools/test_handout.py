@@ -205,6 +205,14 @@ class HandoutTest(unittest.TestCase):
                    "  k<<<1, 1>>>(o);\n}\n")
         self.assertEqual(handout.make_handout(self.root, self.dest, self.config)["gpu1"], 2)
 
+    def test_one_reading_of_code_for_the_handout_and_the_grader(self):
+        # handout.py's check and grade.py's blank() ask the same question of a region's body.
+        import cxx_text
+        for body in ["", "  // a note\n", "  /* a block\n     comment */\n", '  FA_NOT_IMPLEMENTED("gpu1: launch k");\n']:
+            self.assertFalse(cxx_text.has_code(body), body)
+        for body in ["  k<<<1, 1>>>(o);\n", '  "text";\n', "  /* a */ x = 1; // b\n", 'FA_NOT_IMPLEMENTED("a"); go();']:
+            self.assertTrue(cxx_text.has_code(body), body)
+
     def test_an_exercise_with_only_device_regions_is_refused(self):
         self.write("chapters/gpu.cu", "__global__ void k(float* o) {\n"
                    "  // BEGIN SOLUTION gpu1 (device): write o[0]\n  o[0] = 1.0f;\n  // END SOLUTION\n}\n")
