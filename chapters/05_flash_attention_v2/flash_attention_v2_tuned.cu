@@ -16,6 +16,9 @@
 //   * Blocks start with the last Q tile: under a causal mask it has the most K/V tiles, so the
 //     longest blocks start first and the short ones fill the tail.
 //   * O is staged through shared memory (the block's own Q rows) and written with 16-byte stores.
+// `tuned` also reads and writes strided tensors (strides.h: flash-attn's [batch, seq, heads,
+// head_dim], views of a QKV projection) without a copy: a second instantiation takes the rows'
+// strides from p.strides; the packed one keeps its compile-time row stride kD.
 // The per-tile steps are in tuned_tile.cuh (chapter 06's variant 1 and chapter 09 reuse them).
 // Each change but "Q from shared memory" (32 rows per warp cannot fit without it) can be undone
 // alone: the kernels ch05_tuned_undo_<change>_bf16 are `tuned` with that one change undone, so
@@ -34,6 +37,7 @@
 #include "not_implemented.h"
 #include "registry.h"
 #include "static_switch.h"
+#include "strides.h"
 #include "tuned_tile.cuh"
 
 namespace fa::flash2 {
@@ -61,22 +65,22 @@ constexpr unsigned kStores = 64;  // O stored from the registers, 4 bytes per st
 
 /// Rows [first, first + kRows) into shared memory, with one address computation per row and
 /// chunk (variant 4's way): the undo::kCopies step kernel.
-template <class T, int kD, int kRows>
-__device__ void copy_rows_each(T* tile, const T* src, int first, int n_rows) {
+template <class T, int kD, int kRows, class Ld>
+__device__ void copy_rows_each(T* tile, const T* src, int first, int n_rows, Ld ld) {
   constexpr int kChunks = kD / 8, kLd = kD + 8;
   for (int e = threadIdx.x; e < kRows * kChunks; e += kTunedThreads) {
     const int r = e / kChunks, c = e % kChunks;
     const bool valid = first + r < n_rows;
-    cp_async_16(tile + r * kLd + c * 8, src + int64_t(valid ? first + r : 0) * kD + c * 8, valid);
+    cp_async_16(tile + r * kLd + c * 8, src + int64_t(valid ? first + r : 0) * ld + c * 8, valid);
   }
 }
 
-template <unsigned kUndo, class T, int kD, int kRows>
-__device__ __forceinline__ void copy_tile(T* tile, const T* src, int first, int n_rows) {
+template <unsigned kUndo, class T, int kD, int kRows, class Ld>
+__device__ __forceinline__ void copy_tile(T* tile, const T* src, int first, int n_rows, Ld ld) {
   if constexpr ((kUndo & undo::kCopies) != 0) {
-    copy_rows_each<T, kD, kRows>(tile, src, first, n_rows);
+    copy_rows_each<T, kD, kRows>(tile, src, first, n_rows, ld);
   } else {
-    copy_rows_async<T, kD, kRows>(tile, src, first, n_rows);
+    copy_rows_async<T, kD, kRows>(tile, src, first, n_rows, ld);
   }
 }
 
@@ -112,10 +116,11 @@ __device__ void store_output_direct(const float (&out)[kMt][kD / 8][4], const fl
 }
 
 /// The kernel's body. kKeys: keys per K/V tile (kTunedKeys<kD>); kMt: m16 tiles of Q rows per
-/// warp (kTunedMTiles<kD>); kUndo: the undo:: bits of a step kernel (0 for `tuned`).
-template <class T, int kD, int kKeys, int kMt, unsigned kUndo>
+/// warp (kTunedMTiles<kD>); kUndo: the undo:: bits of a step kernel (0 for `tuned`); kStrided:
+/// the tensors' rows are where `st` says (else packed, and `st` is not read).
+template <class T, int kD, int kKeys, int kMt, unsigned kUndo, bool kStrided = false>
 __device__ __forceinline__ void flash2_tuned_body(const AttentionShape& shape, const T* q, const T* k, const T* v, T* o,
-                                                  float* lse) {
+                                                  float* lse, const ForwardStrides& st = {}) {
   // The step kernels' undone changes (all false for `tuned`).
   constexpr bool kJointWait = (kUndo & undo::kWaits) != 0, kScaleFirst = (kUndo & undo::kScale) != 0;
   constexpr int kLd = kD + 8, kKeyBlocks = kKeys / 8;
@@ -129,16 +134,29 @@ __device__ __forceinline__ void flash2_tuned_body(const AttentionShape& shape, c
   const int n_q = shape.seq_q, n_k = shape.seq_kv, bh = blockIdx.y;
   const int tile = (kUndo & undo::kOrder) != 0 ? blockIdx.x : gridDim.x - 1 - blockIdx.x;
   const int i0 = tile * kBlockRows;  // `tuned`: the last Q tile first
+  // Row 0 of this head in each tensor, and how far apart its rows are (PackedStride: kD, known
+  // at compile time).
   const T* q_head = q + shape.q_head_offset(bh);
   const T* k_head = k + shape.kv_head_offset(bh);
   const T* v_head = v + shape.kv_head_offset(bh);
+  if constexpr (kStrided) {
+    const int kv_plane = bh / shape.heads_q * shape.heads_kv + shape.kv_head(bh % shape.heads_q);
+    q_head = q + st.q.at(bh, shape.heads_q, 0);
+    k_head = k + st.k.at(kv_plane, shape.heads_kv, 0);
+    v_head = v + st.v.at(kv_plane, shape.heads_kv, 0);
+  }
+  const auto rows_apart = [](const TensorStrides& of) {
+    if constexpr (kStrided) return of.row;
+    else return PackedStride<kD>{};
+  };
+  const auto q_ld = rows_apart(st.q), k_ld = rows_apart(st.k), v_ld = rows_apart(st.v);
   const int last_row = min(i0 + kBlockRows, n_q) - 1;
   const int key_end = shape.causal ? shape.visible_keys(last_row) : n_k;
   const float scale_log2 = float(shape.softmax_scale()) * kLog2e;
 
-  copy_tile<kUndo, T, kD, kBlockRows>(q_s, q_head, i0, n_q);
-  if (key_end > 0) copy_tile<kUndo, T, kD, kKeys>(k_s, k_head, 0, n_k);
-  if (kJointWait && key_end > 0) copy_tile<kUndo, T, kD, kKeys>(v_s, v_head, 0, n_k);
+  copy_tile<kUndo, T, kD, kBlockRows>(q_s, q_head, i0, n_q, q_ld);
+  if (key_end > 0) copy_tile<kUndo, T, kD, kKeys>(k_s, k_head, 0, n_k, k_ld);
+  if (kJointWait && key_end > 0) copy_tile<kUndo, T, kD, kKeys>(v_s, v_head, 0, n_k, v_ld);
   cp_async_commit();
 
   // Thread (g, t) of warp w holds rows w*kWarpRows + mt*16 + h*8 + g for mt < kMt, h < 2: index 2*mt + h.
@@ -152,7 +170,7 @@ __device__ __forceinline__ void flash2_tuned_body(const AttentionShape& shape, c
     cp_async_wait<0>();
     __syncthreads();  // K_j (and Q) have landed, and every warp is done reading V_{j-1}
     if constexpr (!kJointWait) {
-      copy_tile<kUndo, T, kD, kKeys>(v_s, v_head, j0, n_k);  // V_j lands while S = Q K_j^T is computed
+      copy_tile<kUndo, T, kD, kKeys>(v_s, v_head, j0, n_k, v_ld);  // V_j lands while S = Q K_j^T is computed
       cp_async_commit();
     }
 
@@ -166,7 +184,7 @@ __device__ __forceinline__ void flash2_tuned_body(const AttentionShape& shape, c
     if constexpr (!kJointWait) {
       cp_async_wait<0>();
       __syncthreads();  // V_j has landed, and every warp is done reading K_j
-      if (j0 + kKeys < key_end) copy_tile<kUndo, T, kD, kKeys>(k_s, k_head, j0 + kKeys, n_k);  // lands during P V_j
+      if (j0 + kKeys < key_end) copy_tile<kUndo, T, kD, kKeys>(k_s, k_head, j0 + kKeys, n_k, k_ld);  // lands during P V_j
       cp_async_commit();
     }
 
@@ -177,8 +195,8 @@ __device__ __forceinline__ void flash2_tuned_body(const AttentionShape& shape, c
     if constexpr (kJointWait) {
       __syncthreads();  // every warp is done reading K_j and V_j: copy both next tiles, behind nothing
       if (j0 + kKeys < key_end) {
-        copy_tile<kUndo, T, kD, kKeys>(k_s, k_head, j0 + kKeys, n_k);
-        copy_tile<kUndo, T, kD, kKeys>(v_s, v_head, j0 + kKeys, n_k);
+        copy_tile<kUndo, T, kD, kKeys>(k_s, k_head, j0 + kKeys, n_k, k_ld);
+        copy_tile<kUndo, T, kD, kKeys>(v_s, v_head, j0 + kKeys, n_k, v_ld);
       }
       cp_async_commit();
     }
@@ -193,8 +211,9 @@ __device__ __forceinline__ void flash2_tuned_body(const AttentionShape& shape, c
     store_output_direct<T, kD>(out, m, l, o + shape.q_head_offset(bh), lse + int64_t(bh) * n_q, i0 + kWarpRows * warp,
                                n_q, lane);
   } else {
-    tuned_store_output<T, kD>(out, m, l, q_s, o + shape.q_head_offset(bh), lse + int64_t(bh) * n_q, i0, n_q, warp,
-                              lane);
+    const int64_t o_head = kStrided ? st.o.at(bh, shape.heads_q, 0) : shape.q_head_offset(bh);
+    tuned_store_output<T, kD>(out, m, l, q_s, o + o_head, lse + int64_t(bh) * n_q, i0, n_q, warp, lane,
+                              rows_apart(st.o));
   }
 }
 
@@ -202,6 +221,14 @@ template <class T, int kD, int kKeys, int kMt>
 __global__ void __launch_bounds__(kTunedThreads, 2)
     flash2_tuned_kernel(AttentionShape shape, const T* q, const T* k, const T* v, T* o, float* lse) {
   flash2_tuned_body<T, kD, kKeys, kMt, 0>(shape, q, k, v, o, lse);
+}
+
+/// `tuned` on strided tensors.
+template <class T, int kD, int kKeys, int kMt>
+__global__ void __launch_bounds__(kTunedThreads, 2)
+    flash2_tuned_strided_kernel(AttentionShape shape, const T* q, const T* k, const T* v, T* o, float* lse,
+                                ForwardStrides st) {
+  flash2_tuned_body<T, kD, kKeys, kMt, 0, true>(shape, q, k, v, o, lse, st);
 }
 
 /// A step kernel: `tuned` with the changes of kUndo undone.
@@ -218,14 +245,23 @@ void launch_tuned_dim(const ForwardParams& p) {
   constexpr int kMt = (kUndo & undo::kRows) != 0 ? 1 : kTunedMTiles<kD>, kBlockRows = 16 * kMt * kTunedWarps;
   const AttentionShape& s = p.shape;
   const int bytes = int((kBlockRows + 2 * kKeys) * (kD + 8) * sizeof(T));
+  dim3 grid(unsigned((s.seq_q + kBlockRows - 1) / kBlockRows), unsigned(s.batch * s.heads_q));
+  const auto q = static_cast<const T*>(p.q), k = static_cast<const T*>(p.k), v = static_cast<const T*>(p.v);
+  if constexpr (kUndo == 0) {
+    if (p.strides) {
+      auto kernel = flash2_tuned_strided_kernel<T, kD, kKeys, kMt>;
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+      kernel<<<grid, kTunedThreads, bytes, p.stream>>>(s, q, k, v, static_cast<T*>(p.o), p.lse, *p.strides);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
   auto kernel = [] {
     if constexpr (kUndo == 0) return flash2_tuned_kernel<T, kD, kKeys, kMt>;
     else return flash2_tuned_undo_kernel<T, kD, kKeys, kMt, kUndo>;
   }();
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  dim3 grid(unsigned((s.seq_q + kBlockRows - 1) / kBlockRows), unsigned(s.batch * s.heads_q));
-  kernel<<<grid, kTunedThreads, bytes, p.stream>>>(s, static_cast<const T*>(p.q), static_cast<const T*>(p.k),
-                                                   static_cast<const T*>(p.v), static_cast<T*>(p.o), p.lse);
+  kernel<<<grid, kTunedThreads, bytes, p.stream>>>(s, q, k, v, static_cast<T*>(p.o), p.lse);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -245,6 +281,7 @@ ForwardKernel tuned_kernel(const char* name, DType dtype, void (*launch)(const F
       "variant 4 with 32 rows per warp (128 per block), Q via ldmatrix, split K/V waits, scale in the exponent";
   ForwardKernel k{name, 5, 5, "tuned", dtype, summary, launch};
   k.supports = [](const AttentionShape& s) { return mma_support(s, {64, 96, 128, 256}); };
+  k.strided = true;  // flash2_tuned_strided_kernel: the rows' strides in the copies and O's stores
   return k;
 }
 

@@ -30,14 +30,21 @@ constexpr int kTunedWarpRows = 16 * kTunedMTiles<kD>;
 template <int kD>
 constexpr int kTunedBlockRows = kTunedWarpRows<kD>* kTunedWarps;
 
-/// Rows [first, first + kRows) of a [n_rows, kD] 16-bit matrix into shared memory (row stride
-/// kD + 8) with cp.async, 16 bytes per copy; rows past the end are filled with zeros by plain
-/// stores. Each thread keeps one column chunk and steps down the rows, so all its addresses are
+/// How far apart a tensor's rows are: kD, known at compile time, in a packed tensor (so each
+/// address below is a base plus constants); an int64_t in a strided one (strides.h).
+template <int kD>
+struct PackedStride {
+  FA_HD constexpr operator int() const { return kD; }
+};
+
+/// Rows [first, first + kRows) of a [n_rows, kD] 16-bit matrix whose rows are `ld` elements
+/// apart into shared memory (row stride kD + 8) with cp.async, 16 bytes per
+/// copy; rows past the end are filled with zeros by plain stores. Each thread keeps one column chunk and steps down the rows, so all its addresses are
 /// one base plus constants (a per-row clamp would cost a 64-bit register per copy, kept live
 /// across the K/V loop). When the chunks per row do not divide the block (kD = 96: 12 chunks),
 /// the last threads sit out: 120 of 128 copy, 10 rows per step.
-template <class T, int kD, int kRows>
-__device__ void copy_rows_async(T* tile, const T* src, int first, int n_rows) {
+template <class T, int kD, int kRows, class Ld = PackedStride<kD>>
+__device__ void copy_rows_async(T* tile, const T* src, int first, int n_rows, Ld ld = {}) {
   //! [tuned_copy_rows]
   constexpr int kChunks = kD / 8, kLd = kD + 8, kRowStep = kTunedThreads / kChunks;
   constexpr int kSteps = (kRows + kRowStep - 1) / kRowStep;
@@ -45,13 +52,13 @@ __device__ void copy_rows_async(T* tile, const T* src, int first, int n_rows) {
   if constexpr (kTunedThreads % kChunks != 0) {
     if (r0 >= kRowStep) return;
   }
-  const T* from = src + (int64_t(first) + r0) * kD + c * 8;
+  const T* from = src + (int64_t(first) + r0) * ld + c * 8;
   T* to = tile + r0 * kLd + c * 8;
 #pragma unroll
   for (int i = 0; i < kSteps; ++i) {
     if (kRows % kRowStep != 0 && r0 + i * kRowStep >= kRows) break;
     if (first + r0 + i * kRowStep < n_rows) {
-      ampere::cp_async_16(to + i * kRowStep * kLd, from + i * kRowStep * kD, true);
+      ampere::cp_async_16(to + i * kRowStep * kLd, from + i * kRowStep * ld, true);
     } else {
       *reinterpret_cast<uint4*>(to + i * kRowStep * kLd) = make_uint4(0, 0, 0, 0);
     }
@@ -175,12 +182,12 @@ __device__ inline void tuned_pv(float (&out)[kMt][kD / 8][4], const float (&s)[k
 
 /// The epilogue: O / l rounded to T into the warp's own 16 kMt rows of o_stage (the block's Q
 /// tile, free once the loop is done), then 16-byte stores of rows i0 + 16 kMt warp .. to o_rows
-/// (row 0 of this head), and LSE to lse_rows. Rows at or past n_q are not written. Call it after every
+/// (row 0 of this head, rows o_ld elements apart), and LSE to lse_rows. Rows at or past n_q are not written. Call it after every
 /// thread's last read of o_stage (a __syncthreads()).
-template <class T, int kD, int kMt>
+template <class T, int kD, int kMt, class Ld = PackedStride<kD>>
 __device__ inline void tuned_store_output(const float (&out)[kMt][kD / 8][4], const float (&m)[2 * kMt],
                                           float (&l)[2 * kMt], T* o_stage, T* o_rows, float* lse_rows, int i0, int n_q,
-                                          int warp, int lane) {
+                                          int warp, int lane, Ld o_ld = {}) {
   constexpr int kLd = kD + 8, kRows = 16 * kMt;
   const int g = lane / 4, t = lane % 4;
   float inv_l[2 * kMt];
@@ -206,7 +213,7 @@ __device__ inline void tuned_store_output(const float (&out)[kMt][kD / 8][4], co
   for (int i = 0; i < kRows * kChunks / 32; ++i) {
     const int e = i * 32 + lane, r = e / kChunks, c = e % kChunks, row = i0 + kRows * warp + r;
     if (row < n_q)
-      *reinterpret_cast<uint4*>(o_rows + int64_t(row) * kD + c * 8) =
+      *reinterpret_cast<uint4*>(o_rows + int64_t(row) * o_ld + c * 8) =
           *reinterpret_cast<const uint4*>(o_warp + r * kLd + c * 8);
   }
   if (t == 0) {
