@@ -24,6 +24,8 @@
 
 #include <cstdint>
 
+#include "strides.h"
+
 namespace fa::ampere {
 
 // ---- mma.sync ------------------------------------------------------------------------------
@@ -129,15 +131,16 @@ __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t smem) {
 }
 
 // ---- whole tiles ---------------------------------------------------------------------------
-/// Rows [first, first + kRows) of a [n_rows, kD] 16-bit matrix into shared memory (row stride kLd),
-/// 16 bytes per thread per step through registers; rows past the end are zero.
-template <class T, int kD, int kLd, int kRows>
-__device__ void load_tile(T* tile, const T* src, int first, int n_rows) {
+/// Rows [first, first + kRows) of a [n_rows, kD] 16-bit matrix whose rows are `ld` elements apart
+/// (strides.h) into shared memory (row stride kLd), 16 bytes per thread per step through
+/// registers; rows past the end are zero.
+template <class T, int kD, int kLd, int kRows, class Ld = PackedStride<kD>>
+__device__ void load_tile(T* tile, const T* src, int first, int n_rows, Ld ld = {}) {
   constexpr int kChunks = kD / 8;  // 8 elements = 16 bytes
   for (int e = threadIdx.x; e < kRows * kChunks; e += blockDim.x) {
     const int r = e / kChunks, c = e % kChunks;
     uint4 value = make_uint4(0, 0, 0, 0);
-    if (first + r < n_rows) value = *reinterpret_cast<const uint4*>(src + int64_t(first + r) * kD + c * 8);
+    if (first + r < n_rows) value = *reinterpret_cast<const uint4*>(src + int64_t(first + r) * ld + c * 8);
     *reinterpret_cast<uint4*>(tile + r * kLd + c * 8) = value;
   }
 }

@@ -42,6 +42,19 @@ struct StridedRows {
   FA_HD T* head_start(int plane) const { return base + strides.at(plane, heads, 0); }
 };
 
+/// How far apart a tensor's rows are, as a kernel reads them: in a packed tensor kD, a
+/// compile-time constant (so every address stays a base plus constants, as in the kernels that
+/// read packed tensors only); in a strided one its row stride.
+template <int kD>
+struct PackedStride {
+  FA_HD constexpr operator int() const { return kD; }
+};
+template <bool kStrided, int kD>
+FA_HD auto row_stride(const TensorStrides& t) {
+  if constexpr (kStrided) return t.row;
+  else return PackedStride<kD>{};
+}
+
 /// The strides of a forward's tensors.
 struct ForwardStrides {
   TensorStrides q, k, v, o;

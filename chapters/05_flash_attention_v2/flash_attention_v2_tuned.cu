@@ -145,11 +145,8 @@ __device__ __forceinline__ void flash2_tuned_body(const AttentionShape& shape, c
     k_head = k + st.k.at(kv_plane, shape.heads_kv, 0);
     v_head = v + st.v.at(kv_plane, shape.heads_kv, 0);
   }
-  const auto rows_apart = [](const TensorStrides& of) {
-    if constexpr (kStrided) return of.row;
-    else return PackedStride<kD>{};
-  };
-  const auto q_ld = rows_apart(st.q), k_ld = rows_apart(st.k), v_ld = rows_apart(st.v);
+  const auto q_ld = row_stride<kStrided, kD>(st.q), k_ld = row_stride<kStrided, kD>(st.k),
+             v_ld = row_stride<kStrided, kD>(st.v);
   const int last_row = min(i0 + kBlockRows, n_q) - 1;
   const int key_end = shape.causal ? shape.visible_keys(last_row) : n_k;
   const float scale_log2 = float(shape.softmax_scale()) * kLog2e;
@@ -184,7 +181,8 @@ __device__ __forceinline__ void flash2_tuned_body(const AttentionShape& shape, c
     if constexpr (!kJointWait) {
       cp_async_wait<0>();
       __syncthreads();  // V_j has landed, and every warp is done reading K_j
-      if (j0 + kKeys < key_end) copy_tile<kUndo, T, kD, kKeys>(k_s, k_head, j0 + kKeys, n_k, k_ld);  // lands during P V_j
+      if (j0 + kKeys < key_end)
+        copy_tile<kUndo, T, kD, kKeys>(k_s, k_head, j0 + kKeys, n_k, k_ld);  // lands during P V_j
       cp_async_commit();
     }
 
@@ -213,7 +211,7 @@ __device__ __forceinline__ void flash2_tuned_body(const AttentionShape& shape, c
   } else {
     const int64_t o_head = kStrided ? st.o.at(bh, shape.heads_q, 0) : shape.q_head_offset(bh);
     tuned_store_output<T, kD>(out, m, l, q_s, o + o_head, lse + int64_t(bh) * n_q, i0, n_q, warp, lane,
-                              rows_apart(st.o));
+                              row_stride<kStrided, kD>(st.o));
   }
 }
 

@@ -16,6 +16,7 @@
 #include "not_implemented.h"
 #include "online_softmax.cuh"
 #include "problem.h"
+#include "strides.h"
 
 namespace fa::flash2 {
 
@@ -30,15 +31,8 @@ constexpr int kTunedWarpRows = 16 * kTunedMTiles<kD>;
 template <int kD>
 constexpr int kTunedBlockRows = kTunedWarpRows<kD>* kTunedWarps;
 
-/// How far apart a tensor's rows are: kD, known at compile time, in a packed tensor (so each
-/// address below is a base plus constants); an int64_t in a strided one (strides.h).
-template <int kD>
-struct PackedStride {
-  FA_HD constexpr operator int() const { return kD; }
-};
-
 /// Rows [first, first + kRows) of a [n_rows, kD] 16-bit matrix whose rows are `ld` elements
-/// apart into shared memory (row stride kD + 8) with cp.async, 16 bytes per
+/// apart (strides.h's PackedStride for packed tensors) into shared memory (row stride kD + 8) with cp.async, 16 bytes per
 /// copy; rows past the end are filled with zeros by plain stores. Each thread keeps one column chunk and steps down the rows, so all its addresses are
 /// one base plus constants (a per-row clamp would cost a 64-bit register per copy, kept live
 /// across the K/V loop). When the chunks per row do not divide the block (kD = 96: 12 chunks),

@@ -9,7 +9,8 @@
 // S and dP are computed twice in all (once per kernel): 7 matrix products instead of 5, for
 // gradients that are bitwise identical from run to run.
 // Both kernels copy the next tile (Q and dO for the first, K and V for the second) with cp.async
-// while the current one is computed, and they run on two streams, side by side.
+// while the current one is computed, and they run on two streams, side by side. Strided tensors
+// (strides.h: flash-attn's layout) run without a copy, through a second instantiation of each.
 // Run: build/bin/ch07_backward --variant deterministic
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -26,10 +27,12 @@
 namespace fa::backward {
 namespace {
 
-template <class T, int kD>
-__global__ void __launch_bounds__(kThreads)
-    backward_dq_kernel(AttentionShape s, const T* q, const T* k, const T* v, const T* d_o, const float* lse,
-                       const float* delta, T* dq) {
+/// The dQ kernel's body; with kStrided, the tensors' rows are where `st` says (else packed, and
+/// `st` is not read; LSE and D are always packed).
+template <class T, int kD, bool kStrided>
+__device__ __forceinline__ void backward_dq_body(const AttentionShape& s, const T* q, const T* k, const T* v,
+                                                 const T* d_o, const float* lse, const float* delta, T* dq,
+                                                 const BackwardStrides& st) {
   constexpr int kLd = kD + 8;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* q_s = reinterpret_cast<T*>(shared_bytes);
@@ -41,8 +44,14 @@ __global__ void __launch_bounds__(kThreads)
   const int i0 = blockIdx.x * kRows, bh = blockIdx.y, batch = bh / s.heads_q;
   const int kv_plane = batch * s.heads_kv + s.kv_head(bh % s.heads_q);
   const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
-  load_tile<T, kD, kLd, kRows>(q_s, q + int64_t(bh) * s.seq_q * kD, i0, s.seq_q);
-  load_tile<T, kD, kLd, kRows>(do_s, d_o + int64_t(bh) * s.seq_q * kD, i0, s.seq_q);
+  // Row 0 of head `plane` of a tensor of `heads` heads of `rows` rows (packed: plane * rows * kD).
+  auto head = [&](auto* base, const TensorStrides& of, int plane, int heads, int rows) {
+    if constexpr (kStrided) return base + of.at(plane, heads, 0);
+    else return base + int64_t(plane) * rows * kD;
+  };
+  load_tile<T, kD, kLd, kRows>(q_s, head(q, st.q, bh, s.heads_q, s.seq_q), i0, s.seq_q, row_stride<kStrided, kD>(st.q));
+  load_tile<T, kD, kLd, kRows>(do_s, head(d_o, st.d_o, bh, s.heads_q, s.seq_q), i0, s.seq_q,
+                               row_stride<kStrided, kD>(st.d_o));
   // This thread's two rows: 16 w + g and 16 w + g + 8 of the tile.
   float row_lse[2], row_delta[2];
 #pragma unroll
@@ -55,15 +64,16 @@ __global__ void __launch_bounds__(kThreads)
   const KeyRun runs[2] = {shape_keys(s, row_a), shape_keys(s, row_a + 8)};
   const int last_row = min(i0 + kRows, s.seq_q) - 1;
   const int key_end = s.causal ? s.visible_keys(last_row) : s.seq_kv;
-  const T* k_head = k + int64_t(kv_plane) * s.seq_kv * kD;
-  const T* v_head = v + int64_t(kv_plane) * s.seq_kv * kD;
+  const T* k_head = head(k, st.k, kv_plane, s.heads_kv, s.seq_kv);
+  const T* v_head = head(v, st.v, kv_plane, s.heads_kv, s.seq_kv);
+  const auto k_ld = row_stride<kStrided, kD>(st.k), v_ld = row_stride<kStrided, kD>(st.v);
 
   float dq_acc[kD / 8][4] = {};
   // K/V tile jt + 1 is copied (cp.async) into the other stage while tile jt is computed.
   const int n_tiles = key_end > 0 ? (key_end + kKeys - 1) / kKeys : 0;
   auto prefetch = [&](int jt) {
-    copy_rows_async<T, kD, kLd>(k_buf + (jt % 2) * kKeys * kLd, k_head, jt * kKeys, s.seq_kv);
-    copy_rows_async<T, kD, kLd>(v_buf + (jt % 2) * kKeys * kLd, v_head, jt * kKeys, s.seq_kv);
+    copy_rows_async<T, kD, kLd>(k_buf + (jt % 2) * kKeys * kLd, k_head, jt * kKeys, s.seq_kv, k_ld);
+    copy_rows_async<T, kD, kLd>(v_buf + (jt % 2) * kKeys * kLd, v_head, jt * kKeys, s.seq_kv, v_ld);
     cp_async_commit();
   };
   if (n_tiles > 0) prefetch(0);
@@ -107,17 +117,32 @@ __global__ void __launch_bounds__(kThreads)
     }
     //! [backward_dq_tile]
   }
-  T* dq_head = dq + int64_t(bh) * s.seq_q * kD;
+  T* dq_head = head(dq, st.dq, bh, s.heads_q, s.seq_q);
+  const auto dq_ld = row_stride<kStrided, kD>(st.dq);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = i0 + 16 * warp + g + 8 * h;
     if (row >= s.seq_q) continue;
 #pragma unroll
     for (int db = 0; db < kD / 8; ++db) {
-      dq_head[int64_t(row) * kD + 8 * db + 2 * t] = T(dq_acc[db][2 * h] * scale);
-      dq_head[int64_t(row) * kD + 8 * db + 2 * t + 1] = T(dq_acc[db][2 * h + 1] * scale);
+      dq_head[int64_t(row) * dq_ld + 8 * db + 2 * t] = T(dq_acc[db][2 * h] * scale);
+      dq_head[int64_t(row) * dq_ld + 8 * db + 2 * t + 1] = T(dq_acc[db][2 * h + 1] * scale);
     }
   }
+}
+
+template <class T, int kD>
+__global__ void __launch_bounds__(kThreads)
+    backward_dq_kernel(AttentionShape s, const T* q, const T* k, const T* v, const T* d_o, const float* lse,
+                       const float* delta, T* dq) {
+  backward_dq_body<T, kD, false>(s, q, k, v, d_o, lse, delta, dq, {});
+}
+
+template <class T, int kD>
+__global__ void __launch_bounds__(kThreads)
+    backward_dq_strided_kernel(AttentionShape s, const T* q, const T* k, const T* v, const T* d_o, const float* lse,
+                               const float* delta, T* dq, BackwardStrides st) {
+  backward_dq_body<T, kD, true>(s, q, k, v, d_o, lse, delta, dq, st);
 }
 
 template <class T, int kD>
@@ -126,23 +151,35 @@ void launch_dim(const BackwardParams& p) {
   float* delta = static_cast<float*>(p.workspace);
   launch_delta<T>(p, delta);
   const cudaStream_t side = fork_side_stream(p.stream);
+  const auto q = static_cast<const T*>(p.q), k = static_cast<const T*>(p.k), v = static_cast<const T*>(p.v),
+             d_o = static_cast<const T*>(p.d_o);
   // dK and dV: chapter 07's K/V-side kernel without its dQ part.
   const int kv_bytes = backward_mma_smem_bytes<T, kD, false>();
-  auto kv_kernel = backward_mma_kernel<T, kD, false>;
-  CUDA_CHECK(cudaFuncSetAttribute(kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kv_bytes));
   const dim3 kv_grid(unsigned((s.seq_kv + kKeys - 1) / kKeys), unsigned(s.batch * s.heads_kv));
-  kv_kernel<<<kv_grid, kThreads, kv_bytes, p.stream>>>(s, static_cast<const T*>(p.q), static_cast<const T*>(p.k),
-                                                       static_cast<const T*>(p.v), static_cast<const T*>(p.d_o), p.lse,
-                                                       delta, nullptr, static_cast<T*>(p.dk), static_cast<T*>(p.dv));
+  if (p.strides) {
+    auto kv_kernel = backward_mma_strided_kernel<T, kD, false>;
+    CUDA_CHECK(cudaFuncSetAttribute(kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kv_bytes));
+    kv_kernel<<<kv_grid, kThreads, kv_bytes, p.stream>>>(s, q, k, v, d_o, p.lse, delta, nullptr, static_cast<T*>(p.dk),
+                                                         static_cast<T*>(p.dv), *p.strides);
+  } else {
+    auto kv_kernel = backward_mma_kernel<T, kD, false>;
+    CUDA_CHECK(cudaFuncSetAttribute(kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kv_bytes));
+    kv_kernel<<<kv_grid, kThreads, kv_bytes, p.stream>>>(s, q, k, v, d_o, p.lse, delta, nullptr, static_cast<T*>(p.dk),
+                                                         static_cast<T*>(p.dv));
+  }
   CUDA_CHECK_LAUNCH();
   // dQ: one block per Q tile, on the side stream.
   const int q_bytes = int((2 * kRows + 4 * kKeys) * (kD + 8) * sizeof(T));
-  auto q_kernel = backward_dq_kernel<T, kD>;
-  CUDA_CHECK(cudaFuncSetAttribute(q_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, q_bytes));
   const dim3 q_grid(unsigned((s.seq_q + kRows - 1) / kRows), unsigned(s.batch * s.heads_q));
-  q_kernel<<<q_grid, kThreads, q_bytes, side>>>(s, static_cast<const T*>(p.q), static_cast<const T*>(p.k),
-                                                static_cast<const T*>(p.v), static_cast<const T*>(p.d_o), p.lse, delta,
-                                                static_cast<T*>(p.dq));
+  if (p.strides) {
+    auto q_kernel = backward_dq_strided_kernel<T, kD>;
+    CUDA_CHECK(cudaFuncSetAttribute(q_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, q_bytes));
+    q_kernel<<<q_grid, kThreads, q_bytes, side>>>(s, q, k, v, d_o, p.lse, delta, static_cast<T*>(p.dq), *p.strides);
+  } else {
+    auto q_kernel = backward_dq_kernel<T, kD>;
+    CUDA_CHECK(cudaFuncSetAttribute(q_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, q_bytes));
+    q_kernel<<<q_grid, kThreads, q_bytes, side>>>(s, q, k, v, d_o, p.lse, delta, static_cast<T*>(p.dq));
+  }
   CUDA_CHECK_LAUNCH();
   join_side_stream(p.stream);
 }
@@ -159,6 +196,7 @@ BackwardKernel deterministic_kernel(const char* name, DType dtype, void (*launch
   k.supports = [](const AttentionShape& s) { return backward_mma_support(s, true); };
   k.workspace_bytes = [](const AttentionShape& s) { return std::size_t(s.lse_elems()) * sizeof(float); };
   k.deterministic = true;
+  k.strided = true;  // backward_mma_strided_kernel and backward_dq_strided_kernel, D's rows (launch_delta)
   return k;
 }
 

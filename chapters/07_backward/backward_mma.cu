@@ -36,12 +36,20 @@ void launch_dim(const BackwardParams& p) {
   CUDA_CHECK(cudaMemsetAsync(dq32, 0, std::size_t(s.q_elems()) * sizeof(float), p.stream));
   launch_delta<T>(p, delta);
   const int bytes = backward_mma_smem_bytes<T, kD, true>();
-  auto kernel = backward_mma_kernel<T, kD, true>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   dim3 grid(unsigned((s.seq_kv + kKeys - 1) / kKeys), unsigned(s.batch * s.heads_kv));
-  kernel<<<grid, kThreads, bytes, p.stream>>>(s, static_cast<const T*>(p.q), static_cast<const T*>(p.k),
-                                              static_cast<const T*>(p.v), static_cast<const T*>(p.d_o), p.lse, delta,
-                                              dq32, static_cast<T*>(p.dk), static_cast<T*>(p.dv));
+  const auto q = static_cast<const T*>(p.q), k = static_cast<const T*>(p.k), v = static_cast<const T*>(p.v),
+             d_o = static_cast<const T*>(p.d_o);
+  if (p.strides) {  // strided tensors: the same kernel with the rows' strides
+    auto kernel = backward_mma_strided_kernel<T, kD, true>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    kernel<<<grid, kThreads, bytes, p.stream>>>(s, q, k, v, d_o, p.lse, delta, dq32, static_cast<T*>(p.dk),
+                                                static_cast<T*>(p.dv), *p.strides);
+  } else {
+    auto kernel = backward_mma_kernel<T, kD, true>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    kernel<<<grid, kThreads, bytes, p.stream>>>(s, q, k, v, d_o, p.lse, delta, dq32, static_cast<T*>(p.dk),
+                                                static_cast<T*>(p.dv));
+  }
   CUDA_CHECK_LAUNCH();
   launch_round_dq<T>(dq32, p);
 }
@@ -59,6 +67,7 @@ BackwardKernel mma_kernel(const char* name, DType dtype, void (*launch)(const Ba
   k.workspace_bytes = [](const AttentionShape& s) {
     return std::size_t(s.lse_elems()) * sizeof(float) + std::size_t(s.q_elems()) * sizeof(float);
   };
+  k.strided = true;  // backward_mma_strided_kernel, D's rows and dQ's rounding take any strides
   return k;
 }
 

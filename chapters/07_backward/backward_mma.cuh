@@ -1,6 +1,8 @@
 // Chapter 07: the tensor-core backward's K/V-side kernel, shared by variant 2 (`mma`, which also
 // accumulates dQ here with fp32 atomics) and variant 3 (`deterministic`, which leaves dQ to a
-// kernel of its own). See backward_mma.cu for the layout of the work.
+// kernel of its own). See backward_mma.cu for the layout of the work. Both also run it on strided
+// tensors (strides.h: flash-attn's layout) as a second instantiation, backward_mma_strided_kernel;
+// the packed one keeps its compile-time row stride.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +14,7 @@
 #include "log2_units.h"
 #include "mask.h"
 #include "problem.h"
+#include "strides.h"
 
 namespace fa::backward {
 
@@ -44,15 +47,16 @@ inline std::string backward_mma_support(const AttentionShape& s, bool dq_kernel)
 template <bool kDq>
 constexpr int kStages = kDq ? 1 : 2;
 
-/// Rows [first, first + 64) of a [n_rows, kD] matrix into shared memory (row stride kLd) by
-/// cp.async; rows past the end become zeros. The caller commits and waits.
-template <class T, int kD, int kLd>
-__device__ inline void copy_rows_async(T* tile, const T* src, int first, int n_rows) {
+/// Rows [first, first + 64) of a [n_rows, kD] matrix whose rows are `ld` elements apart into
+/// shared memory (row stride kLd) by cp.async; rows past the end become zeros. The caller commits
+/// and waits.
+template <class T, int kD, int kLd, class Ld = PackedStride<kD>>
+__device__ inline void copy_rows_async(T* tile, const T* src, int first, int n_rows, Ld ld = {}) {
   constexpr int kChunks = kD / 8;  // 16 bytes each
   for (int e = threadIdx.x; e < kRows * kChunks; e += kThreads) {
     const int r = e / kChunks, c = e % kChunks;
     const bool valid = first + r < n_rows;
-    cp_async_16(tile + r * kLd + c * 8, src + int64_t(valid ? first + r : 0) * kD + c * 8, valid);
+    cp_async_16(tile + r * kLd + c * 8, src + int64_t(valid ? first + r : 0) * ld + c * 8, valid);
   }
 }
 
@@ -105,10 +109,12 @@ constexpr int backward_mma_smem_bytes() {
              (kDq ? kRows * (kKeys + 8) * sizeof(T) : 0) + 2 * kStages<kDq> * kRows * sizeof(float));
 }
 
-template <class T, int kD, bool kDq>
-__global__ void __launch_bounds__(kThreads)
-    backward_mma_kernel(AttentionShape s, const T* q, const T* k, const T* v, const T* d_o, const float* lse,
-                        const float* delta, float* dq32, T* dk, T* dv) {
+/// The kernel's body; with kStrided, the tensors' rows are where `st` says (else packed, and `st`
+/// is not read; LSE, D and dq32 are always packed).
+template <class T, int kD, bool kDq, bool kStrided>
+__device__ __forceinline__ void backward_mma_body(const AttentionShape& s, const T* q, const T* k, const T* v,
+                                                  const T* d_o, const float* lse, const float* delta, float* dq32,
+                                                  T* dk, T* dv, const BackwardStrides& st) {
   constexpr int kLd = kD + 8, kLdS = kKeys + 8;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* k_s = reinterpret_cast<T*>(shared_bytes);
@@ -123,10 +129,16 @@ __global__ void __launch_bounds__(kThreads)
   const int j0 = blockIdx.x * kKeys, kv_plane = blockIdx.y;
   const int batch = kv_plane / s.heads_kv, kvh = kv_plane % s.heads_kv, group = s.group_size();
   const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
-  const T* k_head = k + int64_t(kv_plane) * s.seq_kv * kD;
-  const T* v_head = v + int64_t(kv_plane) * s.seq_kv * kD;
-  load_tile<T, kD, kD + 8, 64>(k_s, k_head, j0, s.seq_kv);
-  load_tile<T, kD, kD + 8, 64>(v_s, v_head, j0, s.seq_kv);
+  // Row 0 of head `plane` of a tensor of `heads` heads of `rows` rows (packed: plane * rows * kD).
+  auto head = [&](auto* base, const TensorStrides& of, int plane, int heads, int rows) {
+    if constexpr (kStrided) return base + of.at(plane, heads, 0);
+    else return base + int64_t(plane) * rows * kD;
+  };
+  const auto q_ld = row_stride<kStrided, kD>(st.q), do_ld = row_stride<kStrided, kD>(st.d_o);
+  load_tile<T, kD, kD + 8, 64>(k_s, head(k, st.k, kv_plane, s.heads_kv, s.seq_kv), j0, s.seq_kv,
+                               row_stride<kStrided, kD>(st.k));
+  load_tile<T, kD, kD + 8, 64>(v_s, head(v, st.v, kv_plane, s.heads_kv, s.seq_kv), j0, s.seq_kv,
+                               row_stride<kStrided, kD>(st.v));
 
   float dk_acc[kD / 8][4] = {}, dv_acc[kD / 8][4] = {};                     // this warp's 16 keys x kD
   const int key_a = j0 + 16 * warp + g;                                     // this thread's keys: key_a, key_a + 8
@@ -141,8 +153,9 @@ __global__ void __launch_bounds__(kThreads)
   // Q, dO, LSE and D of item `it` into stage `stage` with cp.async (rows past the end are zeros).
   auto prefetch = [&](int it, int stage) {
     const int bh = item_bh(it), i0 = item_i0(it);
-    copy_rows_async<T, kD, kLd>(q_buf + stage * kRows * kLd, q + int64_t(bh) * s.seq_q * kD, i0, s.seq_q);
-    copy_rows_async<T, kD, kLd>(do_buf + stage * kRows * kLd, d_o + int64_t(bh) * s.seq_q * kD, i0, s.seq_q);
+    copy_rows_async<T, kD, kLd>(q_buf + stage * kRows * kLd, head(q, st.q, bh, s.heads_q, s.seq_q), i0, s.seq_q, q_ld);
+    copy_rows_async<T, kD, kLd>(do_buf + stage * kRows * kLd, head(d_o, st.d_o, bh, s.heads_q, s.seq_q), i0, s.seq_q,
+                                do_ld);
     for (int r = threadIdx.x; r < 2 * kRows; r += kThreads) {
       const int row = i0 + r % kRows;
       const float* src = (r < kRows ? lse : delta) + int64_t(bh) * s.seq_q + min(row, s.seq_q - 1);
@@ -252,21 +265,37 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   // dK = dS^T Q * scale and dV, this warp's 16 keys, rounded once.
-  T* dk_head = dk + int64_t(kv_plane) * s.seq_kv * kD;
-  T* dv_head = dv + int64_t(kv_plane) * s.seq_kv * kD;
+  T* dk_head = head(dk, st.dk, kv_plane, s.heads_kv, s.seq_kv);
+  T* dv_head = head(dv, st.dv, kv_plane, s.heads_kv, s.seq_kv);
+  const auto dk_ld = row_stride<kStrided, kD>(st.dk), dv_ld = row_stride<kStrided, kD>(st.dv);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int key = key_a + 8 * h;
     if (key >= s.seq_kv) continue;
 #pragma unroll
     for (int db = 0; db < kD / 8; ++db) {
-      const int64_t at = int64_t(key) * kD + 8 * db + 2 * t;
-      dk_head[at] = T(dk_acc[db][2 * h] * scale);
-      dk_head[at + 1] = T(dk_acc[db][2 * h + 1] * scale);
-      dv_head[at] = T(dv_acc[db][2 * h]);
-      dv_head[at + 1] = T(dv_acc[db][2 * h + 1]);
+      const int64_t at_k = int64_t(key) * dk_ld + 8 * db + 2 * t, at_v = int64_t(key) * dv_ld + 8 * db + 2 * t;
+      dk_head[at_k] = T(dk_acc[db][2 * h] * scale);
+      dk_head[at_k + 1] = T(dk_acc[db][2 * h + 1] * scale);
+      dv_head[at_v] = T(dv_acc[db][2 * h]);
+      dv_head[at_v + 1] = T(dv_acc[db][2 * h + 1]);
     }
   }
+}
+
+template <class T, int kD, bool kDq>
+__global__ void __launch_bounds__(kThreads)
+    backward_mma_kernel(AttentionShape s, const T* q, const T* k, const T* v, const T* d_o, const float* lse,
+                        const float* delta, float* dq32, T* dk, T* dv) {
+  backward_mma_body<T, kD, kDq, false>(s, q, k, v, d_o, lse, delta, dq32, dk, dv, {});
+}
+
+/// backward_mma_kernel on strided tensors (dq32 stays packed: it is the variant's workspace).
+template <class T, int kD, bool kDq>
+__global__ void __launch_bounds__(kThreads)
+    backward_mma_strided_kernel(AttentionShape s, const T* q, const T* k, const T* v, const T* d_o, const float* lse,
+                                const float* delta, float* dq32, T* dk, T* dv, BackwardStrides st) {
+  backward_mma_body<T, kD, kDq, true>(s, q, k, v, d_o, lse, delta, dq32, dk, dv, st);
 }
 
 }  // namespace fa::backward

@@ -77,13 +77,13 @@ std::vector<float> scatter(const std::vector<float>& packed, const Placement& p,
   return out;
 }
 
-/// The tensor's elements back in packed order, as raw bf16 bytes, and how many elements outside
-/// the tensor are no longer poison.
+/// The tensor's elements back in packed order, as raw 16-bit elements of `dtype`, and how many
+/// elements outside the tensor are no longer poison.
 struct Gathered {
   std::vector<unsigned char> packed;
   int64_t touched_outside = 0;
 };
-Gathered gather(const DeviceBuffer& buffer, const Placement& p, int batch, int heads, int rows, int d) {
+Gathered gather(DType dtype, const DeviceBuffer& buffer, const Placement& p, int batch, int heads, int rows, int d) {
   const std::vector<unsigned char> raw = buffer.download();
   const uint16_t* elements = reinterpret_cast<const uint16_t*>(raw.data());
   std::vector<char> inside(std::size_t(p.elements), 0);
@@ -100,13 +100,13 @@ Gathered gather(const DeviceBuffer& buffer, const Placement& p, int batch, int h
           out[((std::size_t(b) * heads + h) * rows + r) * d + x] = elements[at];
         }
   for (std::size_t i = 0; i < inside.size(); ++i)
-    if (!inside[i] && !is_poison(DType::BF16, raw.data(), i)) ++g.touched_outside;
+    if (!inside[i] && !is_poison(dtype, raw.data(), i)) ++g.touched_outside;
   return g;
 }
 
-DeviceBuffer upload_placed(const std::vector<float>& packed, const Placement& p, int batch, int heads, int rows,
-                           int d) {
-  return upload_as(DType::BF16, scatter(packed, p, batch, heads, rows, d, std::numeric_limits<float>::quiet_NaN()));
+DeviceBuffer upload_placed(DType dtype, const std::vector<float>& packed, const Placement& p, int batch, int heads,
+                           int rows, int d) {
+  return upload_as(dtype, scatter(packed, p, batch, heads, rows, d, std::numeric_limits<float>::quiet_NaN()));
 }
 
 DeviceBuffer poisoned(const Placement& p) {
@@ -158,15 +158,16 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 void check_strided_forward(const ForwardKernel& kernel, const AttentionShape& s, Layout in_layout, Layout out_layout,
                            const AttentionFeatures& f = {}) {
   const uint64_t seed = fresh_seed();
-  const HostInputs in = round_inputs(make_random_inputs(s, seed), DType::BF16);
+  const DType dtype = kernel.dtype;  // bf16 or fp16: 2 bytes an element either way
+  const HostInputs in = round_inputs(make_random_inputs(s, seed), dtype);
   const Packing packing = f.varlen() ? random_packing(s, f, seed) : Packing{};
   const DeviceExtras extras(f, {}, packing);
   const int d = s.head_dim;
   const Placement pq = place(in_layout, s, 0, false, d), pk = place(in_layout, s, 1, true, d),
                   pv = place(in_layout, s, 2, true, d), po = place(out_layout, s, 3, false, d);
-  const DeviceBuffer q = upload_placed(in.q, pq, s.batch, s.heads_q, s.seq_q, d);
-  const DeviceBuffer k = upload_placed(in.k, pk, s.batch, s.heads_kv, s.seq_kv, d);
-  const DeviceBuffer v = upload_placed(in.v, pv, s.batch, s.heads_kv, s.seq_kv, d);
+  const DeviceBuffer q = upload_placed(dtype, in.q, pq, s.batch, s.heads_q, s.seq_q, d);
+  const DeviceBuffer k = upload_placed(dtype, in.k, pk, s.batch, s.heads_kv, s.seq_kv, d);
+  const DeviceBuffer v = upload_placed(dtype, in.v, pv, s.batch, s.heads_kv, s.seq_kv, d);
   const DeviceBuffer o = poisoned(po);
   DeviceBuffer lse(std::size_t(s.lse_elems()) * sizeof(float));
   lse.poison();
@@ -189,7 +190,7 @@ void check_strided_forward(const ForwardKernel& kernel, const AttentionShape& s,
 
   const std::string what =
       kernel.name + " on " + describe(s, f) + " " + layout_name(in_layout) + ", seed " + std::to_string(seed);
-  const Gathered out = gather(o, po, s.batch, s.heads_q, s.seq_q, d);
+  const Gathered out = gather(dtype, o, po, s.batch, s.heads_q, s.seq_q, d);
   EXPECT_EQ(out.touched_outside, 0) << what << ": wrote " << out.touched_outside << " elements outside O's rows";
   const std::vector<unsigned char> lse_raw = lse.download();
   std::vector<float> lse_host(std::size_t(s.lse_elems()));
@@ -197,7 +198,7 @@ void check_strided_forward(const ForwardKernel& kernel, const AttentionShape& s,
   const CheckPlan plan = full_check_plan(s);
   const AttentionExtras host = host_extras_of(f, {}, packing);
   const ForwardReference ref = reference_forward(s, in.q.data(), in.k.data(), in.v.data(), plan, f, &host);
-  const CompareReport report = compare_forward(s, DType::BF16, out.packed, lse_host, plan, ref);
+  const CompareReport report = compare_forward(s, dtype, out.packed, lse_host, plan, ref);
   EXPECT_TRUE(report.passed()) << what << ":\n" << report.details();
 }
 
@@ -261,7 +262,8 @@ TEST_P(StridedBackwardTest, MatchesOracleAndStaysInItsRows) {
   if (std::string why = support_reason(*c.kernel, s); !why.empty())
     GTEST_SKIP() << c.kernel->name << " does not support " << s.to_string() << ": " << why;
   const uint64_t seed = fresh_seed();
-  const BackwardProblem problem = make_backward_problem(s, seed, DType::BF16);
+  const DType dtype = c.kernel->dtype;
+  const BackwardProblem problem = make_backward_problem(s, seed, dtype);
   const int d = s.head_dim;
   // Inputs in the case's layout; O and dO like Q's output (flash-attn's), the gradients like
   // the inputs they belong to but in a layout of their own (gaps), so nothing assumes they match.
@@ -269,11 +271,11 @@ TEST_P(StridedBackwardTest, MatchesOracleAndStaysInItsRows) {
                   pv = place(c.layout, s, 2, true, d), po = place(c.layout, s, 3, false, d);
   const Placement pdq = place(Layout::Gaps, s, 3, false, d), pdk = place(Layout::Gaps, s, 3, true, d),
                   pdv = place(Layout::Bshd, s, 3, true, d);
-  const DeviceBuffer q = upload_placed(problem.q, pq, s.batch, s.heads_q, s.seq_q, d);
-  const DeviceBuffer k = upload_placed(problem.k, pk, s.batch, s.heads_kv, s.seq_kv, d);
-  const DeviceBuffer v = upload_placed(problem.v, pv, s.batch, s.heads_kv, s.seq_kv, d);
-  const DeviceBuffer o = upload_placed(problem.o, po, s.batch, s.heads_q, s.seq_q, d);
-  const DeviceBuffer d_o = upload_placed(problem.d_o, po, s.batch, s.heads_q, s.seq_q, d);
+  const DeviceBuffer q = upload_placed(dtype, problem.q, pq, s.batch, s.heads_q, s.seq_q, d);
+  const DeviceBuffer k = upload_placed(dtype, problem.k, pk, s.batch, s.heads_kv, s.seq_kv, d);
+  const DeviceBuffer v = upload_placed(dtype, problem.v, pv, s.batch, s.heads_kv, s.seq_kv, d);
+  const DeviceBuffer o = upload_placed(dtype, problem.o, po, s.batch, s.heads_q, s.seq_q, d);
+  const DeviceBuffer d_o = upload_placed(dtype, problem.d_o, po, s.batch, s.heads_q, s.seq_q, d);
   DeviceBuffer lse(std::size_t(s.lse_elems()) * sizeof(float));
   lse.upload(problem.lse.data(), lse.bytes());
   const DeviceBuffer dq = poisoned(pdq), dk = poisoned(pdk), dv = poisoned(pdv);
@@ -297,7 +299,7 @@ TEST_P(StridedBackwardTest, MatchesOracleAndStaysInItsRows) {
   c.kernel->launch(p);
   CUDA_CHECK(cudaDeviceSynchronize());
 
-  const double limit = backward_tolerance(DType::BF16);
+  const double limit = backward_tolerance(dtype);
   const struct {
     const char* name;
     const DeviceBuffer& buffer;
@@ -309,10 +311,10 @@ TEST_P(StridedBackwardTest, MatchesOracleAndStaysInItsRows) {
                {"dV", dv, pdv, true, problem.ref.dv}};
   for (const auto& g : grads) {
     const Gathered out =
-        gather(g.buffer, g.place, s.batch, g.kv ? s.heads_kv : s.heads_q, g.kv ? s.seq_kv : s.seq_q, d);
+        gather(dtype, g.buffer, g.place, s.batch, g.kv ? s.heads_kv : s.heads_q, g.kv ? s.seq_kv : s.seq_q, d);
     EXPECT_EQ(out.touched_outside, 0) << c.kernel->name << " wrote " << out.touched_outside << " elements outside "
                                       << g.name << "'s rows (" << layout_name(c.layout) << ")";
-    const double rel = gradient_error(DType::BF16, out.packed, g.ref);
+    const double rel = gradient_error(dtype, out.packed, g.ref);
     EXPECT_LE(rel, limit) << c.kernel->name << " on " << s.to_string() << " " << layout_name(c.layout) << ": " << g.name
                           << " relative error " << rel << ", seed " << seed;
   }
