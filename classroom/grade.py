@@ -314,6 +314,13 @@ ALLOWED_MACROS = {"INFINITY", "NAN", "HUGE_VALF", "HUGE_VAL", "FLT_MAX", "FLT_MI
 HEADER_MACROS = {}
 
 
+# Macros no header defines: the grader's own -D for a CPU runner, what -O2 defines, and nvcc's
+# (a region may name these no more than the headers' macros).
+COMMAND_LINE_MACROS = {"FA_RUNNER_TASKS", "NDEBUG", "__OPTIMIZE__", "__OPTIMIZE_SIZE__", "__NO_INLINE__", "__CUDA_ARCH__",
+                       "__CUDA_ARCH_LIST__", "__CUDACC__", "__CUDACC_RDC__", "__CUDACC_DEBUG__", "__CUDACC_VER_MAJOR__",
+                       "__CUDACC_VER_MINOR__", "__CUDACC_VER_BUILD__", "__NVCC__", "__CUDA_ARCH_FEAT_SM90_ALL"}
+
+
 def header_macros():
     """Every macro name the C++ standard library and the POSIX headers define (g++ -dM), and the
     names the project's sources and the CUDA toolkit's headers #define."""
@@ -341,7 +348,7 @@ def header_macros():
                                 names.update(re.findall(r"^\s*#\s*define\s+([A-Za-z_][A-Za-z0-9_]*)", f.read(), re.M))
                         except OSError:
                             continue
-        HEADER_MACROS["names"] = names
+        HEADER_MACROS["names"] = names | COMMAND_LINE_MACROS
     return HEADER_MACROS["names"]
 
 
@@ -426,7 +433,8 @@ def lint_region(body, chapter, enclosing=()):
     macros = header_macros()
     for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", code):
         if word in macros and word not in ALLOWED_MACROS:
-            return (f"'{word}' is a macro (of the system, CUDA or project headers); a region may name no macro but "
+            return (f"'{word}' is a macro (of the system, CUDA or project headers, or the compiler's command "
+                    "line); a region may name no macro but "
                     + ", ".join(sorted(ALLOWED_MACROS)))
         if word in enclosing:
             return (f"'{word}' is the function this region is written in: a region may not name it (its loop is the "

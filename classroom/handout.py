@@ -46,7 +46,9 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))  # check_snippets
 sys.path.insert(0, os.path.join(ROOT, "classroom"))
 from cxx_text import has_code  # noqa: E402
 SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc")
-BEGIN = re.compile(r"^(\s*)// BEGIN SOLUTION ([A-Za-z0-9_]+)( \(device\))?: (.+?)\s*$")
+# The title is what follows the colon up to its last non-blank character (a greedy .* and one
+# backtrack: linear in the line's length, which a student's file sets).
+BEGIN = re.compile(r"^(\s*)// BEGIN SOLUTION ([A-Za-z0-9_]+)( \(device\))?: (.*\S)\s*$")
 END = re.compile(r"^\s*// END SOLUTION\s*$")
 SKIP_DIRS = {".git", "build", ".deps", "__pycache__"}
 CATALOG = "classroom/exercises.json"  # every exercise of the tree

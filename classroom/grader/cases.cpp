@@ -208,20 +208,25 @@ std::vector<Case> softmax_row_cases(Rng& rng, const std::string& task) {
 }
 
 Case forward_case(Rng& rng, const AttentionShape& s, const std::string& task_kernel, DType dtype, double weight,
-                  const Variant& extra) {
+                  const Variant& extra, double q_magnitude) {
   Case c;
   c.header.task = "forward";
   c.header.args = extra;
   put_shape(c.header, s);
   c.name = (extra.count("kernel") ? extra.at("kernel") : task_kernel) + " " + s.to_string();
+  if (q_magnitude != 1) c.name += ", scores past exp's float range";
   c.weight = weight;
-  std::vector<float> q = rounded(normal(rng, s.q_elems()), dtype), k = rounded(normal(rng, s.kv_elems()), dtype),
-                     v = rounded(normal(rng, s.kv_elems()), dtype);
+  std::vector<float> q = normal(rng, s.q_elems());
+  for (float& x : q) x = float(x * q_magnitude);
+  q = rounded(q, dtype);
+  std::vector<float> k = rounded(normal(rng, s.kv_elems()), dtype), v = rounded(normal(rng, s.kv_elems()), dtype);
   c.input = q;
   c.input.insert(c.input.end(), k.begin(), k.end());
   c.input.insert(c.input.end(), v.begin(), v.end());
   c.expect_values = std::size_t(s.q_elems() + s.lse_elems());
-  c.judge = judge_forward(s, q, k, v, dtype);
+  // The scores' rounding grows with their size. What large scores check is that the softmax
+  // stays finite (an unsafe one gives inf and NaN), so they are judged at bf16's tolerance.
+  c.judge = judge_forward(s, q, k, v, q_magnitude != 1 ? DType::BF16 : dtype);
   return c;
 }
 
@@ -271,6 +276,13 @@ std::vector<Case> forward_cases(Rng& rng, const std::vector<Variant>& variants, 
     for (int i = 0; i < n; ++i)
       cases.push_back(forward_case(rng, draw_shape(rng, lo, hi, dims), "forward", dtype, 1, extra));
   }
+  return cases;
+}
+
+std::vector<Case> with_large_scores(Rng& rng, std::vector<Case> cases, const std::vector<Variant>& variants,
+                                    DType dtype, int lo, int hi, const std::vector<int>& dims) {
+  for (const Variant& extra : variants)
+    cases.push_back(forward_case(rng, draw_shape(rng, lo, hi, dims), "forward", dtype, 1, extra, kLargeScores));
   return cases;
 }
 

@@ -116,9 +116,21 @@ std::string judge_state(float m, float l, double m_ref, double l_ref, const std:
 /// per row) on the trivial row and rows of three drawn lengths.
 std::vector<Case> softmax_row_cases(Rng& rng, const std::string& task);
 
-/// One forward case: q, k, v drawn and rounded to `dtype`, judged against the oracle.
+/// One forward case: q, k, v drawn and rounded to `dtype`, judged against the oracle. Q is drawn
+/// `q_magnitude` times larger than K and V (kLargeScores: scores of a few hundred).
 Case forward_case(Rng& rng, const AttentionShape& s, const std::string& task_kernel, DType dtype, double weight,
-                  const Variant& extra);
+                  const Variant& extra, double q_magnitude = 1);
+
+/// Q's magnitude for scores past exp's float range: with head_dim's 1/sqrt(d) scale, scores have
+/// a standard deviation of 64 and a row's largest is well past 88.7, where exp(s) overflows in
+/// float. A softmax that does not take the row's (or the partitions') largest out first turns
+/// into inf and NaN there, and the exercises teach the one that does.
+constexpr double kLargeScores = 64;
+
+/// `cases` and, for each of `variants`, one case on a drawn shape with scores past exp's float
+/// range (kLargeScores).
+std::vector<Case> with_large_scores(Rng& rng, std::vector<Case> cases, const std::vector<Variant>& variants,
+                                    DType dtype, int lo, int hi, const std::vector<int>& dims);
 
 /// The trivial shape (weight 0) and `n` drawn ones for each of `variants` (extra header args).
 std::vector<Case> forward_cases(Rng& rng, const std::vector<Variant>& variants, DType dtype, int lo, int hi,

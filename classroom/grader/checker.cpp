@@ -58,7 +58,7 @@ std::string json_string(const std::string& s) {
 /// "" when the runner's answer to `c` is right, else why not. `timed`: the answer of a timed run,
 /// whose launch had Q scaled by r.q_scale (a speed case's judge_scaled).
 std::string judged(const Case& c, const Reply& r, bool timed = false) {
-  if (!r.ok) return r.error;
+  if (!r.ok) return r.error.empty() ? "the runner failed without a message" : r.error;  // never "" (passed)
   if (c.expect_values && r.out.size() != c.expect_values)
     return "the runner answered " + std::to_string(r.out.size()) + " values, expected " +
            std::to_string(c.expect_values);

@@ -323,7 +323,11 @@ Reply ask(const RunLimits& limits, const std::string& runner, const Header& head
     return e.empty() ? std::string() : " (its stderr: " + e + ")";
   };
   if (line.rfind("error ", 0) == 0) {
+    // A failure always carries a reason: an empty one (a student's exception with no message)
+    // would read as "passed" to whoever takes an empty reason for success.
     reply.error = line.substr(6, 500);
+    if (reply.error.find_first_not_of(" \t\r") == std::string::npos)
+      reply.error = "the runner failed without a message";
     return reply;
   }
   if (nl == std::string::npos || line.rfind("ok ", 0) != 0) {

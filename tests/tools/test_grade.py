@@ -85,6 +85,9 @@ class LintTest(unittest.TestCase):
             ("auto f = fopen64(\"x\", \"r\");\n", "'fopen64'"),
             ("printf(\"ok out=0\\n\");\n", "'printf'"),
             ("const char* p = \"/pro\" \"c/self/cmdline\";\n", "system path"),
+            # Macros of the compiler's command line, which no header defines.
+            ("const char* t = FA_RUNNER_TASKS;\n", "command line"),
+            ("int arch = __CUDA_ARCH__ + __OPTIMIZE__;\n", "command line"),
         ]:
             self.assertIn(why, grade.lint_region(body, 3), body)
 
@@ -478,6 +481,40 @@ class BypassTest(unittest.TestCase):
                 box.close()
 
 
+class SilentFailureTest(unittest.TestCase):
+    """A region that throws an exception with no message: the runner's "error" line then carries
+    no reason, and an empty reason must never read as a pass."""
+
+    def test_an_exception_without_a_message_scores_0(self):
+        with open(os.path.join(ROOT, ALGORITHM)) as f:
+            lines = f.read().splitlines(keepends=True)
+        out, inside = [], False
+        for line in lines:  # every ch03_online_update region's body becomes one silent throw
+            if "// BEGIN SOLUTION ch03_online_update" in line:
+                out += [line, '  throw std::runtime_error("");\n']
+                inside = True
+            elif inside and "// END SOLUTION" in line:
+                out.append(line)
+                inside = False
+            elif not inside:
+                out.append(line)
+        with tempfile.TemporaryDirectory() as tmp:
+            os.chmod(tmp, 0o755)
+            path = os.path.join(tmp, "algorithm.h")
+            with open(path, "w") as f:
+                f.write("".join(out))
+            config = os.path.join(tmp, "config.json")
+            with open(config, "w") as f:
+                json.dump({"exercises": ["ch03_online_update"]}, f)
+            results = os.path.join(tmp, "results.json")
+            subprocess.run([sys.executable, os.path.join(ROOT, "classroom", "grade.py"), "--cpu-only", "--submission",
+                            path, "--out", results, "--config", config], check=True, capture_output=True, timeout=900)
+            with open(results) as f:
+                graded = json.load(f)
+        self.assertEqual(graded["score"], 0)
+        self.assertIn("failed without a message", graded["tests"][0]["output"])
+
+
 class HeaderMacroAndLinkTest(unittest.TestCase):
     """Macros of the system headers (they expand only in the real build), a call of the function
     the region sits in, a folder reached through a link, and a zip whose entries clash."""
@@ -486,7 +523,7 @@ class HeaderMacroAndLinkTest(unittest.TestCase):
         for body in ('  auto* f = __CONCAT(fo, pen)("x", "r");\n', "  return {state.m, state.l};\n__END_DECLS\n",
                      "  __BEGIN_DECLS int x; __END_DECLS\n", "  (void)stdin;\n",
                      "  std::FA_CONCAT(vec, tor)<float> hq;\n", "  float x = CUDART_INF_F;\n"):
-            self.assertIn("is a macro (of the system, CUDA or project headers)", grade.lint_region(body, 3), body)
+            self.assertIn("is a macro (of the system, CUDA or project headers", grade.lint_region(body, 3), body)
         self.assertEqual(grade.lint_region("  float x = INFINITY;\n  (void)x;\n", 3), "")
 
     def test_a_region_may_not_call_the_function_it_is_in(self):

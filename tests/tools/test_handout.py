@@ -213,6 +213,17 @@ class HandoutTest(unittest.TestCase):
         for body in ["  k<<<1, 1>>>(o);\n", '  "text";\n', "  /* a */ x = 1; // b\n", 'FA_NOT_IMPLEMENTED("a"); go();']:
             self.assertTrue(cxx_text.has_code(body), body)
 
+    def test_a_long_marker_line_is_read_in_linear_time(self):
+        # A student's file sets the line: a title of a million blanks before its last character
+        # (or after it) is read at once, not in time growing with the square of the line.
+        import time
+        for tail in ("x", ""):
+            line = "  // BEGIN SOLUTION ex1: a" + " " * 1_000_000 + tail
+            start = time.monotonic()
+            m = handout.BEGIN.match(line)
+            self.assertLess(time.monotonic() - start, 2.0)
+            self.assertEqual(m.group(4)[-1], tail or "a")
+
     def test_an_exercise_with_only_device_regions_is_refused(self):
         self.write("chapters/gpu.cu", "__global__ void k(float* o) {\n"
                    "  // BEGIN SOLUTION gpu1 (device): write o[0]\n  o[0] = 1.0f;\n  // END SOLUTION\n}\n")

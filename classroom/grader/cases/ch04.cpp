@@ -17,10 +17,10 @@ std::vector<Case> row_update_cpu_cases(Rng& rng) {
 }
 
 std::vector<Case> row_update_cases(Rng& rng) {
-  std::vector<Case> cases = forward_cases(rng,
-                                          {Variant{{"kernel", "ch04_kv_outer"}}, Variant{{"kernel", "ch04_q_outer"}},
-                                           Variant{{"kernel", "ch04_registers"}}, Variant{{"kernel", "ch04_tuned"}}},
-                                          DType::F32, 65, 600, {64, 128}, 2);
+  const std::vector<Variant> kernels = {Variant{{"kernel", "ch04_kv_outer"}}, Variant{{"kernel", "ch04_q_outer"}},
+                                        Variant{{"kernel", "ch04_registers"}}, Variant{{"kernel", "ch04_tuned"}}};
+  std::vector<Case> cases = forward_cases(rng, kernels, DType::F32, 65, 600, {64, 128}, 2);
+  cases = with_large_scores(rng, std::move(cases), kernels, DType::F32, 65, 600, {64, 128});
   return with_speed(rng, cases, "ch04_registers", DType::F32, big_shape(8, 2048, 64));
 }
 

@@ -86,7 +86,11 @@ std::vector<Case> block_manager_cases(Rng& rng) {
   return cases;
 }
 
-Case decode_case(Rng& rng, const std::string& kernel, DType dtype, int d, int max_len, bool trivial) {
+/// One decode batch on a paged cache; q_magnitude: Q drawn that much larger than the cache
+/// (kLargeScores: each partition's LSE past exp's float range, so a merge that does not take
+/// the largest out first overflows).
+Case decode_case(Rng& rng, const std::string& kernel, DType dtype, int d, int max_len, bool trivial,
+                 double q_magnitude = 1) {
   Case c;
   const int block_size = 16, seqs = trivial ? 1 : uniform(rng, 2, 5), heads_kv = uniform(rng, 1, 2);
   const int heads_q = heads_kv * (trivial ? 1 : uniform(rng, 1, 4));
@@ -114,8 +118,10 @@ Case decode_case(Rng& rng, const std::string& kernel, DType dtype, int d, int ma
     }
   }
   const std::size_t cache = std::size_t(num_blocks) * heads_kv * block_size * d;
-  const std::vector<float> q = rounded(normal(rng, std::size_t(seqs) * heads_q * d), dtype),
-                           kc = rounded(normal(rng, cache), dtype), vc = rounded(normal(rng, cache), dtype);
+  std::vector<float> q = normal(rng, std::size_t(seqs) * heads_q * d);
+  for (float& x : q) x = float(x * q_magnitude);
+  q = rounded(q, dtype);
+  const std::vector<float> kc = rounded(normal(rng, cache), dtype), vc = rounded(normal(rng, cache), dtype);
   c.header.task = "decode";
   if (!kernel.empty()) c.header.args["kernel"] = kernel;
   c.header.args.insert({{"seqs", std::to_string(seqs)},
@@ -134,9 +140,11 @@ Case decode_case(Rng& rng, const std::string& kernel, DType dtype, int d, int ma
   c.expect_values = std::size_t(seqs) * heads_q * (d + 1);
   c.name = (kernel.empty() ? std::string("decode") : kernel) + " seqs=" + std::to_string(seqs) + " h" +
            std::to_string(heads_q) + "/" + std::to_string(heads_kv) + " d" + std::to_string(d) +
-           " ctx<=" + std::to_string(max_context);
+           " ctx<=" + std::to_string(max_context) + (q_magnitude != 1 ? ", scores past exp's float range" : "");
   c.weight = trivial ? 0 : 1;
-  const double tol = dtype == DType::F32 ? 1e-5 : dtype == DType::BF16 ? 2e-2 : 4e-3;
+  // Large scores are judged at bf16's tolerance (their rounding grows with them; what they check
+  // is that the merge stays finite).
+  const double tol = dtype == DType::BF16 || q_magnitude != 1 ? 2e-2 : dtype == DType::F32 ? 1e-5 : 4e-3;
   c.judge = [=](const std::vector<float>& out) -> std::string {
     PagedKvView view;
     view.num_blocks = num_blocks;
@@ -169,11 +177,13 @@ std::vector<Case> merge_cases(Rng& rng, bool gpu) {
   std::vector<Case> cases = {decode_case(rng, kernel, dtype, 64, 1, true)};
   for (int i = 0; i < 4; ++i)
     cases.push_back(decode_case(rng, kernel, dtype, i % 2 ? 128 : 64, gpu ? 9000 : 700, false));
+  cases.push_back(decode_case(rng, kernel, dtype, 64, gpu ? 9000 : 700, false, kLargeScores));
   return cases;
 }
 
-/// The merge alone, on partitions the checker draws: LSEs spread over +-60 (exp overflows without
-/// the largest taken out), one partition, none (an empty context). Every partition holds keys, as
+/// The merge alone, on partitions the checker draws: LSEs within +-8 of a center drawn at +-(100
+/// to 300), past exp's float range (88.7) either way, so a merge that does not take the largest
+/// out first overflows or underflows to 0/0; one partition, none (an empty context). Every partition holds keys, as
 /// in split_kv_decode_cpu. An answer that recomputes the row from the cache instead of merging
 /// has no cache here.
 Case merge_step_case(Rng& rng, int parts, int d) {
@@ -182,9 +192,11 @@ Case merge_step_case(Rng& rng, int parts, int d) {
   c.header.args = {{"parts", std::to_string(parts)}, {"d", std::to_string(d)}};
   c.name = "merge of " + std::to_string(parts) + " partitions, d" + std::to_string(d);
   c.is_step = true;
+  c.weight = parts == 0 ? 0 : 1;  // no partition: a trivial shape (an answer that returns -inf passes it)
   std::vector<float> lse(static_cast<std::size_t>(parts)), o = normal(rng, static_cast<std::size_t>(parts) * d);
-  std::uniform_real_distribution<float> spread(-60.0f, 60.0f);
-  for (int p = 0; p < parts; ++p) lse[std::size_t(p)] = spread(rng);
+  const float center = float(uniform(rng, 100, 300) * (uniform(rng, 0, 1) ? 1 : -1));
+  std::uniform_real_distribution<float> spread(-8.0f, 8.0f);
+  for (int p = 0; p < parts; ++p) lse[std::size_t(p)] = center + spread(rng);
   c.input = lse;
   c.input.insert(c.input.end(), o.begin(), o.end());
   c.expect_values = std::size_t(d) + 1;
