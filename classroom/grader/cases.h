@@ -43,6 +43,7 @@ struct Case {
   bool needs_steps = false;   // counts only when every drawn-state case of the exercise passed
   bool is_step = false;       // a step from a drawn state (row_step_cases, chapter 03's update)
   bool from_answers = false;  // its expected answers come from answers.h: not checked without them
+  std::string gates;          // non-empty: when this case fails, no case counts, for this reason
 };
 
 // ---- the registry ----------------------------------------------------------------------------
@@ -126,9 +127,11 @@ Case forward_case(Rng& rng, const AttentionShape& s, const std::string& task_ker
 /// float. A softmax that does not take the row's (or the partitions') largest out first turns
 /// into inf and NaN there, and the exercises teach the one that does.
 constexpr double kLargeScores = 64;
+extern const char* const kUnsafeSoftmax;
 
 /// `cases` and, for each of `variants`, one case on a drawn shape with scores past exp's float
-/// range (kLargeScores).
+/// range (kLargeScores), which gates the exercise (kUnsafeSoftmax): an answer that overflows
+/// there is not the form the exercise teaches, whatever it gives on small scores.
 std::vector<Case> with_large_scores(Rng& rng, std::vector<Case> cases, const std::vector<Variant>& variants,
                                     DType dtype, int lo, int hi, const std::vector<int>& dims);
 

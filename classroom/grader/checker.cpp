@@ -119,7 +119,7 @@ int check(const Options& opt) {
   const std::vector<Case> cases = exercise.make(rng);
   std::string json = "{\"exercise\": " + json_string(opt.exercise) + ", \"cases\": [";
   bool timed_out = false, steps_failed = false;
-  std::string gate_failed;  // why no case counts: a gated speed case well below the reference
+  std::string gate_failed;  // why no case counts: a gated speed case well below the reference, a gating case failed
   std::vector<std::string> whys(cases.size()), notes(cases.size());
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
@@ -152,6 +152,7 @@ int check(const Options& opt) {
       timed_out = r.timed_out;
     }
     if (c.is_step && !whys[i].empty()) steps_failed = true;
+    if (!c.gates.empty() && !whys[i].empty() && gate_failed.empty()) gate_failed = "not counted: " + c.gates;
     if (c.gate_speed > 0 && !opt.reference_runner.empty() && timed_out && c.min_speed > 0 && gate_failed.empty())
       gate_failed =
           "not counted: the speed part's large shape did not run (an earlier case ran past the time "
