@@ -227,7 +227,10 @@ Reply ask(const RunLimits& limits, const std::string& runner, const Header& head
       if (setrlimit(RLIMIT_AS, &address_space) != 0) _exit(124);
     }
     if (geteuid() == 0) {
-      const rlimit procs{256, 256};
+      // A CPU runner (the one with an address-space limit) starts no thread: its work stays on
+      // one core, beside the GPU gradings a machine may be timing. The CUDA runtime's own threads
+      // need a GPU runner's allowance.
+      const rlimit procs = limits.memory_mb > 0 ? rlimit{1, 1} : rlimit{256, 256};
       if (setgroups(0, nullptr) != 0 || setgid(gid_t(limits.uid)) != 0 || setuid(uid_t(limits.uid)) != 0) _exit(125);
       setrlimit(RLIMIT_NPROC, &procs);
     }

@@ -19,7 +19,8 @@ struct RunLimits {
   int uid = 65534;        // as root, the user the runner runs as (the grading's sandbox user)
   // The runner's address space in MiB (RLIMIT_AS; 0: no limit). For CPU runners only: the CUDA
   // driver reserves more address space than the device has memory, so a GPU runner under any
-  // such limit fails in its first CUDA call.
+  // such limit fails in its first CUDA call. A runner with this limit may start no thread
+  // (RLIMIT_NPROC 1 for its user).
   std::size_t memory_mb = 0;
 };
 

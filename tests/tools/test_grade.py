@@ -87,6 +87,7 @@ class LintTest(unittest.TestCase):
             ("const char* p = \"/pro\" \"c/self/cmdline\";\n", "system path"),
             # Macros of the compiler's command line, which no header defines.
             ("const char* t = FA_RUNNER_TASKS;\n", "command line"),
+            ("pthread_t t; pthread_create(&t, nullptr, f, nullptr);\n", "'pthread_create'"),
             ("int arch = __CUDA_ARCH__ + __OPTIMIZE__;\n", "command line"),
         ]:
             self.assertIn(why, grade.lint_region(body, 3), body)
