@@ -46,9 +46,10 @@ TEST(Exp2Fma, RelativeErrorOverTheSoftmaxRange) {
     }
     ++n;
   });
-  std::printf("exp2_fma over [-125, 8]: %lld floats, largest relative error %.3g (at x = %.9g); bf16 P differs "
-              "from exact 2^x in bf16 for %.3g%% of them, by at most %.2g bf16 ulp\n",
-              static_cast<long long>(n), worst, worst_x, 100.0 * double(bf16_differs) / double(n), bf16_worst_ulps);
+  std::printf(
+      "exp2_fma over [-125, 8]: %lld floats, largest relative error %.3g (at x = %.9g); bf16 P differs "
+      "from exact 2^x in bf16 for %.3g%% of them, by at most %.2g bf16 ulp\n",
+      static_cast<long long>(n), worst, worst_x, 100.0 * double(bf16_differs) / double(n), bf16_worst_ulps);
   EXPECT_GT(n, 1000000);
   EXPECT_LT(worst, 7.6e-5) << "at x = " << worst_x;
   EXPECT_LT(double(bf16_differs) / double(n), 0.05);
@@ -75,7 +76,7 @@ TEST(Exp2Fma, Bf16WeightsOfASoftmax) {
 
 TEST(Exp2Fma, EndsAndSpecialValues) {
   EXPECT_EQ(exp2_fma(-std::numeric_limits<float>::infinity()), 0.0f);  // a masked score
-  EXPECT_EQ(exp2_fma(-125.5f), 0.0f);                                    // flushed
+  EXPECT_EQ(exp2_fma(-125.5f), 0.0f);                                  // flushed
   EXPECT_EQ(exp2_fma(-1000.0f), 0.0f);
   EXPECT_TRUE(std::isnan(exp2_fma(std::numeric_limits<float>::quiet_NaN())));
   EXPECT_EQ(exp2_fma(128.0f), std::numeric_limits<float>::infinity());
