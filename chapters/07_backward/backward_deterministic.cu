@@ -30,8 +30,8 @@ namespace {
 /// The dQ kernel's body; with kStrided, the tensors' rows are where `st` says (else packed, and
 /// `st` is not read; LSE and D are always packed).
 template <class T, int kD, bool kStrided>
-__device__ __forceinline__ void backward_dq_body(const AttentionShape& s, const T* q, const T* k, const T* v,
-                                                 const T* d_o, const float* lse, const float* delta, T* dq,
+__device__ __forceinline__ void backward_dq_body(AttentionShape s, const T* q, const T* k, const T* v, const T* d_o,
+                                                 const float* lse, const float* delta, T* dq,
                                                  const BackwardStrides& st) {
   constexpr int kLd = kD + 8;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
@@ -44,14 +44,11 @@ __device__ __forceinline__ void backward_dq_body(const AttentionShape& s, const 
   const int i0 = blockIdx.x * kRows, bh = blockIdx.y, batch = bh / s.heads_q;
   const int kv_plane = batch * s.heads_kv + s.kv_head(bh % s.heads_q);
   const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
-  // Row 0 of head `plane` of a tensor of `heads` heads of `rows` rows (packed: plane * rows * kD).
-  auto head = [&](auto* base, const TensorStrides& of, int plane, int heads, int rows) {
-    if constexpr (kStrided) return base + of.at(plane, heads, 0);
-    else return base + int64_t(plane) * rows * kD;
-  };
-  load_tile<T, kD, kLd, kRows>(q_s, head(q, st.q, bh, s.heads_q, s.seq_q), i0, s.seq_q, row_stride<kStrided, kD>(st.q));
-  load_tile<T, kD, kLd, kRows>(do_s, head(d_o, st.d_o, bh, s.heads_q, s.seq_q), i0, s.seq_q,
-                               row_stride<kStrided, kD>(st.d_o));
+  const T* q_head = q + int64_t(bh) * s.seq_q * kD;
+  const T* do_head = d_o + int64_t(bh) * s.seq_q * kD;
+  if constexpr (kStrided) q_head = q + st.q.at(bh, s.heads_q, 0), do_head = d_o + st.d_o.at(bh, s.heads_q, 0);
+  load_tile<T, kD, kLd, kRows>(q_s, q_head, i0, s.seq_q, row_stride<kStrided, kD>(st.q));
+  load_tile<T, kD, kLd, kRows>(do_s, do_head, i0, s.seq_q, row_stride<kStrided, kD>(st.d_o));
   // This thread's two rows: 16 w + g and 16 w + g + 8 of the tile.
   float row_lse[2], row_delta[2];
 #pragma unroll
@@ -64,8 +61,9 @@ __device__ __forceinline__ void backward_dq_body(const AttentionShape& s, const 
   const KeyRun runs[2] = {shape_keys(s, row_a), shape_keys(s, row_a + 8)};
   const int last_row = min(i0 + kRows, s.seq_q) - 1;
   const int key_end = s.causal ? s.visible_keys(last_row) : s.seq_kv;
-  const T* k_head = head(k, st.k, kv_plane, s.heads_kv, s.seq_kv);
-  const T* v_head = head(v, st.v, kv_plane, s.heads_kv, s.seq_kv);
+  const T* k_head = k + int64_t(kv_plane) * s.seq_kv * kD;
+  const T* v_head = v + int64_t(kv_plane) * s.seq_kv * kD;
+  if constexpr (kStrided) k_head = k + st.k.at(kv_plane, s.heads_kv, 0), v_head = v + st.v.at(kv_plane, s.heads_kv, 0);
   const auto k_ld = row_stride<kStrided, kD>(st.k), v_ld = row_stride<kStrided, kD>(st.v);
 
   float dq_acc[kD / 8][4] = {};
@@ -117,7 +115,8 @@ __device__ __forceinline__ void backward_dq_body(const AttentionShape& s, const 
     }
     //! [backward_dq_tile]
   }
-  T* dq_head = head(dq, st.dq, bh, s.heads_q, s.seq_q);
+  T* dq_head = dq + int64_t(bh) * s.seq_q * kD;
+  if constexpr (kStrided) dq_head = dq + st.dq.at(bh, s.heads_q, 0);
   const auto dq_ld = row_stride<kStrided, kD>(st.dq);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {

@@ -112,9 +112,9 @@ constexpr int backward_mma_smem_bytes() {
 /// The kernel's body; with kStrided, the tensors' rows are where `st` says (else packed, and `st`
 /// is not read; LSE, D and dq32 are always packed).
 template <class T, int kD, bool kDq, bool kStrided>
-__device__ __forceinline__ void backward_mma_body(const AttentionShape& s, const T* q, const T* k, const T* v,
-                                                  const T* d_o, const float* lse, const float* delta, float* dq32,
-                                                  T* dk, T* dv, const BackwardStrides& st) {
+__device__ __forceinline__ void backward_mma_body(AttentionShape s, const T* q, const T* k, const T* v, const T* d_o,
+                                                  const float* lse, const float* delta, float* dq32, T* dk, T* dv,
+                                                  const BackwardStrides& st) {
   constexpr int kLd = kD + 8, kLdS = kKeys + 8;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* k_s = reinterpret_cast<T*>(shared_bytes);
@@ -129,16 +129,14 @@ __device__ __forceinline__ void backward_mma_body(const AttentionShape& s, const
   const int j0 = blockIdx.x * kKeys, kv_plane = blockIdx.y;
   const int batch = kv_plane / s.heads_kv, kvh = kv_plane % s.heads_kv, group = s.group_size();
   const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
-  // Row 0 of head `plane` of a tensor of `heads` heads of `rows` rows (packed: plane * rows * kD).
-  auto head = [&](auto* base, const TensorStrides& of, int plane, int heads, int rows) {
-    if constexpr (kStrided) return base + of.at(plane, heads, 0);
-    else return base + int64_t(plane) * rows * kD;
-  };
-  const auto q_ld = row_stride<kStrided, kD>(st.q), do_ld = row_stride<kStrided, kD>(st.d_o);
-  load_tile<T, kD, kD + 8, 64>(k_s, head(k, st.k, kv_plane, s.heads_kv, s.seq_kv), j0, s.seq_kv,
-                               row_stride<kStrided, kD>(st.k));
-  load_tile<T, kD, kD + 8, 64>(v_s, head(v, st.v, kv_plane, s.heads_kv, s.seq_kv), j0, s.seq_kv,
-                               row_stride<kStrided, kD>(st.v));
+  const T* k_head = k + int64_t(kv_plane) * s.seq_kv * kD;
+  const T* v_head = v + int64_t(kv_plane) * s.seq_kv * kD;
+  if constexpr (kStrided) {  // row 0 of each head where the strides say, and the rows' strides below
+    k_head = k + st.k.at(kv_plane, s.heads_kv, 0);
+    v_head = v + st.v.at(kv_plane, s.heads_kv, 0);
+  }
+  load_tile<T, kD, kD + 8, 64>(k_s, k_head, j0, s.seq_kv, row_stride<kStrided, kD>(st.k));
+  load_tile<T, kD, kD + 8, 64>(v_s, v_head, j0, s.seq_kv, row_stride<kStrided, kD>(st.v));
 
   float dk_acc[kD / 8][4] = {}, dv_acc[kD / 8][4] = {};                     // this warp's 16 keys x kD
   const int key_a = j0 + 16 * warp + g;                                     // this thread's keys: key_a, key_a + 8
@@ -153,9 +151,11 @@ __device__ __forceinline__ void backward_mma_body(const AttentionShape& s, const
   // Q, dO, LSE and D of item `it` into stage `stage` with cp.async (rows past the end are zeros).
   auto prefetch = [&](int it, int stage) {
     const int bh = item_bh(it), i0 = item_i0(it);
-    copy_rows_async<T, kD, kLd>(q_buf + stage * kRows * kLd, head(q, st.q, bh, s.heads_q, s.seq_q), i0, s.seq_q, q_ld);
-    copy_rows_async<T, kD, kLd>(do_buf + stage * kRows * kLd, head(d_o, st.d_o, bh, s.heads_q, s.seq_q), i0, s.seq_q,
-                                do_ld);
+    const T* q_head = q + int64_t(bh) * s.seq_q * kD;
+    const T* do_head = d_o + int64_t(bh) * s.seq_q * kD;
+    if constexpr (kStrided) q_head = q + st.q.at(bh, s.heads_q, 0), do_head = d_o + st.d_o.at(bh, s.heads_q, 0);
+    copy_rows_async<T, kD, kLd>(q_buf + stage * kRows * kLd, q_head, i0, s.seq_q, row_stride<kStrided, kD>(st.q));
+    copy_rows_async<T, kD, kLd>(do_buf + stage * kRows * kLd, do_head, i0, s.seq_q, row_stride<kStrided, kD>(st.d_o));
     for (int r = threadIdx.x; r < 2 * kRows; r += kThreads) {
       const int row = i0 + r % kRows;
       const float* src = (r < kRows ? lse : delta) + int64_t(bh) * s.seq_q + min(row, s.seq_q - 1);
@@ -265,8 +265,10 @@ __device__ __forceinline__ void backward_mma_body(const AttentionShape& s, const
   }
 
   // dK = dS^T Q * scale and dV, this warp's 16 keys, rounded once.
-  T* dk_head = head(dk, st.dk, kv_plane, s.heads_kv, s.seq_kv);
-  T* dv_head = head(dv, st.dv, kv_plane, s.heads_kv, s.seq_kv);
+  T* dk_head = dk + int64_t(kv_plane) * s.seq_kv * kD;
+  T* dv_head = dv + int64_t(kv_plane) * s.seq_kv * kD;
+  if constexpr (kStrided)
+    dk_head = dk + st.dk.at(kv_plane, s.heads_kv, 0), dv_head = dv + st.dv.at(kv_plane, s.heads_kv, 0);
   const auto dk_ld = row_stride<kStrided, kD>(st.dk), dv_ld = row_stride<kStrided, kD>(st.dv);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {

@@ -8,6 +8,9 @@
 //   * the recomputed scores get the forward's changes (softcap, ALiBi, the bias) before the
 //     mask, and dS is multiplied by the softcap's derivative 1 - tanh^2; ALiBi and the bias add
 //     constants, whose derivative is 1.
+// It takes Q, K, V, O, dO and the gradients with any strides (flash-attn's [batch, seq, heads,
+// head_dim], a packed batch's [total, heads, head_dim] rows) through a second instantiation, as
+// chapter 07's kernels do (strides.h); the packed one keeps its compile-time row stride.
 // Run: build/bin/fa_gpu_tests --gtest_filter='*ch09_ampere_backward*' (the chapter program times the forward)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -21,6 +24,7 @@
 #include "features.h"
 #include "registry.h"
 #include "static_switch.h"
+#include "strides.h"
 
 namespace fa::features {
 namespace {
@@ -32,11 +36,13 @@ using backward::kThreads;
 template <class T, int kD>
 constexpr int kSmemBytes = backward::backward_mma_smem_bytes<T, kD, true>();
 
-template <class T, int kD>
+/// One K/V tile of one sequence's K/V head. With kStrided, the tensors' rows are where `st` says
+/// (else packed, and `st` is not read; LSE, D and dq32 are always packed).
+template <class T, int kD, bool kStrided>
 __global__ void __launch_bounds__(kThreads)
     features_backward_kernel(AttentionShape shape, AttentionFeatures features, AttentionExtras extras, const T* q,
                              const T* k, const T* v, const T* d_o, const float* lse, const float* delta, float* dq32,
-                             T* dk, T* dv) {
+                             T* dk, T* dv, BackwardStrides st) {
   constexpr int kLd = kD + 8, kLdS = kKeys + 8;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* k_s = reinterpret_cast<T*>(shared_bytes);
@@ -60,8 +66,12 @@ __global__ void __launch_bounds__(kThreads)
   //! [backward_sequence]
   const T* k_rows = k + kv_seq.kv_row0 * kD;
   const T* v_rows = v + kv_seq.kv_row0 * kD;
-  ampere::load_tile<T, kD, kD + 8, 64>(k_s, k_rows, j0, one.seq_kv);
-  ampere::load_tile<T, kD, kD + 8, 64>(v_s, v_rows, j0, one.seq_kv);
+  if constexpr (kStrided) {  // the sequence's first row of its plane (a packed batch's planes: [total] rows)
+    k_rows = k + st.k.at(kv_seq.kv_plane, shape.heads_kv, kv_seq.kv_start);
+    v_rows = v + st.v.at(kv_seq.kv_plane, shape.heads_kv, kv_seq.kv_start);
+  }
+  ampere::load_tile<T, kD, kD + 8, 64>(k_s, k_rows, j0, one.seq_kv, row_stride<kStrided, kD>(st.k));
+  ampere::load_tile<T, kD, kD + 8, 64>(v_s, v_rows, j0, one.seq_kv, row_stride<kStrided, kD>(st.v));
 
   float dk_acc[kD / 8][4] = {}, dv_acc[kD / 8][4] = {};
   const int key_a = j0 + 16 * warp + g;  // this thread's keys: key_a, key_a + 8
@@ -74,8 +84,14 @@ __global__ void __launch_bounds__(kThreads)
     const SequenceRows seq = sequence_rows(shape, features, extras, b, head);
     const ScoreChanges c = score_changes(shape, seq, extras);
     __syncthreads();  // the previous item's tiles and dS are no longer read
-    backward::copy_rows_async<T, kD, kLd>(q_s, q + seq.q_row0 * kD, i0, one.seq_q);
-    backward::copy_rows_async<T, kD, kLd>(do_s, d_o + seq.q_row0 * kD, i0, one.seq_q);
+    const T* q_rows = q + seq.q_row0 * kD;
+    const T* do_rows = d_o + seq.q_row0 * kD;
+    if constexpr (kStrided) {
+      q_rows = q + st.q.at(seq.q_plane, shape.heads_q, seq.q_start);
+      do_rows = d_o + st.d_o.at(seq.q_plane, shape.heads_q, seq.q_start);
+    }
+    backward::copy_rows_async<T, kD, kLd>(q_s, q_rows, i0, one.seq_q, row_stride<kStrided, kD>(st.q));
+    backward::copy_rows_async<T, kD, kLd>(do_s, do_rows, i0, one.seq_q, row_stride<kStrided, kD>(st.d_o));
     for (int r = threadIdx.x; r < 2 * kRows; r += kThreads) {
       const int row = i0 + r % kRows;
       const float* src = (r < kRows ? lse : delta) + seq.q_row0 + min(row, one.seq_q - 1);
@@ -163,17 +179,22 @@ __global__ void __launch_bounds__(kThreads)
   const float scale = float(one.softmax_scale());
   T* dk_rows = dk + kv_seq.kv_row0 * kD;
   T* dv_rows = dv + kv_seq.kv_row0 * kD;
+  if constexpr (kStrided) {
+    dk_rows = dk + st.dk.at(kv_seq.kv_plane, shape.heads_kv, kv_seq.kv_start);
+    dv_rows = dv + st.dv.at(kv_seq.kv_plane, shape.heads_kv, kv_seq.kv_start);
+  }
+  const auto dk_ld = row_stride<kStrided, kD>(st.dk), dv_ld = row_stride<kStrided, kD>(st.dv);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int key = key_a + 8 * h;
     if (key >= one.seq_kv) continue;
 #pragma unroll
     for (int db = 0; db < kD / 8; ++db) {
-      const int64_t at = int64_t(key) * kD + 8 * db + 2 * t;
-      dk_rows[at] = T(dk_acc[db][2 * h] * scale);
-      dk_rows[at + 1] = T(dk_acc[db][2 * h + 1] * scale);
-      dv_rows[at] = T(dv_acc[db][2 * h]);
-      dv_rows[at + 1] = T(dv_acc[db][2 * h + 1]);
+      const int64_t at_k = int64_t(key) * dk_ld + 8 * db + 2 * t, at_v = int64_t(key) * dv_ld + 8 * db + 2 * t;
+      dk_rows[at_k] = T(dk_acc[db][2 * h] * scale);
+      dk_rows[at_k + 1] = T(dk_acc[db][2 * h + 1] * scale);
+      dv_rows[at_v] = T(dv_acc[db][2 * h]);
+      dv_rows[at_v + 1] = T(dv_acc[db][2 * h + 1]);
     }
   }
 }
@@ -185,15 +206,17 @@ void launch_dim(const BackwardParams& p) {
   float* dq32 = delta + s.lse_elems();
   CUDA_CHECK(cudaMemsetAsync(dq32, 0, std::size_t(s.q_elems()) * sizeof(float), p.stream));
   backward::launch_delta<T>(p, delta);
-  auto kernel = features_backward_kernel<T, kD>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes<T, kD>));
   const AttentionFeatures& f = p.features;
   const int keys = f.varlen() ? p.extras.max_seqlen_k : s.seq_kv;
   if (keys > 0) {
-    dim3 grid(unsigned((keys + kKeys - 1) / kKeys), unsigned(f.sequence_count(s) * s.heads_kv));
-    kernel<<<grid, kThreads, kSmemBytes<T, kD>, p.stream>>>(
-        s, f, p.extras, static_cast<const T*>(p.q), static_cast<const T*>(p.k), static_cast<const T*>(p.v),
-        static_cast<const T*>(p.d_o), p.lse, delta, dq32, static_cast<T*>(p.dk), static_cast<T*>(p.dv));
+    const dim3 grid(unsigned((keys + kKeys - 1) / kKeys), unsigned(f.sequence_count(s) * s.heads_kv));
+    const auto q = static_cast<const T*>(p.q), k = static_cast<const T*>(p.k), v = static_cast<const T*>(p.v),
+               d_o = static_cast<const T*>(p.d_o);
+    const auto dk = static_cast<T*>(p.dk), dv = static_cast<T*>(p.dv);
+    auto kernel = p.strides ? features_backward_kernel<T, kD, true> : features_backward_kernel<T, kD, false>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes<T, kD>));
+    kernel<<<grid, kThreads, kSmemBytes<T, kD>, p.stream>>>(s, f, p.extras, q, k, v, d_o, p.lse, delta, dq32, dk, dv,
+                                                            p.strides ? *p.strides : BackwardStrides{});
     CUDA_CHECK_LAUNCH();
   }
   backward::launch_round_dq<T>(dq32, p);
@@ -215,6 +238,7 @@ BackwardKernel backward_kernel(const char* name, DType dtype, void (*launch)(con
     return std::size_t(s.lse_elems()) * sizeof(float) + std::size_t(s.q_elems()) * sizeof(float);
   };
   k.features = kAllFeatures;
+  k.strided = true;  // features_backward_kernel<.., true>, D's rows and dQ's rounding take any strides
   return k;
 }
 

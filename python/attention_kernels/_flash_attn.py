@@ -21,10 +21,10 @@ Where this differs from flash-attn, on purpose (docs/python.md, tested in tests/
   * return_attn_probs=True returns (out, softmax_lse, None): there are no dropout masks to return.
   * The (batch, seq, heads, head_dim) tensors, and views of one QKV projection, are read in
     place by the strided kernels (chapter 05's tuned forward, chapter 06's bf16 forward, chapter
-    07's tensor-core and Hopper backward, chapter 09's Hopper forward: the fp16 and bf16
-    defaults), whose outputs come back in flash-attn's layout, the varlen call's [total, heads,
-    head_dim] rows too; the others (chapter 09's backward among them) copy them into their
-    packed [batch, heads, seq, head_dim] layout first.
+    07's tensor-core and Hopper backward, chapter 09's Hopper forward and its backward: the fp16
+    and bf16 defaults), whose outputs come back in flash-attn's layout, the varlen call's [total, heads,
+    head_dim] rows too; the others (the fp32 kernels, chapter 09's Ampere forward) copy them
+    into their packed [batch, heads, seq, head_dim] layout first.
 """
 import torch
 

@@ -3,7 +3,7 @@
 Layout: the kernels take [batch, heads, seq, head_dim] tensors, the shape
 torch.nn.functional.scaled_dot_product_attention takes. The strided kernels (KernelInfo.strided:
 chapter 05's tuned forward, chapter 06's bf16 kernels, chapter 07's tensor-core and Hopper
-backward, chapter 09's Hopper forward) read and
+backward, chapter 09's Hopper forward and its backward) read and
 write any such view whose head_dim is contiguous, in place: flash-attn's [batch, seq, heads,
 head_dim] tensors (layout="bshd", or .transpose(1, 2)) and the Q, K, V slices of one projection
 cost no copy, and their outputs come back laid out like their inputs. Every other kernel reads packed tensors: a

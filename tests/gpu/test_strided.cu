@@ -251,24 +251,20 @@ INSTANTIATE_TEST_SUITE_P(All, StridedFeaturesTest, ::testing::ValuesIn(strided_f
                          [](const ::testing::TestParamInfo<const ForwardKernel*>& info) { return info.param->name; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(StridedFeaturesTest);
 
-using BackwardCase = StridedCase<BackwardKernel>;
-class StridedBackwardTest : public ::testing::TestWithParam<BackwardCase> {};
-
-TEST_P(StridedBackwardTest, MatchesOracleAndStaysInItsRows) {
-  const BackwardCase& c = GetParam();
-  const GpuInfo& gpu = detect_gpu();
-  if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason;
-  const AttentionShape& s = c.shape;
-  if (std::string why = support_reason(*c.kernel, s); !why.empty())
-    GTEST_SKIP() << c.kernel->name << " does not support " << s.to_string() << ": " << why;
+/// One strided backward launch: fresh random inputs (and O, LSE from the oracle) placed in
+/// `layout` (NaN in the gaps), the gradients in layouts of their own (poisoned); then each
+/// gradient must stay in its rows and match the fp64 oracle (with the features).
+void check_strided_backward(const BackwardKernel& kernel, const AttentionShape& s, Layout layout,
+                            const AttentionFeatures& f = {}) {
   const uint64_t seed = fresh_seed();
-  const DType dtype = c.kernel->dtype;
-  const BackwardProblem problem = make_backward_problem(s, seed, dtype);
+  const DType dtype = kernel.dtype;
+  const BackwardProblem problem = make_backward_problem(s, seed, dtype, 0, f);
+  const DeviceExtras extras(f, problem.bias, problem.packing);
   const int d = s.head_dim;
   // Inputs in the case's layout; O and dO like Q's output (flash-attn's), the gradients like
   // the inputs they belong to but in a layout of their own (gaps), so nothing assumes they match.
-  const Placement pq = place(c.layout, s, 0, false, d), pk = place(c.layout, s, 1, true, d),
-                  pv = place(c.layout, s, 2, true, d), po = place(c.layout, s, 3, false, d);
+  const Placement pq = place(layout, s, 0, false, d), pk = place(layout, s, 1, true, d),
+                  pv = place(layout, s, 2, true, d), po = place(layout, s, 3, false, d);
   const Placement pdq = place(Layout::Gaps, s, 3, false, d), pdk = place(Layout::Gaps, s, 3, true, d),
                   pdv = place(Layout::Bshd, s, 3, true, d);
   const DeviceBuffer q = upload_placed(dtype, problem.q, pq, s.batch, s.heads_q, s.seq_q, d);
@@ -279,7 +275,7 @@ TEST_P(StridedBackwardTest, MatchesOracleAndStaysInItsRows) {
   DeviceBuffer lse(std::size_t(s.lse_elems()) * sizeof(float));
   lse.upload(problem.lse.data(), lse.bytes());
   const DeviceBuffer dq = poisoned(pdq), dk = poisoned(pdk), dv = poisoned(pdv);
-  DeviceBuffer work(c.kernel->workspace_bytes ? c.kernel->workspace_bytes(s) : 0);
+  DeviceBuffer work(kernel.workspace_bytes ? kernel.workspace_bytes(s) : 0);
   const BackwardStrides strides{pq.strides, pk.strides,  pv.strides,  po.strides,
                                 po.strides, pdq.strides, pdk.strides, pdv.strides};
   ASSERT_EQ(strides_reason(strides), "");
@@ -296,7 +292,9 @@ TEST_P(StridedBackwardTest, MatchesOracleAndStaysInItsRows) {
   p.dv = dv.as<uint16_t>() + pdv.offset;
   p.workspace = work.get();
   p.strides = &strides;
-  c.kernel->launch(p);
+  p.features = f;
+  p.extras = extras.extras;
+  kernel.launch(p);
   CUDA_CHECK(cudaDeviceSynchronize());
 
   const double limit = backward_tolerance(dtype);
@@ -312,16 +310,62 @@ TEST_P(StridedBackwardTest, MatchesOracleAndStaysInItsRows) {
   for (const auto& g : grads) {
     const Gathered out =
         gather(dtype, g.buffer, g.place, s.batch, g.kv ? s.heads_kv : s.heads_q, g.kv ? s.seq_kv : s.seq_q, d);
-    EXPECT_EQ(out.touched_outside, 0) << c.kernel->name << " wrote " << out.touched_outside << " elements outside "
-                                      << g.name << "'s rows (" << layout_name(c.layout) << ")";
+    EXPECT_EQ(out.touched_outside, 0) << kernel.name << " wrote " << out.touched_outside << " elements outside "
+                                      << g.name << "'s rows (" << layout_name(layout) << ")";
     const double rel = gradient_error(dtype, out.packed, g.ref);
-    EXPECT_LE(rel, limit) << c.kernel->name << " on " << s.to_string() << " " << layout_name(c.layout) << ": " << g.name
+    EXPECT_LE(rel, limit) << kernel.name << " on " << describe(s, f) << " " << layout_name(layout) << ": " << g.name
                           << " relative error " << rel << ", seed " << seed;
   }
 }
 
+using BackwardCase = StridedCase<BackwardKernel>;
+class StridedBackwardTest : public ::testing::TestWithParam<BackwardCase> {};
+
+TEST_P(StridedBackwardTest, MatchesOracleAndStaysInItsRows) {
+  const BackwardCase& c = GetParam();
+  const GpuInfo& gpu = detect_gpu();
+  if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason;
+  if (std::string why = support_reason(*c.kernel, c.shape); !why.empty())
+    GTEST_SKIP() << c.kernel->name << " does not support " << c.shape.to_string() << ": " << why;
+  check_strided_backward(*c.kernel, c.shape, c.layout);
+}
+
 INSTANTIATE_TEST_SUITE_P(All, StridedBackwardTest, ::testing::ValuesIn(strided_cases(backward_kernels())),
                          case_name<BackwardCase>);
+
+/// A strided backward kernel that takes chapter 09's features, as StridedFeaturesTest does for
+/// the forward: a packed batch in flash-attn's varlen layout and a dense batch of projection
+/// views, with a window, softcap and ALiBi.
+class StridedFeaturesBackwardTest : public ::testing::TestWithParam<const BackwardKernel*> {};
+
+TEST_P(StridedFeaturesBackwardTest, MatchesTheFeatureOracleAndStaysInItsRows) {
+  const BackwardKernel& kernel = *GetParam();
+  const GpuInfo& gpu = detect_gpu();
+  if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason;
+  for (const bool packed : {true, false}) {
+    const AttentionShape s = packed ? shape_of(1, 4, 2, 517, 517, 128, true) : shape_of(2, 4, 2, 300, 300, 64, true);
+    AttentionFeatures f;
+    f.window_left = 100;
+    f.window_right = 0;
+    f.softcap = 30.0;
+    f.alibi = true;
+    if (packed) f.sequences = 5;
+    if (std::string why = support_reason(kernel, s, f); !why.empty())
+      GTEST_SKIP() << kernel.name << " does not take " << describe(s, f) << ": " << why;
+    check_strided_backward(kernel, s, packed ? Layout::Bshd : Layout::Qkv, f);
+  }
+}
+
+std::vector<const BackwardKernel*> strided_feature_backward_kernels() {
+  std::vector<const BackwardKernel*> out;
+  for (const BackwardKernel& k : backward_kernels())
+    if (k.strided && (k.features & kFeatureVarlen)) out.push_back(&k);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, StridedFeaturesBackwardTest, ::testing::ValuesIn(strided_feature_backward_kernels()),
+                         [](const ::testing::TestParamInfo<const BackwardKernel*>& info) { return info.param->name; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(StridedFeaturesBackwardTest);
 
 TEST(Strides, ReasonNamesTheStride) {
   ForwardStrides s = ForwardStrides::packed(shape_of(1, 2, 2, 64, 64, 64, false));

@@ -15,7 +15,8 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees
 STRIDED_FORWARD = {"ch05_tuned_fp16", "ch05_tuned_bf16", "ch06_tma_bf16", "ch06_wgmma_bf16", "ch06_specialized_bf16",
                    "ch06_pingpong_bf16", "ch06_persistent_bf16", "ch09_hopper_bf16"}
 STRIDED_BACKWARD = {"ch07_mma_fp16", "ch07_mma_bf16", "ch07_deterministic_fp16", "ch07_deterministic_bf16",
-                    "ch07_wgmma_bf16", "ch07_fused_bf16", "ch07_fused_bulk_bf16"}
+                    "ch07_wgmma_bf16", "ch07_fused_bf16", "ch07_fused_bulk_bf16", "ch09_ampere_backward_fp16",
+                    "ch09_ampere_backward_bf16"}
 
 
 def test_which_kernels_are_strided():
@@ -71,7 +72,7 @@ def test_forward_on_views(kernel, causal, layout):
 @needs_gpu
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("causal", (False, True))
-@pytest.mark.parametrize("kernel", sorted(k for k in STRIDED_BACKWARD if "bf16" in k) + ["ch09_ampere_backward_bf16"])
+@pytest.mark.parametrize("kernel", sorted(k for k in STRIDED_BACKWARD if "bf16" in k))  # every 16-bit backward
 def test_backward_on_views(kernel, causal, layout):
     info = available("backward", kernel)
     q, k, v = inputs(layout, causal)
