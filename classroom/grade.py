@@ -68,6 +68,7 @@ from cxx_text import has_code, strip_comments_and_strings  # noqa: E402
 MAX_OUTPUT = 4000  # characters of output kept per exercise
 MAX_REGION = 20000  # characters of one region body
 MAX_UPLOAD = 200 * 1024 * 1024  # bytes unpacked from a zip
+MAX_ENTRIES = 20000  # entries of a student's zip (the student copy has a few hundred files)
 MAX_DEPTH = 64  # folders a submission may nest (the tree's own go 4 deep)
 BUILD_MEMORY = 16 << 30  # address space of each build process (nvcc's largest here uses well under half)
 WHAT_TO_SUBMIT = ("submit the whole tree, a zip of it, or only the files you edited (for example "
@@ -80,12 +81,17 @@ class SubmissionError(Exception):
 
 # ---- taking in a submission -------------------------------------------------------------------
 
-def safe_unzip(path, dest, limit=MAX_UPLOAD, skipped=None):
-    """Unpacks a zip into dest, refusing absolute paths, '..', links and more than `limit` bytes.
+def safe_unzip(path, dest, limit=MAX_UPLOAD, skipped=None, max_entries=MAX_ENTRIES):
+    """Unpacks a zip into dest, refusing absolute paths, '..', links, more than `limit` bytes and
+    more than `max_entries` entries (empty files cost time and inodes, not bytes; None: no limit).
     With a list as `skipped`, an entry of the first three kinds is left out and its name added
     there instead (a batch export: one student's odd file does not stop the others' grading)."""
     try:
         with zipfile.ZipFile(path) as z:
+            entries = len(z.infolist())
+            if max_entries is not None and entries > max_entries:
+                raise SubmissionError(f"the zip holds {entries} entries, more than the {max_entries} a submission may "
+                                      f"have; {WHAT_TO_SUBMIT}")
             total = 0
             for info in z.infolist():
                 name = info.filename
@@ -166,9 +172,11 @@ def linked(base, path):
     return os.path.commonpath([real_base, os.path.realpath(path)]) != real_base
 
 
-def locate(submission, root):
+def locate(submission, root, box=None):
     """{path in the tree: the student's file} for the exercise files the submission holds.
-    A tree (or a zip of one) is matched by path; loose files by the exercise markers inside."""
+    A tree (or a zip of one) is matched by path; loose files by the exercise markers inside. A
+    zip is unpacked into a folder that `box` (the grading's Sandbox) records before anything is
+    written there, so a grading killed while unpacking leaves it to the next to remove."""
     wanted = exercise_files(root)
     work = None
     if os.path.islink(submission):
@@ -178,6 +186,8 @@ def locate(submission, root):
             return locate_loose([submission], wanted)
         work = tempfile.mkdtemp(prefix="fa_upload_")
         UNPACKED.append(work)  # removed when the grading ends
+        if box is not None:
+            box.record(work)
         safe_unzip(submission, work)
         submission = work
     if not os.path.isdir(submission):
@@ -451,6 +461,16 @@ def lint_region(body, chapter, enclosing=()):
         for bad in BANNED_STRINGS:
             if bad in s:
                 return f"the string \"{s[:40]}\" names a system path"
+    # The region holds whole statements: it ends with ';' or '}' (a trailing `if (false)` or
+    # `return` would take over the statement after it) and does not begin with an `else` (which
+    # would attach to the statement before it).
+    statements = "\n".join(line for line in code.splitlines()
+                           if not re.fullmatch(r"\s*#\s*pragma\s+unroll(\s+\d+)?\s*", line)).strip()
+    if statements and statements[-1] not in ";}":
+        return (f"the region ends in '{statements[-30:]}': a region holds whole statements, so its code ends "
+                "with ';' or '}'")
+    if re.match(r"else\b", statements):
+        return "the region begins with 'else': a region holds whole statements of its own"
     return ""
 
 
@@ -796,10 +816,10 @@ def sweep_user_files(uid):
 
 
 def stale_folder(path):
-    """Whether `path` is a grading's own folder (tempfile's fa_grade_, fa_sandbox_ or
-    fa_reference_), the only kind a lock's record may name for removal."""
+    """Whether `path` is a grading's own folder (tempfile's fa_grade_, fa_sandbox_, fa_reference_
+    or fa_upload_), the only kind a lock's record may name for removal."""
     return (os.path.dirname(path) == tempfile.gettempdir() and not os.path.islink(path) and
-            re.fullmatch(r"fa_(grade|sandbox|reference)_[A-Za-z0-9_]+", os.path.basename(path)) is not None)
+            re.fullmatch(r"fa_(grade|sandbox|reference|upload)_[A-Za-z0-9_]+", os.path.basename(path)) is not None)
 
 
 class Sandbox:
@@ -1240,7 +1260,7 @@ def grade_in_sandbox(exercises, submission, build_dir, cpu_only, timeout, cmake_
     has_gpu = not cpu_only and gpu_available()
     try:
         try:
-            student_files = locate(submission or ROOT, ROOT)
+            student_files = locate(submission or ROOT, ROOT, box)
         except SubmissionError as e:
             return results_json(exercises, refused_outcomes(exercises, has_gpu, str(e))), str(e)
         return grade_files(exercises, student_files, work, sandbox, has_gpu, build_dir, timeout, cmake_args, seed, log,

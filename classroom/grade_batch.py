@@ -167,7 +167,7 @@ def gather(submissions, unpack_to):
             print(f"grade_batch: {submissions} was open to other users; it is now mode {mode & ~0o077 & 0o7777:o}")
         skipped = []
         try:
-            grade.safe_unzip(submissions, unpack_to, limit=MAX_EXPORT, skipped=skipped)
+            grade.safe_unzip(submissions, unpack_to, limit=MAX_EXPORT, skipped=skipped, max_entries=None)
         except grade.SubmissionError as e:
             raise BatchError(f"{submissions!r} cannot be unpacked as a Gradescope export: {str(e).split(';')[0]}")
         folder = unpack_to

@@ -88,6 +88,11 @@ class LintTest(unittest.TestCase):
             # Macros of the compiler's command line, which no header defines.
             ("const char* t = FA_RUNNER_TASKS;\n", "command line"),
             ("pthread_t t; pthread_create(&t, nullptr, f, nullptr);\n", "'pthread_create'"),
+            # A region holds whole statements: none that takes over the instructor's next one.
+            ("  state.m = 0;\n  if (false)\n", "whole statements"),
+            ("  for (;;)  // forever\n#pragma unroll\n", "whole statements"),
+            ("  return\n", "whole statements"),
+            ("  else { x = 1; }\n", "begins with 'else'"),
             ("int arch = __CUDA_ARCH__ + __OPTIMIZE__;\n", "command line"),
         ]:
             self.assertIn(why, grade.lint_region(body, 3), body)
@@ -194,8 +199,12 @@ class SandboxTest(unittest.TestCase):
         stale = tempfile.mkdtemp(prefix="fa_sandbox_")
         with open(os.path.join(stale, "secret"), "w") as f:
             f.write("the previous student's region\n")
+        upload = tempfile.mkdtemp(prefix="fa_upload_")  # a zip being unpacked when the grading was killed
+        with open(os.path.join(upload, "algorithm.h"), "w") as f:
+            f.write("a student's upload\n")
         keep = tempfile.mkdtemp(prefix="kept_")  # not a grading's folder: a record may not name it
         first.record(stale)
+        first.record(upload)
         first.record(keep)
         deep = os.path.join("/tmp", f"fa_test_deep_{uid}")
         nest = ("import os\n"
@@ -221,6 +230,7 @@ class SandboxTest(unittest.TestCase):
             again = grade.claim_sandbox(state=self.state)
             self.assertEqual(again.uid, uid)
             self.assertFalse(os.path.exists(stale), "a killed grading's sandbox folder outlived the next claim")
+            self.assertFalse(os.path.exists(upload), "a killed grading's unpacked upload outlived the next claim")
             self.assertFalse(os.path.exists(deep), "the sandbox user's deep tree outlived the next claim")
             self.assertFalse(os.path.exists(hidden), "a file in a public folder under a closed one outlived the claim")
             self.assertTrue(os.path.isdir(keep), "a record removed a folder that is not a grading's")
@@ -228,6 +238,7 @@ class SandboxTest(unittest.TestCase):
         finally:
             shutil.rmtree(keep, ignore_errors=True)
             grade.remove_tree(stale)
+            grade.remove_tree(upload)
             grade.remove_tree(deep)
             grade.remove_tree(parent)
 
@@ -360,8 +371,12 @@ class SubmissionTest(unittest.TestCase):
         data[40:60] = b"\xff" * 20  # inside the stored entry's compressed bytes
         with open(corrupt, "wb") as f:
             f.write(bytes(data))
+        many = os.path.join(self.tmp.name, "many.zip")  # empty entries: no bytes, but time and inodes
+        with zipfile.ZipFile(many, "w") as z:
+            for i in range(grade.MAX_ENTRIES + 1):
+                z.writestr(f"e/{i}", "")
         for path, words in ((link, "symbolic link"), (os.path.join(self.tmp.name, "deep"), "deep"),
-                            (corrupt, "zip")):
+                            (corrupt, "zip"), (many, f"more than the {grade.MAX_ENTRIES}")):
             with self.assertRaises(grade.SubmissionError, msg=path) as caught:
                 grade.locate(path, ROOT)
             self.assertIn(words, str(caught.exception))
