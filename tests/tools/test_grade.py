@@ -343,6 +343,9 @@ class SubmissionTest(unittest.TestCase):
 
     def tearDown(self):
         self.tmp.cleanup()
+        for folder in grade.UNPACKED:  # the zips locate() unpacked (a grading removes them when it ends)
+            shutil.rmtree(folder, ignore_errors=True)
+        grade.UNPACKED.clear()
 
     def write(self, rel, text):
         path = os.path.join(self.tmp.name, rel)
@@ -615,6 +618,9 @@ class HeaderMacroAndLinkTest(unittest.TestCase):
             with self.assertRaises(grade.SubmissionError) as caught:
                 grade.locate(z, ROOT)
             self.assertIn("cannot be unpacked", str(caught.exception))
+        for folder in grade.UNPACKED:
+            shutil.rmtree(folder, ignore_errors=True)
+        grade.UNPACKED.clear()
 
 
 class ExercisesAreDataTest(unittest.TestCase):
