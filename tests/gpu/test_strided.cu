@@ -217,26 +217,40 @@ TEST_P(StridedForwardTest, MatchesOracleAndStaysInItsRows) {
 INSTANTIATE_TEST_SUITE_P(All, StridedForwardTest, ::testing::ValuesIn(strided_cases(forward_kernels())),
                          case_name<ForwardCase>);
 
-/// A strided kernel that takes chapter 09's features, on a packed batch in flash-attn's varlen
-/// layout ([total, heads, head_dim]: the Bshd placement with a batch of one) with a window,
-/// softcap and ALiBi, and on a dense batch of views of one projection with the same features.
+/// The problems a strided kernel that takes chapter 09's features is checked on: a packed batch in
+/// flash-attn's varlen layout ([total, heads, head_dim]: the Bshd placement with a batch of one)
+/// with a window, softcap and ALiBi, and a dense batch of views of one projection with the same.
+struct FeatureCase {
+  AttentionShape shape;
+  AttentionFeatures features;
+  Layout layout;
+};
+std::vector<FeatureCase> strided_feature_cases() {
+  std::vector<FeatureCase> cases;
+  for (const bool packed : {true, false}) {
+    FeatureCase c{packed ? shape_of(1, 4, 2, 517, 517, 128, true) : shape_of(2, 4, 2, 300, 300, 64, true),
+                  {},
+                  packed ? Layout::Bshd : Layout::Qkv};
+    c.features.window_left = 100;
+    c.features.window_right = 0;
+    c.features.softcap = 30.0;
+    c.features.alibi = true;
+    if (packed) c.features.sequences = 5;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
 class StridedFeaturesTest : public ::testing::TestWithParam<const ForwardKernel*> {};
 
 TEST_P(StridedFeaturesTest, MatchesTheFeatureOracleAndStaysInItsRows) {
   const ForwardKernel& kernel = *GetParam();
   const GpuInfo& gpu = detect_gpu();
   if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason;
-  for (const bool packed : {true, false}) {
-    const AttentionShape s = packed ? shape_of(1, 4, 2, 517, 517, 128, true) : shape_of(2, 4, 2, 300, 300, 64, true);
-    AttentionFeatures f;
-    f.window_left = 100;
-    f.window_right = 0;
-    f.softcap = 30.0;
-    f.alibi = true;
-    if (packed) f.sequences = 5;
-    if (std::string why = support_reason(kernel, s, f); !why.empty())
-      GTEST_SKIP() << kernel.name << " does not take " << describe(s, f) << ": " << why;
-    check_strided_forward(kernel, s, packed ? Layout::Bshd : Layout::Qkv, Layout::Gaps, f);
+  for (const FeatureCase& c : strided_feature_cases()) {
+    if (std::string why = support_reason(kernel, c.shape, c.features); !why.empty())
+      GTEST_SKIP() << kernel.name << " does not take " << describe(c.shape, c.features) << ": " << why;
+    check_strided_forward(kernel, c.shape, c.layout, Layout::Gaps, c.features);
   }
 }
 
@@ -333,26 +347,17 @@ TEST_P(StridedBackwardTest, MatchesOracleAndStaysInItsRows) {
 INSTANTIATE_TEST_SUITE_P(All, StridedBackwardTest, ::testing::ValuesIn(strided_cases(backward_kernels())),
                          case_name<BackwardCase>);
 
-/// A strided backward kernel that takes chapter 09's features, as StridedFeaturesTest does for
-/// the forward: a packed batch in flash-attn's varlen layout and a dense batch of projection
-/// views, with a window, softcap and ALiBi.
+/// A strided backward kernel that takes chapter 09's features, on StridedFeaturesTest's problems.
 class StridedFeaturesBackwardTest : public ::testing::TestWithParam<const BackwardKernel*> {};
 
 TEST_P(StridedFeaturesBackwardTest, MatchesTheFeatureOracleAndStaysInItsRows) {
   const BackwardKernel& kernel = *GetParam();
   const GpuInfo& gpu = detect_gpu();
   if (!gpu.available) GTEST_SKIP() << "no GPU: " << gpu.reason;
-  for (const bool packed : {true, false}) {
-    const AttentionShape s = packed ? shape_of(1, 4, 2, 517, 517, 128, true) : shape_of(2, 4, 2, 300, 300, 64, true);
-    AttentionFeatures f;
-    f.window_left = 100;
-    f.window_right = 0;
-    f.softcap = 30.0;
-    f.alibi = true;
-    if (packed) f.sequences = 5;
-    if (std::string why = support_reason(kernel, s, f); !why.empty())
-      GTEST_SKIP() << kernel.name << " does not take " << describe(s, f) << ": " << why;
-    check_strided_backward(kernel, s, packed ? Layout::Bshd : Layout::Qkv, f);
+  for (const FeatureCase& c : strided_feature_cases()) {
+    if (std::string why = support_reason(kernel, c.shape, c.features); !why.empty())
+      GTEST_SKIP() << kernel.name << " does not take " << describe(c.shape, c.features) << ": " << why;
+    check_strided_backward(kernel, c.shape, c.layout, c.features);
   }
 }
 
