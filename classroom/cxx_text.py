@@ -79,8 +79,11 @@ def strip_comments_and_strings(text, glued=None):
 STUB = re.compile(r'\bFA_NOT_IMPLEMENTED\s*\(\s*""\s*\)\s*;')  # a student copy's stub, its message blanked
 
 
-def has_code(body):
-    """Whether a region's body holds code: anything left once comments and literals are blanked and
-    a student copy's stubs (FA_NOT_IMPLEMENTED("...");) removed. A solution's launcher region has
-    none; a copy of a copy holds only stubs."""
-    return bool(STUB.sub(" ", strip_comments_and_strings(body)[0]).strip())
+def has_code(body, stubs=True):
+    """Whether a region's body holds code: anything left once comments and literals are blanked.
+    stubs=False: a student copy's stubs (FA_NOT_IMPLEMENTED("...");) are not code either, as the
+    handout reads a copy of a copy. The grader counts them (stubs=True): in a student copy, where
+    every region holds one, a region with a stub is the student's, like a region with code in the
+    instructor's tree; only a launcher's marker, blank in the instructor's tree, is not."""
+    code = strip_comments_and_strings(body)[0]
+    return bool((code if stubs else STUB.sub(" ", code)).strip())

@@ -279,7 +279,7 @@ def write_copy(root, dest, exercises):
             for r_id, kind, first, last in regions[len(regions) - sum(found.values()):]:
                 if r_id in selected:
                     regions_text.append("\n".join(lines[first:last - 1]))
-                if r_id in gpu and kind == "host" and has_code("\n".join(lines[first:last - 1])):
+                if r_id in gpu and kind == "host" and has_code("\n".join(lines[first:last - 1]), stubs=False):
                     host_code.append(f"{rel}:{first}")
             for ex_id, n in found.items():
                 totals[ex_id] = totals.get(ex_id, 0) + n

@@ -208,10 +208,16 @@ class HandoutTest(unittest.TestCase):
     def test_one_reading_of_code_for_the_handout_and_the_grader(self):
         # handout.py's check and grade.py's blank() ask the same question of a region's body.
         import cxx_text
-        for body in ["", "  // a note\n", "  /* a block\n     comment */\n", '  FA_NOT_IMPLEMENTED("gpu1: launch k");\n']:
+        for body in ["", "  // a note\n", "  /* a block\n     comment */\n"]:
             self.assertFalse(cxx_text.has_code(body), body)
+            self.assertFalse(cxx_text.has_code(body, stubs=False), body)
         for body in ["  k<<<1, 1>>>(o);\n", '  "text";\n', "  /* a */ x = 1; // b\n", 'FA_NOT_IMPLEMENTED("a"); go();']:
             self.assertTrue(cxx_text.has_code(body), body)
+            self.assertTrue(cxx_text.has_code(body, stubs=False), body)
+        # A student copy's stub: the student's region to the grader, no code to the handout.
+        stub = '  FA_NOT_IMPLEMENTED("gpu1: launch k");\n'
+        self.assertTrue(cxx_text.has_code(stub))
+        self.assertFalse(cxx_text.has_code(stub, stubs=False))
 
     def test_a_long_marker_line_is_read_in_linear_time(self):
         # A student's file sets the line: a title of a million blanks before its last character
