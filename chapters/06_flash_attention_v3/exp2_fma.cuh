@@ -48,7 +48,7 @@ FA_HD inline float exp2_fma(float x) {
   if (x >= 128.0f) return INFINITY;
   const float n = floorf(x), f = x - n;
   const float p = fmaf(fmaf(fmaf(kC3, f, kC2), f, kC1), f, kC0);  // 2^f, in [1, 2) within 7.5e-5
-  return bits_float(float_bits(p) + (int32_t(n) << 23));          // times 2^n: n added to the exponent
+  return bits_float(float_bits(p) + int32_t(n) * (1 << 23));      // times 2^n: n added to the exponent
 }
 
 }  // namespace fa::flash3
