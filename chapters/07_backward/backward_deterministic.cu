@@ -155,31 +155,21 @@ void launch_dim(const BackwardParams& p) {
   // dK and dV: chapter 07's K/V-side kernel without its dQ part.
   const int kv_bytes = backward_mma_smem_bytes<T, kD, false>();
   const dim3 kv_grid(unsigned((s.seq_kv + kKeys - 1) / kKeys), unsigned(s.batch * s.heads_kv));
-  if (p.strides) {
-    auto kv_kernel = backward_mma_strided_kernel<T, kD, false>;
-    CUDA_CHECK(cudaFuncSetAttribute(kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kv_bytes));
-    kv_kernel<<<kv_grid, kThreads, kv_bytes, p.stream>>>(s, q, k, v, d_o, p.lse, delta, nullptr, static_cast<T*>(p.dk),
-                                                         static_cast<T*>(p.dv), *p.strides);
-  } else {
-    auto kv_kernel = backward_mma_kernel<T, kD, false>;
-    CUDA_CHECK(cudaFuncSetAttribute(kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kv_bytes));
-    kv_kernel<<<kv_grid, kThreads, kv_bytes, p.stream>>>(s, q, k, v, d_o, p.lse, delta, nullptr, static_cast<T*>(p.dk),
-                                                         static_cast<T*>(p.dv));
-  }
-  CUDA_CHECK_LAUNCH();
+  const auto dk = static_cast<T*>(p.dk), dv = static_cast<T*>(p.dv), dq = static_cast<T*>(p.dq);
+  float* const no_dq32 = nullptr;  // this K/V-side kernel leaves dQ to the dQ kernel
+  if (p.strides)
+    launch_with_smem(backward_mma_strided_kernel<T, kD, false>, kv_grid, kv_bytes, p.stream, s, q, k, v, d_o, p.lse,
+                     delta, no_dq32, dk, dv, *p.strides);
+  else
+    launch_with_smem(backward_mma_kernel<T, kD, false>, kv_grid, kv_bytes, p.stream, s, q, k, v, d_o, p.lse, delta,
+                     no_dq32, dk, dv);
   // dQ: one block per Q tile, on the side stream.
   const int q_bytes = int((2 * kRows + 4 * kKeys) * (kD + 8) * sizeof(T));
   const dim3 q_grid(unsigned((s.seq_q + kRows - 1) / kRows), unsigned(s.batch * s.heads_q));
-  if (p.strides) {
-    auto q_kernel = backward_dq_strided_kernel<T, kD>;
-    CUDA_CHECK(cudaFuncSetAttribute(q_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, q_bytes));
-    q_kernel<<<q_grid, kThreads, q_bytes, side>>>(s, q, k, v, d_o, p.lse, delta, static_cast<T*>(p.dq), *p.strides);
-  } else {
-    auto q_kernel = backward_dq_kernel<T, kD>;
-    CUDA_CHECK(cudaFuncSetAttribute(q_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, q_bytes));
-    q_kernel<<<q_grid, kThreads, q_bytes, side>>>(s, q, k, v, d_o, p.lse, delta, static_cast<T*>(p.dq));
-  }
-  CUDA_CHECK_LAUNCH();
+  if (p.strides)
+    launch_with_smem(backward_dq_strided_kernel<T, kD>, q_grid, q_bytes, side, s, q, k, v, d_o, p.lse, delta, dq,
+                     *p.strides);
+  else launch_with_smem(backward_dq_kernel<T, kD>, q_grid, q_bytes, side, s, q, k, v, d_o, p.lse, delta, dq);
   join_side_stream(p.stream);
 }
 

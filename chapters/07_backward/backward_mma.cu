@@ -39,18 +39,13 @@ void launch_dim(const BackwardParams& p) {
   dim3 grid(unsigned((s.seq_kv + kKeys - 1) / kKeys), unsigned(s.batch * s.heads_kv));
   const auto q = static_cast<const T*>(p.q), k = static_cast<const T*>(p.k), v = static_cast<const T*>(p.v),
              d_o = static_cast<const T*>(p.d_o);
-  if (p.strides) {  // strided tensors: the same kernel with the rows' strides
-    auto kernel = backward_mma_strided_kernel<T, kD, true>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    kernel<<<grid, kThreads, bytes, p.stream>>>(s, q, k, v, d_o, p.lse, delta, dq32, static_cast<T*>(p.dk),
-                                                static_cast<T*>(p.dv), *p.strides);
-  } else {
-    auto kernel = backward_mma_kernel<T, kD, true>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    kernel<<<grid, kThreads, bytes, p.stream>>>(s, q, k, v, d_o, p.lse, delta, dq32, static_cast<T*>(p.dk),
-                                                static_cast<T*>(p.dv));
-  }
-  CUDA_CHECK_LAUNCH();
+  const auto dk = static_cast<T*>(p.dk), dv = static_cast<T*>(p.dv);
+  if (p.strides)  // strided tensors: the same kernel with the rows' strides
+    launch_with_smem(backward_mma_strided_kernel<T, kD, true>, grid, bytes, p.stream, s, q, k, v, d_o, p.lse, delta,
+                     dq32, dk, dv, *p.strides);
+  else
+    launch_with_smem(backward_mma_kernel<T, kD, true>, grid, bytes, p.stream, s, q, k, v, d_o, p.lse, delta, dq32, dk,
+                     dv);
   launch_round_dq<T>(dq32, p);
 }
 

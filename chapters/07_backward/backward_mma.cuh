@@ -41,6 +41,15 @@ inline std::string backward_mma_support(const AttentionShape& s, bool dq_kernel)
   return "";
 }
 
+/// Launches `kernel` (kThreads a block) with `bytes` of dynamic shared memory on `stream`: the
+/// packed and the strided instantiation of a kernel take different arguments, the same launch.
+template <class Kernel, class... Args>
+void launch_with_smem(Kernel kernel, dim3 grid, int bytes, cudaStream_t stream, Args... args) {
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  kernel<<<grid, kThreads, bytes, stream>>>(args...);
+  CUDA_CHECK_LAUNCH();
+}
+
 /// Q/dO stages of backward_mma_kernel: two (the next item's tiles are copied while this one is
 /// computed) when the smem allows 2 blocks per SM; with dQ's extra dS tile at head_dim 128 it
 /// would not, and variant 2 keeps one stage.
