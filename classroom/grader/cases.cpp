@@ -216,10 +216,8 @@ Case forward_case(Rng& rng, const AttentionShape& s, const std::string& task_ker
   c.name = (extra.count("kernel") ? extra.at("kernel") : task_kernel) + " " + s.to_string();
   if (q_magnitude != 1) c.name += ", scores past exp's float range";
   c.weight = weight;
-  std::vector<float> q = normal(rng, s.q_elems());
-  for (float& x : q) x = float(x * q_magnitude);
-  q = rounded(q, dtype);
-  std::vector<float> k = rounded(normal(rng, s.kv_elems()), dtype), v = rounded(normal(rng, s.kv_elems()), dtype);
+  std::vector<float> q = rounded(normal(rng, s.q_elems(), float(q_magnitude)), dtype),
+                     k = rounded(normal(rng, s.kv_elems()), dtype), v = rounded(normal(rng, s.kv_elems()), dtype);
   c.input = q;
   c.input.insert(c.input.end(), k.begin(), k.end());
   c.input.insert(c.input.end(), v.begin(), v.end());

@@ -118,10 +118,8 @@ Case decode_case(Rng& rng, const std::string& kernel, DType dtype, int d, int ma
     }
   }
   const std::size_t cache = std::size_t(num_blocks) * heads_kv * block_size * d;
-  std::vector<float> q = normal(rng, std::size_t(seqs) * heads_q * d);
-  for (float& x : q) x = float(x * q_magnitude);
-  q = rounded(q, dtype);
-  const std::vector<float> kc = rounded(normal(rng, cache), dtype), vc = rounded(normal(rng, cache), dtype);
+  const std::vector<float> q = rounded(normal(rng, std::size_t(seqs) * heads_q * d, float(q_magnitude)), dtype),
+                           kc = rounded(normal(rng, cache), dtype), vc = rounded(normal(rng, cache), dtype);
   c.header.task = "decode";
   if (!kernel.empty()) c.header.args["kernel"] = kernel;
   c.header.args.insert({{"seqs", std::to_string(seqs)},
