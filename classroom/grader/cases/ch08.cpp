@@ -214,7 +214,9 @@ Case merge_step_case(Rng& rng, int parts, int d) {
     }
     if (!(std::fabs(got - total) <= 1e-4 * std::max(1.0, std::fabs(total))))
       return "LSE = " + fmt(got) + ", expected " + fmt(total);
-    return close_enough("O", out.data(), want.data(), std::size_t(d), 1e-5);
+    // An LSE of a few hundred is held in float to |LSE| 2^-24, and every weight e^(LSE_p - LSE)
+    // inherits that error: O can be no closer than a few of those.
+    return close_enough("O", out.data(), want.data(), std::size_t(d), std::max(1e-5, 4 * std::fabs(total) * 0x1p-24));
   };
   return c;
 }
