@@ -95,18 +95,18 @@ __device__ inline void store_ds_t(unsigned char* ds_tile, const uint32_t (&a)[kR
 /// Issues consumer c's part of dQ_i = dS K over the block's 128 keys, without committing. A = dS,
 /// read from the dS^T tile as an MN-major operand (the rows contiguous): box c (rows 64 c ..)
 /// when split by rows, box 0 otherwise. B = the K tile, MN-major as in issue_a_regs_b, from
-/// column c kCols on when split by columns.
+/// column c kCols on when split by columns. ds_lo and k_lo: the descriptors' low words of the
+/// two tiles (desc_lo with leading kKeyBoxBytes, the distance between their boxes).
 template <int kD>
-__device__ inline void issue_dq(float (&acc)[DqSplit<kD>::kCols / 2], const unsigned char* ds_tile,
-                                const unsigned char* k_tile, int c) {
+__device__ inline void issue_dq(float (&acc)[DqSplit<kD>::kCols / 2], uint32_t ds_lo, uint32_t k_lo, int c) {
   using Split = DqSplit<kD>;
   static_assert(Split::kCols == 64, "the n = 64 wgmma");
-  const unsigned char* ds_rows = ds_tile + (Split::kByRows ? c * kKeyBoxBytes : 0);
-  const unsigned char* k_cols = k_tile + (Split::kByRows ? 0 : c * kKeyBoxBytes);  // box c of K
+  const uint32_t ds_rows = ds_lo + (Split::kByRows ? c * kKeyBoxBytes / 16 : 0);
+  const uint32_t k_cols = k_lo + (Split::kByRows ? 0 : c * kKeyBoxBytes / 16);  // box c of K
 #pragma unroll
   for (int kk = 0; kk < kKvKeys / 16; ++kk) {
-    const uint64_t a = make_desc_sw128(ds_rows + kk * 16 * kBoxRowBytes, kKeyBoxBytes, 1024);
-    const uint64_t b = make_desc_sw128(k_cols + kk * 16 * kBoxRowBytes, kKeyBoxBytes, 1024);
+    const uint64_t a = desc_join(ds_rows + kk * 16 * kBoxRowBytes / 16, kDescHi);
+    const uint64_t b = desc_join(k_cols + kk * 16 * kBoxRowBytes / 16, kDescHi);
     wgmma_m64n64k16_ss<1, 1>(acc, a, b, kk > 0);
   }
 }
@@ -125,7 +125,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned char* smem = aligned_smem(shared_raw);
   const auto [kv_full, full, empty, lse_s, delta_s] = dkdv_shared<L>(smem);
 
-  const int tid = threadIdx.x, wg = tid / 128, wg_tid = tid % 128;
+  // The warpgroup read through a shuffle from lane 0: the compiler then knows it is the same in
+  // every lane, and keeps what derives from it (the descriptors below) in uniform registers.
+  const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0), wg_tid = tid % 128;
   const int j0 = blockIdx.x * kKvKeys, kv_plane = blockIdx.y;
   const KvItems<kRows> items(s, kv_plane, j0);
   init_stages(kv_full, full, empty, 32, kConsumerThreads);
@@ -142,8 +144,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int jc = j0 + 64 * c;            // this consumer's first key
   const int key_a = jc + 16 * warp + g;  // this thread's keys: key_a, key_a + 8
   const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
-  const unsigned char* k_rows = smem + L::kK + 64 * c * kBoxRowBytes;
-  const unsigned char* v_rows = smem + L::kV + 64 * c * kBoxRowBytes;
   // The rows that see each of the thread's keys. Keys past the end of the sequence (the last
   // block) see none: TMA reads their K rows as zeros, but P^T there is exp(-LSE), which may be
   // infinite, and inf * 0 in dS K would be NaN.
@@ -151,9 +151,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   float dk_acc[kPaddedDim<kD> / 2] = {}, dv_acc[kPaddedDim<kD> / 2] = {};
   mbarrier_wait(kv_full, 0);
 
+  // The descriptors' low words (desc_lo) of shared memory's first byte, for the three leading
+  // offsets the products use: 16 (K-major operands: S^T and dP^T), a Q/dO box (Q and dO read
+  // MN-major by dV and dK) and a 128-key box (dS^T and K read MN-major by dQ). Every operand is
+  // then one of these plus a constant, or plus a stage's or a dS^T buffer's offset: one add.
+  const uint32_t lo16 = desc_lo(smem, 16), lo_q = desc_lo(smem, tile_bytes<64>(kRows)),
+                 lo_keys = desc_lo(smem, kKeyBoxBytes);
+  const uint32_t k_lo = lo16 + (L::kK + 64 * c * kBoxRowBytes) / 16, v_lo = lo16 + (L::kV + 64 * c * kBoxRowBytes) / 16;
+
   int tiles = 0;  // Q tiles computed so far; this one's dS^T goes into buffer tiles % 2
-  for (int it = 0; it < items.n; ++it) {
-    const int st = StageRing::stage(it), i0 = items.i0(it), bh = items.bh(it);
+  for (int it = 0, bh = items.head0, i0 = items.first_tile * kRows; it < items.n; ++it, items.next(bh, i0)) {
+    const int st = StageRing::stage(it);
     mbarrier_wait(&full[st], StageRing::full_parity(it));
     // The block's first key against the tile's last row: the same answer in both consumers,
     // which meet at a barrier below.
@@ -161,35 +169,39 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbarrier_arrive(&empty[st]);
       continue;
     }
-    const unsigned char* q_s = smem + L::kQ + st * tile_bytes<kD>(kRows);
-    const unsigned char* do_s = smem + L::kDo + st * tile_bytes<kD>(kRows);
-    unsigned char* ds_tile = smem + L::kExtra + (tiles % 2) * kDsBytes<kD>;
+    const int q_at = L::kQ + st * tile_bytes<kD>(kRows), do_at = L::kDo + st * tile_bytes<kD>(kRows);
+    const int ds_at = L::kExtra + (tiles % 2) * kDsBytes<kD>;
     //! [fused_scores]
-    // S^T, dP^T (64 keys x kRows rows); element 4 n + e: key key_a + 8 (e / 2), row i0 + 8 n + 2 t + (e & 1)
+    // S^T, dP^T (64 keys x kRows rows); element 4 n + e: key key_a + 8 (e / 2), row i0 + 8 n + 2 t + (e & 1).
+    // Two commit groups: P^T = exp2(...) is computed as soon as S^T is done, while the tensor
+    // cores still work on dP^T.
     float st_acc[kRows / 2], dpt[kRows / 2];
     wgmma_fence();
-    issue_abt<kD, kRows>(st_acc, k_rows, tile_bytes<64>(kKvKeys), q_s, tile_bytes<64>(kRows));
-    issue_abt<kD, kRows>(dpt, v_rows, tile_bytes<64>(kKvKeys), do_s, tile_bytes<64>(kRows));
+    issue_abt<kD, kRows>(st_acc, k_lo, tile_bytes<64>(kKvKeys), lo16 + q_at / 16, tile_bytes<64>(kRows));
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands(st_acc);
-    fence_operands(dpt);
+    issue_abt<kD, kRows>(dpt, v_lo, tile_bytes<64>(kKvKeys), lo16 + do_at / 16, tile_bytes<64>(kRows));
+    wgmma_commit();
     // Masked when the tile's first row misses a key of this consumer's, or a key is past the end.
     const bool masked = jc + 64 > s.visible_keys(i0);
     const ColumnStats stats{lse_s + st * kRows, delta_s + st * kRows, t};
-    ds_step(st_acc, dpt, stats, scale_log2, masked, runs, i0 + 2 * t);  // now P^T and dS^T
+    wgmma_wait<1>();
+    fence_operands(st_acc);
+    probabilities(st_acc, stats, scale_log2, masked, runs, i0 + 2 * t);  // P^T
+    wgmma_wait<0>();
+    fence_operands(dpt);
+    score_gradients(dpt, st_acc, stats);  // dS^T
     uint32_t a_p[kRows / 16][4], a_ds[kRows / 16][4];
     pack_a_bf16(st_acc, a_p);
     pack_a_bf16(dpt, a_ds);
     //! [fused_scores]
     //! [fused_update]
     // dS^T into shared memory for the dQ product (made visible to wgmma, which reads through the
-    // async proxy), then dV and dK as in variant 4.
+    // async proxy); dV goes to the tensor cores meanwhile.
+    unsigned char* ds_tile = smem + ds_at;
     store_ds_t<kRows>(ds_tile, a_ds, 64 * c + 16 * warp, lane);
     fence_proxy_async_shared();
     wgmma_fence();
-    issue_a_regs_b<kD, kRows>(dv_acc, a_p, do_s);  // dV_c += P^T dO
-    issue_a_regs_b<kD, kRows>(dk_acc, a_ds, q_s);  // dK_c += dS^T Q
+    issue_a_regs_b<kD, kRows>(dv_acc, a_p, lo_q + do_at / 16);  // dV_c += P^T dO
     wgmma_commit();
     // Both halves of dS^T stored. The buffer is written again two tiles later, after the next
     // tile's barrier, which each consumer reaches only once its dQ product here has finished.
@@ -197,15 +209,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     // reduction has read it, so no thread writes the part again before that.
     if (kPath == DqPath::kBulk && wg_tid == 0) bulk_wait_read<0>();
     named_barrier_sync<kConsumerThreads>(kDsStored);
+    // dQ, then dK: dQ's part is written out (below) while dK is still on the tensor cores.
     float dq_acc[Split::kCols / 2];
     wgmma_fence();
-    issue_dq<kD>(dq_acc, ds_tile, smem + L::kK, c);
+    issue_dq<kD>(dq_acc, lo_keys + ds_at / 16, lo_keys + L::kK / 16, c);
     wgmma_commit();
-    wgmma_wait<1>();  // dV and dK done: the stage's Q and dO are free
-    fence_operands(dv_acc);
-    fence_operands(dk_acc);
-    mbarrier_arrive(&empty[st]);
-    wgmma_wait<0>();
+    issue_a_regs_b<kD, kRows>(dk_acc, a_ds, lo_q + q_at / 16);  // dK_c += dS^T Q
+    wgmma_commit();
+    wgmma_wait<1>();  // dV and dQ done
     fence_operands(dq_acc);
     //! [fused_update]
     if constexpr (kPath == DqPath::kAtomics) {
@@ -229,15 +240,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       //! [fused_atomics]
     } else {
       //! [bulk_dq]
-      // scale * dQ_i into this consumer's part in shared memory, float4 n of this thread at
-      // n * 128 + wg_tid (a warp's stores fill 512 consecutive bytes), then one bulk reduction
-      // adds the part to part (bh, Q tile, c) of dQ32.
+      // dQ_i into this consumer's part in shared memory, float4 n of this thread at n * 128 +
+      // wg_tid (a warp's stores fill 512 consecutive bytes), then one bulk reduction adds the
+      // part to part (bh, Q tile, c) of dQ32. The scale is applied once, to the sum, by the
+      // rounding kernel.
       float* part_s = reinterpret_cast<float*>(smem + L::kExtra + 2 * kDsBytes<kD> + c * kDqPartBytes);
       float4* part = reinterpret_cast<float4*>(part_s);
 #pragma unroll
       for (int n = 0; n < Split::kCols / 8; ++n)
-        part[n * 128 + wg_tid] = make_float4(dq_acc[4 * n] * scale, dq_acc[4 * n + 1] * scale,
-                                             dq_acc[4 * n + 2] * scale, dq_acc[4 * n + 3] * scale);
+        part[n * 128 + wg_tid] = make_float4(dq_acc[4 * n], dq_acc[4 * n + 1], dq_acc[4 * n + 2], dq_acc[4 * n + 3]);
       fence_proxy_async_shared();
       if (c == 0) named_barrier_sync<128>(kDqStored);  // literal ids: ptxas counts the barriers a kernel uses
       else named_barrier_sync<128>(kDqStored + 1);
@@ -249,6 +260,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       //! [bulk_dq]
     }
+    wgmma_wait<0>();  // dK done: the stage's Q and dO are free
+    fence_operands(dv_acc);
+    fence_operands(dk_acc);
+    mbarrier_arrive(&empty[st]);
     ++tiles;
   }
 
@@ -275,15 +290,16 @@ std::size_t dq32_floats(const AttentionShape& s, DqPath path) {
 }
 
 //! [fused_round_parts]
-/// dQ (bf16, row-major) from the bulk way's fp32 dQ, one thread per float4 of a part: float4 n
-/// of consumer thread x holds dQ_i's rows r = 16 (x / 32) + (x % 32) / 4 (and r + 8) at columns
-/// 8 n + 2 (x % 4) (and + 1) of the part, as in the atomics of kAtomics.
+/// dQ = scale * the bulk way's fp32 sum (bf16, row-major), one thread per float4 of a part:
+/// float4 n of consumer thread x holds dQ_i's rows r = 16 (x / 32) + (x % 32) / 4 (and r + 8) at
+/// columns 8 n + 2 (x % 4) (and + 1) of the part, as in the atomics of kAtomics.
 template <int kD>
 __global__ void round_dq_parts_kernel(const float4* dq32, StridedRows<__nv_bfloat16> dq, int seq_q, int q_tiles,
-                                      int64_t n4) {
+                                      int64_t n4, float scale) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n4) return;
-  const float4 v = dq32[i];
+  float4 v = dq32[i];
+  v = make_float4(v.x * scale, v.y * scale, v.z * scale, v.w * scale);
   const int64_t part = i / (kDqPartFloats / 4);
   const int within = int(i % (kDqPartFloats / 4)), n = within / 128, x = within % 128;
   const int c = int(part % kConsumers), tile = int(part / kConsumers % q_tiles);
@@ -327,8 +343,8 @@ void launch_dim(const BackwardParams& p) {
   } else {
     const int64_t n4 = int64_t(dq_floats / 4);
     const int q_tiles = (s.seq_q + kRowsOf<kD> - 1) / kRowsOf<kD>;
-    round_dq_parts_kernel<kD><<<unsigned((n4 + 255) / 256), 256, 0, p.stream>>>(reinterpret_cast<const float4*>(dq32),
-                                                                                dq, s.seq_q, q_tiles, n4);
+    round_dq_parts_kernel<kD><<<unsigned((n4 + 255) / 256), 256, 0, p.stream>>>(
+        reinterpret_cast<const float4*>(dq32), dq, s.seq_q, q_tiles, n4, float(s.softmax_scale()));
     CUDA_CHECK_LAUNCH();
   }
 }

@@ -39,36 +39,47 @@ __host__ __device__ constexpr int tile_bytes(int rows) {
   return kBoxes<kD> * rows * kBoxRowBytes;
 }
 
+/// The high word of every descriptor here: 8-row groups 1024 bytes apart, the 128-byte swizzle.
+constexpr uint32_t kDescHi = desc_hi(1024, 1);
+
 /// Issues c (64 x kN) = A B^T over kD as kD / 16 wgmma, without committing: A = 64 rows starting
 /// at a_rows in a tile of boxes a_box_bytes apart, B = the kN (64 or 128) rows of a tile of boxes
 /// b_box_bytes apart, both K-major (kD contiguous). The k-th 16-column step starts 32 bytes
-/// further in a swizzled row; columns 64 and up are in the next box.
+/// further in a swizzled row; columns 64 and up are in the next box. a_lo and b_lo are the
+/// descriptors' low words of a_rows and b_rows (desc_lo with leading 16): each step adds a
+/// constant to them.
 template <int kD, int kN = 64>
-__device__ inline void issue_abt(float (&c)[kN / 2], const unsigned char* a_rows, int a_box_bytes,
-                                 const unsigned char* b_rows, int b_box_bytes) {
+__device__ inline void issue_abt(float (&c)[kN / 2], uint32_t a_lo, int a_box_bytes, uint32_t b_lo, int b_box_bytes) {
   static_assert(kN == 64 || kN == 128, "wgmma n64 or n128");
 #pragma unroll
   for (int ks = 0; ks < kD / 16; ++ks) {
     const int box = ks / 4, step = ks % 4;
-    const uint64_t a = make_desc_sw128(a_rows + box * a_box_bytes + step * 32, 16, 1024);
-    const uint64_t b = make_desc_sw128(b_rows + box * b_box_bytes + step * 32, 16, 1024);
+    const uint64_t a = desc_join(a_lo + (box * a_box_bytes + step * 32) / 16, kDescHi);
+    const uint64_t b = desc_join(b_lo + (box * b_box_bytes + step * 32) / 16, kDescHi);
     if constexpr (kN == 128) wgmma_m64n128k16_ss<0>(c, a, b, ks > 0);
     else wgmma_m64n64k16_ss<0>(c, a, b, ks > 0);
   }
 }
+/// The same from the operands' addresses.
+template <int kD, int kN = 64>
+__device__ inline void issue_abt(float (&c)[kN / 2], const unsigned char* a_rows, int a_box_bytes,
+                                 const unsigned char* b_rows, int b_box_bytes) {
+  issue_abt<kD, kN>(c, desc_lo(a_rows, 16), a_box_bytes, desc_lo(b_rows, 16), b_box_bytes);
+}
 
 /// Issues acc (64 x kD) += A B without committing: A = 64 x kRows from registers (kRows / 16
 /// k-steps), B = the kRows rows of a [kRows][kD] tile (boxes of kRows rows), read "MN-major" (kD
-/// contiguous), the way chapter 06 reads V in P V.
+/// contiguous), the way chapter 06 reads V in P V. b_lo: the descriptor's low word of the tile
+/// (desc_lo with leading kBox, the distance between its boxes).
 template <int kD, int kRows = 64>
 __device__ inline void issue_a_regs_b(float (&acc)[kPaddedDim<kD> / 2], const uint32_t (&a)[kRows / 16][4],
-                                      const unsigned char* b_tile) {
+                                      uint32_t b_lo) {
   constexpr int kBox = tile_bytes<64>(kRows);
 #pragma unroll
   for (int kk = 0; kk < kRows / 16; ++kk) {
-    const uint64_t b = make_desc_sw128(b_tile + kk * 16 * kBoxRowBytes, kBox, 1024);
+    const uint64_t b = desc_join(b_lo + kk * 16 * kBoxRowBytes / 16, kDescHi);
     if constexpr (kPaddedDim<kD> == 256) {  // two halves of acc, columns 0-127 (boxes 0-1) and 128-255 (boxes 2-3)
-      const uint64_t b_hi = make_desc_sw128(b_tile + 2 * kBox + kk * 16 * kBoxRowBytes, kBox, 1024);
+      const uint64_t b_hi = desc_join(b_lo + (2 * kBox + kk * 16 * kBoxRowBytes) / 16, kDescHi);
       wgmma_m64n128k16_rs<1>(*reinterpret_cast<float(*)[64]>(&acc[0]), a[kk], b, true);
       wgmma_m64n128k16_rs<1>(*reinterpret_cast<float(*)[64]>(&acc[64]), a[kk], b_hi, true);
     } else if constexpr (kPaddedDim<kD> == 128) {
@@ -77,6 +88,12 @@ __device__ inline void issue_a_regs_b(float (&acc)[kPaddedDim<kD> / 2], const ui
       wgmma_m64n64k16_rs<1>(acc, a[kk], b, true);
     }
   }
+}
+/// The same from the tile's address.
+template <int kD, int kRows = 64>
+__device__ inline void issue_a_regs_b(float (&acc)[kPaddedDim<kD> / 2], const uint32_t (&a)[kRows / 16][4],
+                                      const unsigned char* b_tile) {
+  issue_a_regs_b<kD, kRows>(acc, a, desc_lo(b_tile, tile_bytes<64>(kRows)));
 }
 
 // ---- the dS step ---------------------------------------------------------------------------
@@ -91,20 +108,22 @@ __device__ inline void issue_a_regs_b(float (&acc)[kPaddedDim<kD> / 2], const ui
 
 /// LSE (log2 units) and D of a keys x rows tile's rows, from the stage: element i of the
 /// accumulator is row 8 (i / 4) + 2 t + (i & 1) of the tile, so from the thread's first row
-/// (lse and delta point at row 2 t) the offsets are constants.
+/// (lse and delta point at row 2 t) the offsets are constants. Elements i and i + 1 (i even) are
+/// two adjacent rows: one 8-byte load (the stage and 2 t are 8-byte aligned) reads both.
 struct ColumnStats {
   const float *lse, *delta;
   __device__ ColumnStats(const float* stage_lse, const float* stage_delta, int t)
       : lse(stage_lse + 2 * t), delta(stage_delta + 2 * t) {}
-  __device__ float lse_of(int i) const { return lse[8 * (i / 4) + (i & 1)]; }
-  __device__ float delta_of(int i) const { return delta[8 * (i / 4) + (i & 1)]; }
+  __device__ float2 lse_pair(int i) const { return *reinterpret_cast<const float2*>(lse + 8 * (i / 4)); }
+  __device__ float2 delta_pair(int i) const { return *reinterpret_cast<const float2*>(delta + 8 * (i / 4)); }
 };
 
-/// LSE (log2 units) and D of a thread's two rows of a rows x keys tile: element i is row (i % 4) / 2.
+/// LSE (log2 units) and D of a thread's two rows of a rows x keys tile: element i is row (i % 4) / 2,
+/// so elements i and i + 1 (i even) share their row.
 struct RowStats {
   float lse[2], delta[2];
-  __device__ float lse_of(int i) const { return lse[(i % 4) / 2]; }
-  __device__ float delta_of(int i) const { return delta[(i % 4) / 2]; }
+  __device__ float2 lse_pair(int i) const { return make_float2(lse[(i % 4) / 2], lse[(i % 4) / 2]); }
+  __device__ float2 delta_pair(int i) const { return make_float2(delta[(i % 4) / 2], delta[(i % 4) / 2]); }
 };
 
 /// The RowStats of rows row_a and row_a + 8 of query plane bh (0 for a row past the end).
@@ -127,7 +146,11 @@ template <int kN, class Stats, class Runs>
 __device__ inline void probabilities(float (&s)[kN], const Stats& stats, float scale_log2, bool masked,
                                      const Runs& runs, int first) {
 #pragma unroll
-  for (int i = 0; i < kN; ++i) s[i] = fast_exp2(fmaf(s[i], scale_log2, -stats.lse_of(i)));
+  for (int i = 0; i < kN; i += 2) {
+    const float2 lse = stats.lse_pair(i);
+    s[i] = fast_exp2(fmaf(s[i], scale_log2, -lse.x));
+    s[i + 1] = fast_exp2(fmaf(s[i + 1], scale_log2, -lse.y));
+  }
   if (masked) {
     const KeyRun r[2] = {runs(0), runs(1)};
     mask_fragment(s, r, first, 0.0f);
@@ -138,7 +161,11 @@ __device__ inline void probabilities(float (&s)[kN], const Stats& stats, float s
 template <int kN, class Stats>
 __device__ inline void score_gradients(float (&dp)[kN], const float (&p)[kN], const Stats& stats) {
 #pragma unroll
-  for (int i = 0; i < kN; ++i) dp[i] = p[i] * (dp[i] - stats.delta_of(i));
+  for (int i = 0; i < kN; i += 2) {
+    const float2 d = stats.delta_pair(i);
+    dp[i] = p[i] * (dp[i] - d.x);
+    dp[i + 1] = p[i + 1] * (dp[i + 1] - d.y);
+  }
 }
 
 //! [wgmma_ds_step]
@@ -215,6 +242,15 @@ struct KvItems {
   }
   __device__ int bh(int it) const { return head0 + it / row_tiles; }
   __device__ int i0(int it) const { return (first_tile + it % row_tiles) * kRows; }
+  /// Steps (bh, i0) from one item to the next without a division: the head's next Q tile, or
+  /// the first tile of the next head.
+  __device__ void next(int& bh_, int& i0_) const {
+    i0_ += kRows;
+    if (i0_ == (first_tile + row_tiles) * kRows) {
+      i0_ = first_tile * kRows;
+      ++bh_;
+    }
+  }
 };
 
 /// Where a dK/dV kernel's layout L (KvLayout, or WideKvLayout at head_dim 256) puts the block's

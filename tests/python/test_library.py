@@ -180,13 +180,39 @@ class Exports(unittest.TestCase):
 
 class Install(unittest.TestCase):
     """`pip install build/python` (setup.py's first route): a platform wheel with the library inside,
-    importable from another folder with nothing but the installed files on the path."""
+    importable from another folder with nothing but the installed files on the path. When the
+    package under test is itself installed (`pip install ./python`), the installed copy is checked
+    instead: pip's record of it lists the library, and an import from another folder loads it."""
+
+    def test_installed_copy_holds_the_library_and_imports_anywhere(self):
+        import importlib.metadata
+        import tempfile
+
+        package = Path(ak.__file__).resolve().parent
+        if (package.parent / "pyproject.toml").is_file():
+            self.skipTest(f"the package under test is the one in {package.parent}, not an installed copy")
+        files = importlib.metadata.files("attention-kernels") or []
+        self.assertIn("attention_kernels/libfa_kernels.so", [f.as_posix() for f in files])
+        self.assertTrue((package / "libfa_kernels.so").is_file())
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FA_KERNELS_LIBRARY", "FA_BUILD_DIR")}
+        probe = ("import attention_kernels as ak; lib = ak.load(); "
+                 "print(ak.__file__, lib.path.parent == __import__('pathlib').Path(ak.__file__).resolve().parent, "
+                 "len(ak.list_kernels()))")
+        with tempfile.TemporaryDirectory() as tmp:
+            ran = subprocess.run([sys.executable, "-c", probe], cwd=tmp, env=env, capture_output=True, text=True)
+        self.assertEqual(ran.returncode, 0, ran.stderr)
+        where, same_folder, count = ran.stdout.split()
+        self.assertEqual(Path(where).resolve().parent, package)
+        self.assertEqual(same_folder, "True")
+        self.assertEqual(int(count), len(ak.list_kernels()))
 
     def test_wheel_holds_the_library_and_imports_anywhere(self):
         import importlib.util
         import tempfile
         import zipfile
 
+        if not (Path(ak.__file__).resolve().parent.parent / "pyproject.toml").is_file():
+            self.skipTest("the package under test is an installed copy (checked by the test above), not a folder to build")
         if importlib.util.find_spec("pip") is None or importlib.util.find_spec("setuptools") is None:
             self.skipTest("pip or setuptools is not importable here")
         # Offline (--no-build-isolation), the wheel command comes from setuptools >= 70.1 or `wheel`.
