@@ -117,6 +117,18 @@ struct WindowMask {
     if (row >= seq_q) return {0, 0};
     return {first_visible_key(row), visible_keys(row)};
   }
+  /// The query rows that see key `key`, for tiles held keys x rows (a backward's K/V side): one
+  /// run, since both ends of a row's run move right with the row; empty for a key past the end.
+  FA_HD KeyRun rows(int key) const {
+    if (key >= seq_kv) return {0, 0};
+    int begin = 0, end = seq_q;
+    if (causal || right == 0) begin = key - offset;  // key <= i + offset
+    else if (right > 0) begin = key - offset - right;
+    if (left >= 0) end = key - offset + left + 1;  // key >= i + offset - left
+    begin = begin < 0 ? 0 : begin;
+    end = end > seq_q ? seq_q : end;
+    return {begin, end < begin ? begin : end};
+  }
   /// The same rule per (i, j), without the clamps to the sequence (the tile code checks its ends).
   FA_HD bool visible(int i, int j) const {
     const int diagonal = i + offset;

@@ -27,6 +27,7 @@
 #include "cuda_check.h"
 #include "delta.cuh"
 #include "device_utils.cuh"
+#include "fused_tile.cuh"
 #include "hopper.cuh"
 #include "problem.h"
 #include "registry.h"
@@ -39,78 +40,9 @@ namespace {
 
 using namespace sm90;
 
-/// Query rows per Q tile: 128 at head_dim 64, where S^T and dP^T then run as 64 x 128 products
-/// per consumer (n = 128 wgmma read less shared memory per FLOP than n = 64) and the registers
-/// allow it; 64 at 96 and 128, as in variant 4.
-template <int kD>
-constexpr int kRowsOf = kD == 64 ? 128 : 64;
-/// One dS^T buffer: the block's 128 keys x kRows rows, bf16, as kRows / 64 boxes of 64 rows.
-template <int kD>
-constexpr int kDsBytes = tile_bytes<64>(kKvKeys) * (kRowsOf<kD> / 64);
-/// A box of the block's 128 keys by 64 columns (of K, or of rows in dS^T): 16 KiB.
-constexpr int kKeyBoxBytes = kKvKeys * kBoxRowBytes;
 /// Named barriers (0 is __syncthreads'): both consumers' halves of this Q tile's dS^T are
 /// stored; consumer c's dQ part is in shared memory (kDqStored + c, the bulk way only).
 enum FusedBarrier : int { kDsStored = 1, kDqStored = 2 };
-
-/// How the consumers split dQ_i = dS K (kRows x head_dim, over 128 keys): with 128-row tiles
-/// each takes 64 rows and every column; with 64-row tiles, all rows and half the columns.
-template <int kD>
-struct DqSplit {
-  static constexpr bool kByRows = kRowsOf<kD> == 128;
-  static constexpr int kCols = kByRows ? kPaddedDim<kD> : kPaddedDim<kD> / 2;  // columns per consumer
-};
-
-/// How dQ reaches global memory. kAtomics: each consumer thread adds its 32 floats of dQ_i into
-/// the row-major fp32 dQ with 16 two-float atomics per tile. kBulk: each consumer writes its
-/// 64 x 64 part into shared memory, in fragment order (float4 n of thread x at n * 128 + x),
-/// and one thread hands the 16 KiB to the TMA unit as one bulk reduction into an fp32 dQ kept
-/// in the same fragment order, part by part; the rounding kernel puts the rows back in order.
-enum class DqPath { kAtomics, kBulk };
-/// One consumer's dQ part: 64 x 64 floats, 16 KiB.
-constexpr int kDqPartFloats = 64 * 64, kDqPartBytes = kDqPartFloats * 4;
-/// Shared memory a kernel adds after K, V and the ring: two dS^T buffers, and with kBulk one dQ
-/// part per consumer.
-template <int kD, DqPath kPath>
-constexpr int kExtraOf = 2 * kDsBytes<kD> + (kPath == DqPath::kBulk ? kConsumers * kDqPartBytes : 0);
-
-//! [fused_store_ds]
-/// Stores this warp's 16 keys of dS^T (all kRows rows), held as the A fragments of dK += dS^T Q,
-/// into the block's dS^T tile: [128 keys][64 rows] boxes, rows of 128 bytes with the 128-byte
-/// swizzle (the layout TMA writes). Register a[kk][i], across the warp, is an 8 x 8 matrix: keys
-/// key0 + 8 (i & 1) onwards, rows 16 kk + 8 (i >> 1) onwards, the layout stmatrix takes; lane
-/// 8 i + k gives the address of its key k.
-template <int kRows>
-__device__ inline void store_ds_t(unsigned char* ds_tile, const uint32_t (&a)[kRows / 16][4], int key0, int lane) {
-  const int i = lane / 8, key = key0 + lane % 8 + 8 * (i & 1);
-#pragma unroll
-  for (int kk = 0; kk < kRows / 16; ++kk) {
-    const int chunk = (2 * (kk % 4) + (i >> 1)) ^ (key % 8);  // 16-byte chunk of the row, swizzled
-    stmatrix_x4(smem_addr(ds_tile + (kk / 4) * kKeyBoxBytes + key * kBoxRowBytes + chunk * 16), a[kk]);
-  }
-}
-//! [fused_store_ds]
-
-//! [fused_issue_dq]
-/// Issues consumer c's part of dQ_i = dS K over the block's 128 keys, without committing. A = dS,
-/// read from the dS^T tile as an MN-major operand (the rows contiguous): box c (rows 64 c ..)
-/// when split by rows, box 0 otherwise. B = the K tile, MN-major as in issue_a_regs_b, from
-/// column c kCols on when split by columns. ds_lo and k_lo: the descriptors' low words of the
-/// two tiles (desc_lo with leading kKeyBoxBytes, the distance between their boxes).
-template <int kD>
-__device__ inline void issue_dq(float (&acc)[DqSplit<kD>::kCols / 2], uint32_t ds_lo, uint32_t k_lo, int c) {
-  using Split = DqSplit<kD>;
-  static_assert(Split::kCols == 64, "the n = 64 wgmma");
-  const uint32_t ds_rows = ds_lo + (Split::kByRows ? c * kKeyBoxBytes / 16 : 0);
-  const uint32_t k_cols = k_lo + (Split::kByRows ? 0 : c * kKeyBoxBytes / 16);  // box c of K
-#pragma unroll
-  for (int kk = 0; kk < kKvKeys / 16; ++kk) {
-    const uint64_t a = desc_join(ds_rows + kk * 16 * kBoxRowBytes / 16, kDescHi);
-    const uint64_t b = desc_join(k_cols + kk * 16 * kBoxRowBytes / 16, kDescHi);
-    wgmma_m64n64k16_ss<1, 1>(acc, a, b, kk > 0);
-  }
-}
-//! [fused_issue_dq]
 
 template <int kD, DqPath kPath>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -301,12 +233,10 @@ __global__ void round_dq_parts_kernel(const float4* dq32, StridedRows<__nv_bfloa
   float4 v = dq32[i];
   v = make_float4(v.x * scale, v.y * scale, v.z * scale, v.w * scale);
   const int64_t part = i / (kDqPartFloats / 4);
-  const int within = int(i % (kDqPartFloats / 4)), n = within / 128, x = within % 128;
   const int c = int(part % kConsumers), tile = int(part / kConsumers % q_tiles);
   const int64_t bh = part / kConsumers / q_tiles;
-  const int r = 16 * (x / 32) + (x % 32) / 4, col8 = 8 * n + 2 * (x % 4);
-  const bool by_rows = DqSplit<kD>::kByRows;
-  const int row = tile * kRowsOf<kD> + (by_rows ? 64 * c : 0) + r, col = (by_rows ? 0 : 64 * c) + col8;
+  const PartPlace at_part = part_place<kD>(int(i % (kDqPartFloats / 4)), c);
+  const int row = tile * kRowsOf<kD> + at_part.row, col = at_part.col;
   if (col >= kD) return;  // head_dim 96's padding columns
   __nv_bfloat16* head = dq.head_start(int(bh));
   const int64_t at = int64_t(row) * dq.strides.row + col, step = 8 * dq.strides.row;

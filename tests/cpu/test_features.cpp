@@ -11,6 +11,8 @@
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "compare.h"
@@ -371,6 +373,35 @@ TEST(FeatureShape, WindowFlopsCountTheVisiblePairs) {
   EXPECT_THROW(f.forward_flops(s), std::invalid_argument);
   const int cu_q[] = {0, 4, 10}, cu_k[] = {0, 4, 10};
   EXPECT_DOUBLE_EQ(f.forward_flops(s, cu_q, cu_k), 4.0 * ((1 + 2 + 3 + 3) + (1 + 2 + 3 * 4)));
+}
+
+// WindowMask::rows(key), the backward's view, is the set of rows whose keys(row) holds the key,
+// for every window, alignment and length (seq_q above, below and equal to seq_kv).
+TEST(FeatureShape, WindowRowsAreTheRowsThatSeeTheKey) {
+  for (const bool causal : {false, true})
+    for (const int left : {-1, 0, 3, 17})
+      for (const int right : {-1, 0, 2, 9})
+        for (const auto& [seq_q, seq_kv] : {std::pair{13, 13}, std::pair{7, 20}, std::pair{20, 7}, std::pair{1, 5}}) {
+          const AttentionShape s = shape_of(1, 1, 1, seq_q, seq_kv, 8, causal);
+          AttentionFeatures f;
+          f.window_left = left;
+          f.window_right = right;
+          const WindowMask mask(s, f);
+          for (int key = 0; key < seq_kv + 3; ++key) {
+            std::vector<int> seen;
+            for (int row = 0; row < seq_q; ++row)
+              if (key >= mask.keys(row).begin && key < mask.keys(row).end) seen.push_back(row);
+            const KeyRun run = mask.rows(key);
+            const std::string where = describe(s, f) + ", key " + std::to_string(key);
+            if (seen.empty()) {
+              EXPECT_GE(run.begin, run.end) << where;
+            } else {
+              EXPECT_EQ(run.begin, seen.front()) << where;
+              EXPECT_EQ(run.end, seen.back() + 1) << where;
+              EXPECT_EQ(int(seen.size()), seen.back() + 1 - seen.front()) << where << ": not one run";
+            }
+          }
+        }
 }
 
 // The shape every chapter solves has no window to read: chapter 01's rule, whatever the features.

@@ -16,7 +16,7 @@ STRIDED_FORWARD = {"ch05_tuned_fp16", "ch05_tuned_bf16", "ch06_tma_bf16", "ch06_
                    "ch06_pingpong_bf16", "ch06_persistent_bf16", "ch09_hopper_bf16"}
 STRIDED_BACKWARD = {"ch07_mma_fp16", "ch07_mma_bf16", "ch07_deterministic_fp16", "ch07_deterministic_bf16",
                     "ch07_wgmma_bf16", "ch07_fused_bf16", "ch07_fused_bulk_bf16", "ch09_ampere_backward_fp16",
-                    "ch09_ampere_backward_bf16"}
+                    "ch09_ampere_backward_bf16", "ch09_hopper_backward_bf16"}
 
 
 def test_which_kernels_are_strided():

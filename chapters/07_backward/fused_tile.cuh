@@ -1,0 +1,98 @@
+// The pieces of chapter 07's fused Hopper backward (variants 5 and 6, backward_fused_sm90a.cu)
+// that a kernel of the same shape reuses (chapter 09's Hopper backward): the Q tile's rows per
+// head_dim, the dS^T tile in shared memory and its stmatrix store, the dQ product read from it,
+// and where a float of a consumer's dQ part belongs. Include it only from *_sm90a.cu files.
+#pragma once
+
+#include <cstdint>
+
+#include "hopper.cuh"
+#include "wgmma_backward.cuh"
+
+namespace fa::backward::sm90 {
+
+/// Query rows per Q tile: 128 at head_dim 64, where S^T and dP^T then run as 64 x 128 products
+/// per consumer (n = 128 wgmma read less shared memory per FLOP than n = 64) and the registers
+/// allow it; 64 at 96 and 128, as in variant 4.
+template <int kD>
+constexpr int kRowsOf = kD == 64 ? 128 : 64;
+/// One dS^T buffer: the block's 128 keys x kRows rows, bf16, as kRows / 64 boxes of 64 rows.
+template <int kD>
+constexpr int kDsBytes = tile_bytes<64>(kKvKeys) * (kRowsOf<kD> / 64);
+/// A box of the block's 128 keys by 64 columns (of K, or of rows in dS^T): 16 KiB.
+constexpr int kKeyBoxBytes = kKvKeys * kBoxRowBytes;
+
+/// How the consumers split dQ_i = dS K (kRows x head_dim, over 128 keys): with 128-row tiles
+/// each takes 64 rows and every column; with 64-row tiles, all rows and half the columns.
+template <int kD>
+struct DqSplit {
+  static constexpr bool kByRows = kRowsOf<kD> == 128;
+  static constexpr int kCols = kByRows ? kPaddedDim<kD> : kPaddedDim<kD> / 2;  // columns per consumer
+};
+
+/// How dQ reaches global memory. kAtomics: each consumer thread adds its 32 floats of dQ_i into
+/// the row-major fp32 dQ with 16 two-float atomics per tile. kBulk: each consumer writes its
+/// 64 x 64 part into shared memory, in fragment order (float4 n of thread x at n * 128 + x),
+/// and one thread hands the 16 KiB to the TMA unit as one bulk reduction into an fp32 dQ kept
+/// in the same fragment order, part by part; the rounding kernel puts the rows back in order.
+enum class DqPath { kAtomics, kBulk };
+/// One consumer's dQ part: 64 x 64 floats, 16 KiB.
+constexpr int kDqPartFloats = 64 * 64, kDqPartBytes = kDqPartFloats * 4;
+/// Shared memory a kernel adds after K, V and the ring: two dS^T buffers, and with kBulk one dQ
+/// part per consumer.
+template <int kD, DqPath kPath>
+constexpr int kExtraOf = 2 * kDsBytes<kD> + (kPath == DqPath::kBulk ? kConsumers * kDqPartBytes : 0);
+
+//! [fused_store_ds]
+/// Stores this warp's 16 keys of dS^T (all kRows rows), held as the A fragments of dK += dS^T Q,
+/// into the block's dS^T tile: [128 keys][64 rows] boxes, rows of 128 bytes with the 128-byte
+/// swizzle (the layout TMA writes). Register a[kk][i], across the warp, is an 8 x 8 matrix: keys
+/// key0 + 8 (i & 1) onwards, rows 16 kk + 8 (i >> 1) onwards, the layout stmatrix takes; lane
+/// 8 i + k gives the address of its key k.
+template <int kRows>
+__device__ inline void store_ds_t(unsigned char* ds_tile, const uint32_t (&a)[kRows / 16][4], int key0, int lane) {
+  const int i = lane / 8, key = key0 + lane % 8 + 8 * (i & 1);
+#pragma unroll
+  for (int kk = 0; kk < kRows / 16; ++kk) {
+    const int chunk = (2 * (kk % 4) + (i >> 1)) ^ (key % 8);  // 16-byte chunk of the row, swizzled
+    stmatrix_x4(smem_addr(ds_tile + (kk / 4) * kKeyBoxBytes + key * kBoxRowBytes + chunk * 16), a[kk]);
+  }
+}
+//! [fused_store_ds]
+
+//! [fused_issue_dq]
+/// Issues consumer c's part of dQ_i = dS K over the block's 128 keys, without committing. A = dS,
+/// read from the dS^T tile as an MN-major operand (the rows contiguous): box c (rows 64 c ..)
+/// when split by rows, box 0 otherwise. B = the K tile, MN-major as in issue_a_regs_b, from
+/// column c kCols on when split by columns. ds_lo and k_lo: the descriptors' low words of the
+/// two tiles (desc_lo with leading kKeyBoxBytes, the distance between their boxes).
+template <int kD>
+__device__ inline void issue_dq(float (&acc)[DqSplit<kD>::kCols / 2], uint32_t ds_lo, uint32_t k_lo, int c) {
+  using Split = DqSplit<kD>;
+  static_assert(Split::kCols == 64, "the n = 64 wgmma");
+  const uint32_t ds_rows = ds_lo + (Split::kByRows ? c * kKeyBoxBytes / 16 : 0);
+  const uint32_t k_cols = k_lo + (Split::kByRows ? 0 : c * kKeyBoxBytes / 16);  // box c of K
+#pragma unroll
+  for (int kk = 0; kk < kKvKeys / 16; ++kk) {
+    const uint64_t a = desc_join(ds_rows + kk * 16 * kBoxRowBytes / 16, kDescHi);
+    const uint64_t b = desc_join(k_cols + kk * 16 * kBoxRowBytes / 16, kDescHi);
+    wgmma_m64n64k16_ss<1, 1>(acc, a, b, kk > 0);
+  }
+}
+//! [fused_issue_dq]
+
+/// Where float4 `within` of consumer c's dQ part (fragment order: float4 n of consumer thread x
+/// at n * 128 + x) belongs in dQ_i: rows r = 16 (x / 32) + (x % 32) / 4 (and r + 8) of the Q
+/// tile, columns col (and col + 1), as the thread held them in dq_acc[4 n .. 4 n + 3].
+struct PartPlace {
+  int row, col;
+};
+template <int kD>
+__host__ __device__ inline PartPlace part_place(int within, int c) {
+  const int n = within / 128, x = within % 128;
+  const int r = 16 * (x / 32) + (x % 32) / 4, col8 = 8 * n + 2 * (x % 4);
+  const bool by_rows = DqSplit<kD>::kByRows;
+  return {(by_rows ? 64 * c : 0) + r, (by_rows ? 0 : 64 * c) + col8};
+}
+
+}  // namespace fa::backward::sm90

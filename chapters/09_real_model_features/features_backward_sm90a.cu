@@ -1,0 +1,338 @@
+// Chapter 09, backward -- `hopper`: chapter 07's fused Hopper backward (variant 5: one block per
+// 128 keys, a producer warp and two consumer warpgroups, five wgmma products per Q tile, dS^T
+// through shared memory for dQ, fp32 atomics into dQ) with the features, bf16, sm_90a, head_dim
+// 64 and 128. The schedule inside a tile is chapter 07's (fused_tile.cuh, wgmma_backward.cuh);
+// the features enter where they entered the Ampere backward (features_backward.cu):
+//   * packed batches: block (key tile, b * heads_kv + h) works on sequence b, as a batch of one;
+//     its TMA copies start at the sequence's first row of the head's plane, and the rows and keys
+//     of the next sequence that a box reads past the end are masked;
+//   * windows: the loop visits only the Q tiles whose rows see a key of the block
+//     (rows_for_keys), and a tile wholly inside every row's run skips the mask
+//     (WindowMask::tile_visible; the mask itself is WindowMask::rows, the rows that see a key);
+//   * softcap, ALiBi, the bias: the recomputed scores get the forward's changes before the mask,
+//     and dS is multiplied by the softcap's derivative 1 - tanh^2.
+// It takes Q, K, V, dO and the gradients with any strides (the tensor maps, dK/dV's rows and the
+// rounding of dQ carry them).
+// Run: build/bin/fa_gpu_tests --gtest_filter='*ch09_hopper_backward*'
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <string>
+
+#include "../07_backward/delta.cuh"
+#include "../07_backward/fused_tile.cuh"
+#include "../07_backward/wgmma_backward.cuh"
+#include "cuda_check.h"
+#include "features.h"
+#include "hopper.cuh"
+#include "registry.h"
+#include "static_switch.h"
+#include "strides.h"
+#include "tma.h"
+
+namespace fa::features {
+namespace {
+
+using namespace fa::backward::sm90;
+
+/// Named barrier 1 (0 is __syncthreads'): both consumers' halves of the Q tile's dS^T are stored.
+constexpr int kDsStored = 1;
+/// The most query heads per K/V head: their ALiBi slopes sit in shared memory, worked out once
+/// per block (in double precision, as the forward's, a subroutine call best kept out of the loop).
+constexpr int kMaxGroup = 256;
+/// Shared memory after K, V and the ring: chapter 07's two dS^T buffers, then the slopes.
+template <int kD>
+constexpr int kExtraBytes = kExtraOf<kD, DqPath::kAtomics> + kMaxGroup * 4;
+
+/// The rows that see each of a thread's two keys, key_a and key_a + 8 (probabilities' runs).
+struct WindowKeyRows {
+  WindowMask mask;
+  int key_a;
+  __device__ KeyRun operator()(int h) const { return mask.rows(key_a + 8 * h); }
+};
+
+/// A block's items in order: query head `head` of the K/V head's group and Q tile `i0` of the
+/// sequence, the group's heads one after another, each over the Q tiles whose rows see a key of
+/// the block (first_row .. end_row).
+struct ItemWalk {
+  int first_row, end_row;
+  __device__ void next(int& head, int& i0, int rows) const {
+    i0 += rows;
+    if (i0 == end_row) {
+      i0 = first_row;
+      ++head;
+    }
+  }
+};
+
+//! [hopper_backward_scores]
+/// P^T and dS^T of one tile with softcap, ALiBi or the bias (kModify): element 4 n + e of the
+/// accumulators is key key_a + 8 (e / 2), row row0 + 8 n + (e & 1), row0 = i0 + 2 t. Each score is
+/// changed as modified_score says (features.h), P = exp(x - LSE) where the row sees the key (all
+/// of them unless `masked`), else 0, and dS = P (dP - D) times the softcap's slope at x.
+template <int kN>
+__device__ inline void feature_scores(float (&s)[kN], float (&dp)[kN], const ColumnStats& stats,
+                                      const ScoreChanges& c, const AttentionShape& one, bool masked,
+                                      const WindowKeyRows& runs, int row0, int key_a) {
+  KeyRun live[2] = {{-1, 1 << 30}, {-1, 1 << 30}};  // every row, unless the tile is masked
+  if (masked) {
+    live[0] = runs(0);
+    live[1] = runs(1);
+  }
+#pragma unroll
+  for (int i = 0; i < kN; i += 2) {
+    const float2 lse = stats.lse_pair(i), delta = stats.delta_pair(i);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int k = i + e, h = (k % 4) / 2, key = key_a + 8 * h, row = row0 + 8 * (k / 4) + e;
+      const bool sees = row >= live[h].begin && row < live[h].end;
+      float x = s[k] * c.scale, slope = 1.0f;
+      if (c.cap > 0.0f) {
+        const float th = fast_tanh(s[k] * c.scale_per_cap);
+        x = c.cap * th;
+        slope = 1.0f - th * th;  // d(cap tanh(x / cap)) / dx
+      }
+      if (c.slope != 0.0f) x -= c.slope * fabsf(float(row + one.causal_offset() - key));
+      if (c.bias && sees) x += c.bias[int64_t(row) * one.seq_kv + key];
+      const float p = sees ? fast_exp2(fmaf(x, kLog2e, -(e ? lse.y : lse.x))) : 0.0f;
+      s[k] = p;
+      dp[k] = p * (dp[k] - (e ? delta.y : delta.x)) * slope;
+    }
+  }
+}
+//! [hopper_backward_scores]
+
+/// One 128-key block of one sequence's K/V head. kModify: softcap, ALiBi or the bias is on.
+template <int kD, bool kModify>
+__global__ void __launch_bounds__(kThreads, 1)
+    features_backward_hopper_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                                    const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
+                                    AttentionShape shape, AttentionFeatures features, AttentionExtras extras,
+                                    const float* lse, const float* delta, float* dq32, StridedRows<__nv_bfloat16> dk,
+                                    StridedRows<__nv_bfloat16> dv) {
+  constexpr int kRows = kRowsOf<kD>;
+  using L = KvLayout<kD, kRows, kExtraBytes<kD>>;
+  using Split = DqSplit<kD>;
+  //! [hopper_backward_sequence]
+  // The sequence, as the first query head of this K/V head sees it (the group shares its rows),
+  // and the Q tiles whose rows see a key of this block.
+  const int group = shape.group_size(), b = int(blockIdx.y) / shape.heads_kv, kvh = int(blockIdx.y) % shape.heads_kv;
+  const SequenceRows kv_seq = sequence_rows(shape, features, extras, b, kvh * group);
+  const AttentionShape& one = kv_seq.shape;
+  const WindowMask mask = kv_seq.mask();
+  const int j0 = blockIdx.x * kKvKeys;
+  if (j0 >= one.seq_kv) return;  // the grid covers the longest sequence; no barrier exists yet
+  const KeySpan rows = rows_for_keys(mask, j0, min(j0 + kKvKeys, one.seq_kv));
+  const int first_row = rows.begin / kRows * kRows;
+  const int row_tiles = rows.end > rows.begin ? (rows.end - 1) / kRows + 1 - first_row / kRows : 0;
+  const int n_items = group * row_tiles;
+  const ItemWalk walk{first_row, first_row + row_tiles * kRows};
+  //! [hopper_backward_sequence]
+
+  extern __shared__ unsigned char shared_raw[];
+  unsigned char* smem = aligned_smem(shared_raw);
+  const auto [kv_full, full, empty, lse_s, delta_s] = dkdv_shared<L>(smem);
+  // The warpgroup read through a shuffle from lane 0 (warp-uniform to the compiler), as in
+  // chapter 07's fused kernel: the descriptors that derive from it stay in uniform registers.
+  const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0), wg_tid = tid % 128;
+  float* slopes = reinterpret_cast<float*>(smem + L::kExtra + kExtraOf<kD, DqPath::kAtomics>);
+  if (features.alibi)
+    for (int h = tid; h < group; h += kThreads) slopes[h] = extras.alibi_slope(shape, b, kvh * group + h);
+  init_stages(kv_full, full, empty, 32, kConsumerThreads);  // its __syncthreads publishes the slopes
+
+  if (wg == 0) {
+    setmaxnreg_dec<40>();
+    if (tid >= 32) return;
+    //! [hopper_backward_producer]
+    // Chapter 07's producer warp; the boxes start at the sequence's first row of their plane.
+    const int lane = tid;
+    if (lane == 0) {
+      mbarrier_arrive_expect_tx(kv_full, 2 * tile_bytes<kD>(kKvKeys));
+      for (int x = 0; x < kBoxes<kD>; ++x) {
+        tma_load_head(smem + L::kK + x * kKvKeys * kBoxRowBytes, &tm_k, 64 * x, kv_seq.kv_start + j0, kv_seq.kv_plane,
+                      shape.heads_kv, kv_full);
+        tma_load_head(smem + L::kV + x * kKvKeys * kBoxRowBytes, &tm_v, 64 * x, kv_seq.kv_start + j0, kv_seq.kv_plane,
+                      shape.heads_kv, kv_full);
+      }
+    }
+    for (int it = 0, head = kvh * group, i0 = first_row; it < n_items; ++it, walk.next(head, i0, kRows)) {
+      const int st = StageRing::stage(it);
+      if (it >= kStages) mbarrier_wait(&empty[st], StageRing::empty_parity(it));
+      const SequenceRows seq = sequence_rows(shape, features, extras, b, head);
+      for (int r = lane; r < kRows; r += 32) {
+        const int row = i0 + r;
+        const bool in = row < one.seq_q;  // rows past the end: masked, LSE = D = 0
+        lse_s[st * kRows + r] = in ? lse[seq.q_row0 + row] * kLog2e : 0.0f;
+        delta_s[st * kRows + r] = in ? delta[seq.q_row0 + row] : 0.0f;
+      }
+      if (lane == 0) {
+        mbarrier_arrive_expect_tx(&full[st], 2 * tile_bytes<kD>(kRows));
+        for (int x = 0; x < kBoxes<kD>; ++x) {
+          const int at = st * tile_bytes<kD>(kRows) + x * kRows * kBoxRowBytes;
+          tma_load_head(smem + L::kQ + at, &tm_q, 64 * x, seq.q_start + i0, seq.q_plane, shape.heads_q, &full[st]);
+          tma_load_head(smem + L::kDo + at, &tm_do, 64 * x, seq.q_start + i0, seq.q_plane, shape.heads_q, &full[st]);
+        }
+      } else {
+        mbarrier_arrive(&full[st]);
+      }
+    }
+    //! [hopper_backward_producer]
+    return;
+  }
+
+  setmaxnreg_inc<232>();
+  const int c = wg - 1, warp = wg_tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int jc = j0 + 64 * c;            // this consumer's first key
+  const int key_a = jc + 16 * warp + g;  // this thread's keys: key_a, key_a + 8
+  const WindowKeyRows runs{mask, key_a};
+  float dk_acc[kD / 2] = {}, dv_acc[kD / 2] = {};
+  // Descriptors' low words, as in chapter 07's fused kernel.
+  const uint32_t lo16 = desc_lo(smem, 16), lo_q = desc_lo(smem, tile_bytes<64>(kRows)),
+                 lo_keys = desc_lo(smem, kKeyBoxBytes);
+  const uint32_t k_lo = lo16 + (L::kK + 64 * c * kBoxRowBytes) / 16, v_lo = lo16 + (L::kV + 64 * c * kBoxRowBytes) / 16;
+  // The score changes of the first query head; per item only the slope and the bias move.
+  const ScoreChanges block_changes = score_changes(shape, kv_seq, extras);
+  mbarrier_wait(kv_full, 0);
+
+  for (int it = 0, head = kvh * group, i0 = first_row; it < n_items; ++it, walk.next(head, i0, kRows)) {
+    const int st = StageRing::stage(it);
+    const SequenceRows seq = sequence_rows(shape, features, extras, b, head);
+    ScoreChanges changes = block_changes;  // score_changes(shape, seq, extras), without its slope call
+    changes.slope = features.alibi ? slopes[head - kvh * group] : 0.0f;
+    changes.bias = features.bias ? extras.bias + seq.bias0 : nullptr;
+    mbarrier_wait(&full[st], StageRing::full_parity(it));
+    const int q_at = L::kQ + st * tile_bytes<kD>(kRows), do_at = L::kDo + st * tile_bytes<kD>(kRows);
+    const int ds_at = L::kExtra + (it % 2) * kDsBytes<kD>;
+    float st_acc[kRows / 2], dpt[kRows / 2];
+    wgmma_fence();
+    issue_abt<kD, kRows>(st_acc, k_lo, tile_bytes<64>(kKvKeys), lo16 + q_at / 16, tile_bytes<64>(kRows));
+    wgmma_commit();
+    issue_abt<kD, kRows>(dpt, v_lo, tile_bytes<64>(kKvKeys), lo16 + do_at / 16, tile_bytes<64>(kRows));
+    wgmma_commit();
+    // Masked unless every row of the tile sees every key of this consumer, all inside the
+    // sequence: past its ends a box holds the next sequence's rows (or TMA's zeros).
+    const bool masked = !mask.tile_visible(i0, kRows, jc, 64);
+    const ColumnStats stats{lse_s + st * kRows, delta_s + st * kRows, t};
+    if constexpr (kModify) {
+      // The softcap's slope is needed where dS is formed: both products first, then one pass.
+      wgmma_wait<0>();
+      fence_operands(st_acc);
+      fence_operands(dpt);
+      feature_scores(st_acc, dpt, stats, changes, one, masked, runs, i0 + 2 * t, key_a);
+    } else {
+      wgmma_wait<1>();  // the exponentials under dP^T, as in chapter 07
+      fence_operands(st_acc);
+      probabilities(st_acc, stats, changes.scale * kLog2e, masked, runs, i0 + 2 * t);
+      wgmma_wait<0>();
+      fence_operands(dpt);
+      score_gradients(dpt, st_acc, stats);
+    }
+    uint32_t a_p[kRows / 16][4], a_ds[kRows / 16][4];
+    pack_a_bf16(st_acc, a_p);
+    pack_a_bf16(dpt, a_ds);
+    store_ds_t<kRows>(smem + ds_at, a_ds, 64 * c + 16 * warp, lane);
+    fence_proxy_async_shared();
+    wgmma_fence();
+    issue_a_regs_b<kD, kRows>(dv_acc, a_p, lo_q + do_at / 16);  // dV_c += P^T dO
+    wgmma_commit();
+    named_barrier_sync<kConsumerThreads>(kDsStored);
+    float dq_acc[Split::kCols / 2];
+    wgmma_fence();
+    issue_dq<kD>(dq_acc, lo_keys + ds_at / 16, lo_keys + L::kK / 16, c);
+    wgmma_commit();
+    issue_a_regs_b<kD, kRows>(dk_acc, a_ds, lo_q + q_at / 16);  // dK_c += dS^T Q
+    wgmma_commit();
+    wgmma_wait<1>();  // dV and dQ done
+    fence_operands(dq_acc);
+    // dQ32 += scale * dQ_i for this thread's rows of the sequence (two floats per atomic), while
+    // dK is on the tensor cores.
+    const int row0 = i0 + (Split::kByRows ? 64 * c : 0), col0 = Split::kByRows ? 0 : c * Split::kCols;
+    float* dq_rows = dq32 + seq.q_row0 * kD;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 16 * warp + g + 8 * h;
+      if (row >= one.seq_q) continue;
+#pragma unroll
+      for (int n = 0; n < Split::kCols / 8; ++n)
+        atomicAdd(reinterpret_cast<float2*>(dq_rows + int64_t(row) * kD + col0 + 8 * n + 2 * t),
+                  make_float2(dq_acc[4 * n + 2 * h] * changes.scale, dq_acc[4 * n + 2 * h + 1] * changes.scale));
+    }
+    wgmma_wait<0>();  // dK done: the stage's Q and dO are free
+    fence_operands(dv_acc);
+    fence_operands(dk_acc);
+    mbarrier_arrive(&empty[st]);
+  }
+
+  // dK (times the scale) and dV of this thread's keys of the sequence; keys no row sees get 0.
+  const float dk_scale[2] = {block_changes.scale, block_changes.scale}, dv_scale[2] = {1.0f, 1.0f};
+  store_rows_bf16<kD / 2, kD>(dk_acc, dk.head_start(kv_seq.kv_plane) + int64_t(kv_seq.kv_start) * dk.strides.row,
+                              key_a, one.seq_kv, t, dk_scale, dk.strides.row);
+  store_rows_bf16<kD / 2, kD>(dv_acc, dv.head_start(kv_seq.kv_plane) + int64_t(kv_seq.kv_start) * dv.strides.row,
+                              key_a, one.seq_kv, t, dv_scale, dv.strides.row);
+}
+
+template <int kD, bool kModify>
+void launch_dim(const BackwardParams& p) {
+  const AttentionShape& s = p.shape;
+  const AttentionFeatures& f = p.features;
+  float* delta = static_cast<float*>(p.workspace);
+  float* dq32 = delta + (std::size_t(s.lse_elems()) + 3) / 4 * 4;  // 16-byte aligned for the float2 atomics
+  CUDA_CHECK(cudaMemsetAsync(dq32, 0, std::size_t(s.q_elems()) * sizeof(float), p.stream));
+  backward::launch_delta<__nv_bfloat16>(p, delta);
+  const int keys = f.varlen() ? p.extras.max_seqlen_k : s.seq_kv;
+  if (keys > 0) {
+    // A packed batch is the dense layout with a batch of one: planes are heads, rows the totals.
+    constexpr int kRows = kRowsOf<kD>;
+    const BackwardStrides st = p.strides ? *p.strides : BackwardStrides::packed(s);
+    const CUtensorMap tm_q = make_tensor_map_heads(p.q, kD, s.seq_q, s.heads_q, s.batch, st.q, kRows);
+    const CUtensorMap tm_do = make_tensor_map_heads(p.d_o, kD, s.seq_q, s.heads_q, s.batch, st.d_o, kRows);
+    const CUtensorMap tm_k = make_tensor_map_heads(p.k, kD, s.seq_kv, s.heads_kv, s.batch, st.k, kKvKeys);
+    const CUtensorMap tm_v = make_tensor_map_heads(p.v, kD, s.seq_kv, s.heads_kv, s.batch, st.v, kKvKeys);
+    const StridedRows<__nv_bfloat16> dk{static_cast<__nv_bfloat16*>(p.dk), st.dk, s.heads_kv},
+        dv{static_cast<__nv_bfloat16*>(p.dv), st.dv, s.heads_kv};
+    constexpr int kBytes = KvLayout<kD, kRows, kExtraBytes<kD>>::kBytes;
+    static_assert(kBytes <= 227 * 1024, "a block may have 227 KiB of shared memory");
+    auto kernel = features_backward_hopper_kernel<kD, kModify>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+    const dim3 grid(unsigned((keys + kKvKeys - 1) / kKvKeys), unsigned(f.sequence_count(s) * s.heads_kv));
+    kernel<<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, f, p.extras, p.lse, delta, dq32, dk, dv);
+    CUDA_CHECK_LAUNCH();
+  }
+  backward::launch_round_dq<__nv_bfloat16>(dq32, p);
+}
+
+void launch_backward_hopper(const BackwardParams& p) {
+  require_window_tiles();  // the tile ranges are this chapter's exercise
+  const AttentionFeatures& f = p.features;
+  const bool modify = f.softcap > 0.0 || f.alibi || f.bias;
+  with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) {
+    with_bool(modify, [&](auto m) { launch_dim<d.value, m.value>(p); });
+  });
+}
+
+BackwardKernel hopper_backward_kernel() {
+  BackwardKernel k{"ch09_hopper_backward_bf16",
+                   9,
+                   2,
+                   "hopper",
+                   DType::BF16,
+                   "chapter 07's fused Hopper backward with packed batches, windows, softcap, ALiBi and a bias",
+                   launch_backward_hopper};
+  k.supports = [](const AttentionShape& s) {
+    const std::string why = hopper_support(s, "chapter 09's hopper backward", {64, 128});
+    if (!why.empty() || s.group_size() <= kMaxGroup) return why;
+    return "at most " + std::to_string(kMaxGroup) + " query heads per K/V head, got " + std::to_string(s.group_size());
+  };
+  k.workspace_bytes = [](const AttentionShape& s) {
+    return ((std::size_t(s.lse_elems()) + 3) / 4 * 4 + std::size_t(s.q_elems())) * sizeof(float);
+  };
+  k.features = kAllFeatures;
+  k.strided = true;  // the tensor maps, D's rows, dK/dV's stores and dQ's rounding take any strides
+  return k;
+}
+
+}  // namespace
+
+FA_REGISTER_BACKWARD_KERNEL(hopper_backward_kernel());
+
+}  // namespace fa::features
