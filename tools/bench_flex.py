@@ -10,6 +10,10 @@ torch.compile; SDPA runs where it takes the feature: the plain causal mask (FLAS
 bias and ALiBi as a materialized additive mask (cuDNN and EFFICIENT, bf16 mask). Every result is
 checked against float64 attention on one head before it is timed. FLOPs count only the (query,
 key) pairs the mask leaves, as fa_bench does: half the square for causal, exact for windows.
+
+--pass backward times o.backward(dO) alone, after an untimed forward (fa_bench --features
+--backward's counterpart), FLOPs 2.5 x the forward's; the gradients of one head are checked
+against float64 autograd first (relative error of each of dQ, dK, dV below 0.05).
 """
 import argparse
 import csv
@@ -21,7 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from torch.nn.functional import scaled_dot_product_attention
 
-from bench_torch import time_ms
+from bench_torch import backward_ms_of, time_ms
 
 SEQS = [4096, 8192, 16384]
 FEATURES = ["causal", "window 1024", "window 4096", "softcap 50", "alibi", "packed", "bias"]
@@ -86,10 +90,10 @@ def flex_call(feature, seq, q, slopes, bias, flex):
     return lambda q, k, v: flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
 
 
-def reference_head(feature, seq, q, k, v, slopes, bias):
-    """Float64 attention of batch 0, head 0 (for a packed batch: its first sequence)."""
-    qh, kh, vh = (t[0, 0, :seq].double() for t in (q, k, v))
-    s = qh @ kh.T / math.sqrt(q.shape[-1])
+def reference(feature, qh, kh, vh, slopes, bias):
+    """Float64 attention of one head (of batch 0; for a packed batch its first sequence)."""
+    seq = qh.shape[0]
+    s = qh @ kh.T / math.sqrt(qh.shape[-1])
     i = torch.arange(seq, device="cuda")[:, None]
     j = torch.arange(seq, device="cuda")[None, :]
     if feature == "softcap 50":
@@ -104,6 +108,23 @@ def reference_head(feature, seq, q, k, v, slopes, bias):
             visible &= i - j < int(feature.split()[1])
         s = s.masked_fill(~visible, float("-inf"))
     return torch.softmax(s, dim=-1) @ vh
+
+
+def reference_head(feature, seq, q, k, v, slopes, bias):
+    """Float64 attention of batch 0, head 0 (for a packed batch: its first sequence)."""
+    return reference(feature, *(t[0, 0, :seq].double() for t in (q, k, v)), slopes, bias)
+
+
+def gradient_error(feature, seq, fn, q, k, v, slopes, bias):
+    """The largest relative (Frobenius) error of dQ, dK, dV of batch 0, head 0 against float64
+    autograd, for the loss sum(o * dO) with a random dO."""
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    d_out = torch.randn_like(q)
+    fn(q, k, v).backward(d_out)
+    heads = [t[0, 0, :seq].double().detach().requires_grad_() for t in (q, k, v)]
+    reference(feature, *heads, slopes, bias).backward(d_out[0, 0, :seq].double())
+    errors = [((t.grad[0, 0, :seq].double() - h.grad).norm() / h.grad.norm()).item() for t, h in zip((q, k, v), heads)]
+    return max(errors)
 
 
 def additive_mask(feature, seq, slopes, bias):
@@ -125,7 +146,10 @@ def main():
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--budget-ms", type=float, default=1500)
+    parser.add_argument("--pass", dest="which", choices=["forward", "backward"], default="forward",
+                        help="time the forward, or the backward alone (o.backward(dO) after an untimed forward)")
     args = parser.parse_args()
+    backward = args.which == "backward"
     features = args.features.split(",")
     unknown = [f for f in features if f not in FEATURES]
     if unknown:
@@ -137,7 +161,7 @@ def main():
     with open(args.csv, "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["feature", "backend", "batch", "heads", "seq", "head_dim", "status", "time_ms", "tflops",
-                      "max_abs_err_vs_fp64"])
+                      "grad_rel_err_vs_fp64" if backward else "max_abs_err_vs_fp64"])
         for dim in (int(d) for d in args.dims.split(",")):
             for seq in (int(s) for s in args.seqs.split(",")):
                 for feature in features:
@@ -148,7 +172,7 @@ def main():
                     slopes = torch.tensor(alibi_slopes(heads), device="cuda", dtype=torch.float32)
                     bias = (torch.randn((batch, heads, seq, seq), device="cuda", generator=g)
                             if feature == "bias" else None)
-                    flops = 4.0 * batch * heads * visible_pairs(feature, seq) * dim
+                    flops = 4.0 * batch * heads * visible_pairs(feature, seq) * dim * (2.5 if backward else 1.0)
                     ref = reference_head(feature, seq, q, k, v, slopes, bias)
                     flex = torch.compile(flex_attention, dynamic=False)
                     runs = [("flex", flex_call(feature, seq, q, slopes, bias, flex))]
@@ -169,11 +193,17 @@ def main():
                             err = (o[0, 0, :seq].double() - ref).abs().max().item()
                             if not err < 0.05:
                                 raise RuntimeError(f"wrong answer: max error {err:.3g} against float64")
-                            ms = time_ms(lambda: fn(q, k, v), args.warmup, args.iters, args.budget_ms)
+                            if backward:
+                                err = gradient_error(feature, seq, fn, q, k, v, slopes, bias)
+                                if not err < 0.05:
+                                    raise RuntimeError(f"wrong gradients: relative error {err:.3g} against float64")
+                                ms = backward_ms_of(fn, q, k, v, args.warmup, args.iters, args.budget_ms)
+                            else:
+                                ms = time_ms(lambda: fn(q, k, v), args.warmup, args.iters, args.budget_ms)
                             tflops = flops / (ms * 1e-3) / 1e12
                             out.writerow([feature, name, batch, heads, seq, dim, "ok", f"{ms:.6g}", f"{tflops:.6g}",
                                           f"{err:.3g}"])
-                            print(f"{label}: {ms:9.3f} ms {tflops:8.2f} TFLOP/s  max err {err:.2e}", flush=True)
+                            print(f"{label}: {ms:9.3f} ms {tflops:8.2f} TFLOP/s  err {err:.2e}", flush=True)
                         except Exception as e:  # a backend that refuses the point, or runs out of memory
                             reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
                             out.writerow([feature, name, batch, heads, seq, dim, "skipped: " + reason, "", "", ""])

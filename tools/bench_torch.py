@@ -66,13 +66,20 @@ def time_ms(fn, warmup, iters, budget_ms):
 
 def backward_ms(q, k, v, causal, warmup, iters, budget_ms):
     """Median time of o.backward(dO) alone: each repeat runs an untimed forward first."""
+    return backward_ms_of(lambda q, k, v: scaled_dot_product_attention(q, k, v, is_causal=causal), q, k, v, warmup,
+                          iters, budget_ms)
+
+
+def backward_ms_of(attention, q, k, v, warmup, iters, budget_ms):
+    """Median time of o.backward(dO) alone for o = attention(q, k, v), each repeat after an
+    untimed forward."""
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
     d_out = torch.randn_like(q)
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     for i in range(warmup + iters):
         q.grad = k.grad = v.grad = None
-        o = scaled_dot_product_attention(q, k, v, is_causal=causal)
+        o = attention(q, k, v)
         start.record()
         o.backward(d_out)
         stop.record()

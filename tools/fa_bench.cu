@@ -89,7 +89,9 @@ const char* kUsage =
     "                    are checked to be written and finite\n"
     "  --features        time chapter 09's kernels on its points instead: seq 4k/8k/16k causal with a window\n"
     "                    of 1024 or 4096 keys, softcap 50, ALiBi, a packed batch, and a bias at seq 4k; TFLOP/s\n"
-    "                    count only the pairs the mask leaves (use --dims 128 for the FlexAttention table)\n"
+    "                    count only the pairs the mask leaves (use --dims 128 for the FlexAttention table);\n"
+    "                    with --backward, chapter 09's backward kernels on the same points (checked to be\n"
+    "                    written and finite)\n"
     "  --check-max-seq N with --backward: the longest sequence checked against the oracle (default 2048)\n"
     "  --list            list the registered kernels and exit\n";
 
@@ -170,8 +172,8 @@ BenchOptions parse_bench(int argc, char** argv) {
       throw std::invalid_argument("unknown argument '" + arg + "' (see --help)");
     }
   }
-  if (int(o.backward) + int(o.decode) + int(o.features) > 1)
-    throw std::invalid_argument("--backward, --decode and --features are separate runs; give one");
+  if (o.decode && (o.backward || o.features))
+    throw std::invalid_argument("--decode is a run of its own; --backward and --features go without it");
   return o;
 }
 
@@ -370,11 +372,14 @@ class SlowPoints {
 
 /// Every registered backward kernel over the sweep. Per point and input dtype, one problem: O
 /// and LSE from chapter 07's forward (forward_for_backward.h), the fp64 oracle on the first K/V
-/// head of batch 0 up to --check-max-seq.
+/// head of batch 0 up to --check-max-seq. With --features: the kernels that take chapter 09's
+/// features, on its points (feature_points), with O and LSE from the same forward (which knows
+/// no feature: the values differ from the features' own, the work does not) and no oracle; a
+/// packed batch is packed into equal lengths, as the forward's points are.
 int run_backward_sweep(const BenchOptions& opt) {
   std::vector<const BackwardKernel*> kernels;
   for (const BackwardKernel& k : backward_kernels()) {
-    if (selected(k.name, opt.kernel_filters)) kernels.push_back(&k);
+    if (selected(k.name, opt.kernel_filters) && (!opt.features || k.features != 0)) kernels.push_back(&k);
   }
   const ForwardKernel forward = backward::forward_for_backward();
   std::ofstream csv;
@@ -382,30 +387,40 @@ int run_backward_sweep(const BenchOptions& opt) {
     csv.open(opt.csv);
     if (!csv) throw std::runtime_error("cannot write '" + opt.csv + "'");
     csv << "chapter,kernel,variant,dtype,batch,heads_q,heads_kv,seq_q,seq_kv,head_dim,causal,status,check,time_ms,tflops,"
-           "dq_rel,dk_rel,dv_rel,note,device_mib\n";
+           "dq_rel,dk_rel,dv_rel,note,device_mib,features\n";
   }
-  const std::vector<AttentionShape> shapes = sweep_shapes(opt.sweep, opt.dims);
-  const size_t total = shapes.size() * kernels.size();
+  std::vector<std::pair<AttentionShape, AttentionFeatures>> points;
+  if (opt.features) {
+    points = feature_points(opt.dims);
+  } else {
+    for (const AttentionShape& s : sweep_shapes(opt.sweep, opt.dims)) points.push_back({s, AttentionFeatures{}});
+  }
+  const size_t total = points.size() * kernels.size();
   size_t done = 0, failures = 0;
   SlowPoints slow(opt.max_point_ms);
-  for (const AttentionShape& shape : shapes) {
-    const bool oracle = opt.check && shape.seq_q <= opt.backward_check_max_seq;
+  for (const auto& [shape, features] : points) {
+    const bool oracle = opt.check && !opt.features && shape.seq_q <= opt.backward_check_max_seq;
+    const Packing packing = features.varlen() ? equal_packing(shape, features) : Packing{};
+    const double flops =
+        2.5 * (features.varlen() ? features.forward_flops(shape, packing.cu_q.data(), packing.cu_k.data())
+                                 : features.forward_flops(shape));
     std::map<DType, BackwardProblem> problems;
     for (const BackwardKernel* k : kernels) {
       ++done;
-      std::printf("[%3zu/%zu] %-24s %-34s ", done, total, k->name.c_str(), shape.to_string().c_str());
+      std::printf("[%3zu/%zu] %-24s %-34s ", done, total, k->name.c_str(), describe(shape, features).c_str());
       std::fflush(stdout);
       std::string status, detail;
       BackwardRunResult r;
       const std::string too_slow = slow.skip(k->name, shape);
-      const std::string unsupported = support_reason(*k, shape);
+      const std::string unsupported = support_reason(*k, shape, features);
       if (!too_slow.empty() || !unsupported.empty()) {
         status = "skipped";
         detail = too_slow.empty() ? unsupported : too_slow;
       } else {
         auto found = problems.find(k->dtype);
         if (found == problems.end()) {
-          BackwardProblem p = make_backward_problem(shape, opt.seed, k->dtype, oracle ? 1 : -1);
+          BackwardProblem p = make_backward_problem(shape, opt.seed, k->dtype, oracle ? 1 : -1, features);
+          if (features.varlen()) p.packing = packing;
           run_forward_for(p, forward);
           found = problems.emplace(k->dtype, std::move(p)).first;
         }
@@ -419,7 +434,7 @@ int run_backward_sweep(const BenchOptions& opt) {
           slow.record(k->name, shape, r.time_ms);
         }
       }
-      const double tflops = r.time_ms > 0 ? 2.5 * shape.forward_flops() / (r.time_ms * 1e9) : 0.0;
+      const double tflops = r.time_ms > 0 ? flops / (r.time_ms * 1e9) : 0.0;
       if (r.time_ms > 0)
         std::printf("%10.3f ms %8.2f TFLOP/s %9.1f MiB  %s  %s\n", r.time_ms, tflops, r.device_mib, status.c_str(),
                     detail.c_str());
@@ -437,7 +452,7 @@ int run_backward_sweep(const BenchOptions& opt) {
         else csv << ",,,";
         csv << ",\"" << detail << "\",";
         if (r.ran) csv << r.device_mib;
-        csv << "\n";
+        csv << ",\"" << features.to_string() << "\"\n";  // "window 1023,0": quoted
         csv.flush();
       }
     }
@@ -538,7 +553,7 @@ int main(int argc, char** argv) {
     std::printf("fa_bench on %s\n", describe_gpu(gpu).c_str());
     if (!opt.ceilings_csv.empty()) measure_ceilings(opt.ceilings_csv);
     if (opt.decode) return run_decode_sweep(opt);
-    if (opt.backward) return run_backward_sweep(opt);
+    if (opt.backward) return run_backward_sweep(opt);  // with --features too
 
     std::vector<const ForwardKernel*> kernels;
     for (const ForwardKernel& k : forward_kernels()) {

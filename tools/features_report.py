@@ -4,9 +4,10 @@
     python3 tools/features_report.py FA_CSV FLEX_CSV --out docs/results/h200/features.csv \\
         --line "NVIDIA H200, driver ..., CUDA ..., PyTorch ..., 2026-11-28: the commands"
 
-Each row: the feature, the point, our best kernel there (TFLOP/s counting only the pairs the mask
-leaves), FlexAttention's, SDPA's best backend where SDPA takes the feature, the ratios, and the
-sm_80 path's (ch09_ampere_bf16) figure. The
+Each row: the feature, the point, our best bf16 kernel there (TFLOP/s counting only the pairs the
+mask leaves), FlexAttention's, SDPA's best backend where SDPA takes the feature, the ratios, and
+the sm_80 path's (ch09_ampere_bf16) figure. The same for the backward: fa_bench --features
+--backward and tools/bench_flex.py --pass backward (the sm_80 path: ch09_ampere_backward_bf16). The
 first line of the output is the '# ' line saying where it was measured (tools/tables.py needs it).
 """
 import csv
@@ -23,8 +24,8 @@ def main():
     args = report_args(__doc__, second="flex_csv")
     ours, ampere = {}, {}
     for r in csv.DictReader(open(args.fa_csv, newline="")):
-        if r["status"] != "ok" or not r["tflops"]:
-            continue
+        if r["status"] != "ok" or not r["tflops"] or r.get("dtype", "bf16") != "bf16":
+            continue  # FlexAttention runs bf16: so do the kernels compared with it
         # A packed batch is "varlen N": N sequences in a batch of 1 (older files: "varlen" with
         # the sequences in the batch column).
         words = r["features"].split()
@@ -35,7 +36,7 @@ def main():
         batch = (int(words[1]) if len(words) > 1 else int(r["batch"])) if packed else int(r["batch"])
         seq = int(r["seq_q"]) // batch if packed else int(r["seq_q"])
         key = (feature, int(r["head_dim"]), seq)
-        if r["kernel"] == "ch09_ampere_bf16":
+        if r["kernel"] in ("ch09_ampere_bf16", "ch09_ampere_backward_bf16"):
             ampere[key] = float(r["tflops"])
         if key not in ours or float(r["tflops"]) > ours[key][1]:
             ours[key] = (r["kernel"], float(r["tflops"]), float(r["time_ms"]), batch, int(r["heads_q"]))

@@ -17,6 +17,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 #include "../07_backward/delta.cuh"
@@ -71,9 +72,9 @@ struct ItemWalk {
 /// changed as modified_score says (features.h), P = exp(x - LSE) where the row sees the key (all
 /// of them unless `masked`), else 0, and dS = P (dP - D) times the softcap's slope at x.
 template <int kN>
-__device__ inline void feature_scores(float (&s)[kN], float (&dp)[kN], const ColumnStats& stats,
-                                      const ScoreChanges& c, const AttentionShape& one, bool masked,
-                                      const WindowKeyRows& runs, int row0, int key_a) {
+__device__ inline void feature_scores(float (&s)[kN], float (&dp)[kN], const ColumnStats& stats, const ScoreChanges& c,
+                                      const AttentionShape& one, bool masked, const WindowKeyRows& runs, int row0,
+                                      int key_a) {
   KeyRun live[2] = {{-1, 1 << 30}, {-1, 1 << 30}};  // every row, unless the tile is masked
   if (masked) {
     live[0] = runs(0);
@@ -190,14 +191,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t lo16 = desc_lo(smem, 16), lo_q = desc_lo(smem, tile_bytes<64>(kRows)),
                  lo_keys = desc_lo(smem, kKeyBoxBytes);
   const uint32_t k_lo = lo16 + (L::kK + 64 * c * kBoxRowBytes) / 16, v_lo = lo16 + (L::kV + 64 * c * kBoxRowBytes) / 16;
-  // The score changes of the first query head; per item only the slope and the bias move.
-  const ScoreChanges block_changes = score_changes(shape, kv_seq, extras);
+  // score_changes' scale and softcap, the same for every head; per item the head's slope and
+  // bias join them.
+  const float scale = float(shape.softmax_scale()), cap = float(features.softcap);
+  const ScoreChanges block_changes{scale, cap, cap > 0.0f ? scale / cap : 0.0f, 0.0f, nullptr};
   mbarrier_wait(kv_full, 0);
 
   for (int it = 0, head = kvh * group, i0 = first_row; it < n_items; ++it, walk.next(head, i0, kRows)) {
     const int st = StageRing::stage(it);
     const SequenceRows seq = sequence_rows(shape, features, extras, b, head);
-    ScoreChanges changes = block_changes;  // score_changes(shape, seq, extras), without its slope call
+    ScoreChanges changes = block_changes;  // score_changes(shape, seq, extras), the slope from shared memory
     changes.slope = features.alibi ? slopes[head - kvh * group] : 0.0f;
     changes.bias = features.bias ? extras.bias + seq.bias0 : nullptr;
     mbarrier_wait(&full[st], StageRing::full_parity(it));
@@ -265,10 +268,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // dK (times the scale) and dV of this thread's keys of the sequence; keys no row sees get 0.
   const float dk_scale[2] = {block_changes.scale, block_changes.scale}, dv_scale[2] = {1.0f, 1.0f};
-  store_rows_bf16<kD / 2, kD>(dk_acc, dk.head_start(kv_seq.kv_plane) + int64_t(kv_seq.kv_start) * dk.strides.row,
-                              key_a, one.seq_kv, t, dk_scale, dk.strides.row);
-  store_rows_bf16<kD / 2, kD>(dv_acc, dv.head_start(kv_seq.kv_plane) + int64_t(kv_seq.kv_start) * dv.strides.row,
-                              key_a, one.seq_kv, t, dv_scale, dv.strides.row);
+  store_rows_bf16<kD / 2, kD>(dk_acc, dk.head_start(kv_seq.kv_plane) + int64_t(kv_seq.kv_start) * dk.strides.row, key_a,
+                              one.seq_kv, t, dk_scale, dk.strides.row);
+  store_rows_bf16<kD / 2, kD>(dv_acc, dv.head_start(kv_seq.kv_plane) + int64_t(kv_seq.kv_start) * dv.strides.row, key_a,
+                              one.seq_kv, t, dv_scale, dv.strides.row);
 }
 
 template <int kD, bool kModify>
@@ -280,6 +283,9 @@ void launch_dim(const BackwardParams& p) {
   CUDA_CHECK(cudaMemsetAsync(dq32, 0, std::size_t(s.q_elems()) * sizeof(float), p.stream));
   backward::launch_delta<__nv_bfloat16>(p, delta);
   const int keys = f.varlen() ? p.extras.max_seqlen_k : s.seq_kv;
+  if (int64_t(f.sequence_count(s)) * s.heads_kv > 65535)  // the grid's y dimension
+    throw std::invalid_argument("sequences * heads_kv must be at most 65535, got " +
+                                std::to_string(int64_t(f.sequence_count(s)) * s.heads_kv));
   if (keys > 0) {
     // A packed batch is the dense layout with a batch of one: planes are heads, rows the totals.
     constexpr int kRows = kRowsOf<kD>;
@@ -305,9 +311,8 @@ void launch_backward_hopper(const BackwardParams& p) {
   require_window_tiles();  // the tile ranges are this chapter's exercise
   const AttentionFeatures& f = p.features;
   const bool modify = f.softcap > 0.0 || f.alibi || f.bias;
-  with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) {
-    with_bool(modify, [&](auto m) { launch_dim<d.value, m.value>(p); });
-  });
+  with_head_dim<64, 128>(p.shape.head_dim,
+                         [&](auto d) { with_bool(modify, [&](auto m) { launch_dim<d.value, m.value>(p); }); });
 }
 
 BackwardKernel hopper_backward_kernel() {
