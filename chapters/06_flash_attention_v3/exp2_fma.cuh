@@ -3,11 +3,14 @@
 // An H100 or H200 SM computes 16 exp2 a clock on its MUFU unit against 4,096 dense bf16 FLOP on
 // its tensor cores: at head_dim 64 a tile's exponentials take about as long as its matrix products.
 // FlashAttention-4 computes part of them on the FMA pipe instead, which Hopper has too:
-//   x = n + f, n = floor(x), f in [0, 1);  2^f ~ c0 + f (c1 + f (c2 + f c3))  (three FMAs);
-//   2^x = 2^f with n added to its exponent bits (one integer add).
-// The coefficients are a relative-minimax fit of 2^f on [0, 1): the largest relative error is
-// 7.5e-5, a fiftieth of a bf16 ulp (2^-8), so P rounded to bf16 for the P V product barely sees
-// it (tests/cpu/test_exp2_fma.cpp measures it over the softmax's whole range).
+//   x = n + f, n = x rounded to an integer, f in [-1/2, 1/2];
+//   2^f ~ c0 + f (c1 + f (c2 + f c3))  (three FMAs);  2^x = 2^f with n added to its exponent bits.
+// The rounding is an add: x + 1.5 * 2^23 is a float whose last mantissa bits hold n, and
+// subtracting 1.5 * 2^23 again gives n as a float. No floor, no float-to-int conversion: those
+// run on the same slow unit as MUFU.EX2, or branch. The coefficients are a relative-minimax fit
+// of 2^f on [-1/2, 1/2]: the largest relative error is 7.5e-5, a fiftieth of a bf16 ulp (2^-8),
+// so P rounded to bf16 for the P V product barely sees it (tests/cpu/test_exp2_fma.cpp measures
+// it over the softmax's whole range).
 #pragma once
 
 #include <cmath>
@@ -38,17 +41,19 @@ FA_HD inline float bits_float(int32_t i) {
 #endif
 }
 
-/// 2^x by a degree-3 polynomial on the FMA pipe. x below -125 gives 0 (and so does a masked
-/// score's -inf): 2^f is 0.99993 at f = 0, which in the lowest binade would land below the normal
-/// floats, and no softmax weight that small counts next to its row's largest, 1. x of 128 or more
-/// gives inf; NaN stays NaN. A softmax calls it with x = s - m <= 0.
+/// 2^x by a degree-3 polynomial on the FMA pipe, for x < 128 (a softmax's x = s - m is at most
+/// a few units). x at or below -125, a masked score's -inf among them, gives about 2^-125 (2.4e-38,
+/// a normal float): next to a row's largest weight, 1, it counts as nothing in any sum, and a caller
+/// that needs an exact 0 (a row that has seen no key) selects it. No branch: every lane runs the
+/// same seven instructions.
 FA_HD inline float exp2_fma(float x) {
-  constexpr float kC0 = 0.99992526f, kC1 = 0.6958335f, kC2 = 0.2260672f, kC3 = 0.07802454f;
-  if (!(x >= -125.0f)) return x != x ? x : 0.0f;
-  if (x >= 128.0f) return INFINITY;
-  const float n = floorf(x), f = x - n;
-  const float p = fmaf(fmaf(fmaf(kC3, f, kC2), f, kC1), f, kC0);  // 2^f, in [1, 2) within 7.5e-5
-  return bits_float(float_bits(p) + int32_t(n) * (1 << 23));      // times 2^n: n added to the exponent
+  constexpr float kC0 = 0.99992806f, kC1 = 0.69326097f, kC2 = 0.24261117f, kC3 = 0.05517168f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: x + kRound keeps x rounded to an integer
+  x = fmaxf(x, -125.0f);
+  const float t = x + kRound;
+  const float f = x - (t - kRound);                                           // in [-1/2, 1/2]
+  const float p = fmaf(fmaf(fmaf(kC3, f, kC2), f, kC1), f, kC0);              // 2^f, within 7.5e-5
+  return bits_float(float_bits(p) + int32_t(uint32_t(float_bits(t)) << 23));  // times 2^n
 }
 
 }  // namespace fa::flash3

@@ -13,7 +13,10 @@
 //     barriers, so while one warpgroup runs its softmax the tensor cores work for the other.
 //   * In-warpgroup overlap: a consumer issues S_{j+1} = Q K_{j+1}^T and P_j V_j back to back, then
 //     runs the softmax of tile j+1 while P_j V_j is still on the tensor cores.
-// Run: build/bin/ch06_flash_attention_v3 --variant specialized   (or --variant pingpong)
+// Variant 8, `lazy_fma`: variant 4 with FlashAttention-4's softmax (lazy_softmax.cuh): a row's
+// max moves only when it grows by more than 2^8, and a quarter of the exponentials run on the FMA
+// pipe instead of MUFU.
+// Run: build/bin/ch06_flash_attention_v3 --variant specialized   (or pingpong, lazy_fma)
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -32,7 +35,12 @@ namespace {
 
 using namespace fa::hopper;
 
-template <int kD, bool kPingPong>
+/// The share of each 8 exponentials variant 8 computes on the FMA pipe.
+constexpr int kFmaOfEight = 2;
+
+/// kSoftmax: -1 for variant 4's online softmax, else variant 8's with that many of each 8
+/// exponentials on the FMA pipe (ping-pong only).
+template <int kD, bool kPingPong, int kSoftmax = -1>
 __global__ void __launch_bounds__(kThreads, 1)
     flash3_specialized_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                               const __grid_constant__ CUtensorMap tm_v, AttentionShape shape,
@@ -121,23 +129,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     //! [consumer_loop]
     write_output<kD>(out, m, l, shape, bh, row0, t, o, lse);
   } else {
-    Bf16Ops<kD> ops{smem, q_rows, k_full, v_full, k_empty, v_empty, shape, i0, row0, t, scale_log2};
+    Bf16Ops<kD, kSoftmax> ops{smem, q_rows, k_full, v_full, k_empty, v_empty, shape, i0, row0, t, scale_log2};
     pingpong_schedule(ops, n_tiles, consumer);
     write_output<kD>(ops.out, ops.m, ops.l, shape, bh, row0, t, o, lse);
   }
 }
 
-template <int kD, bool kPingPong>
+template <int kD, bool kPingPong, int kSoftmax = -1>
 void launch_specialized_dim(const ForwardParams& p) {
   require_produce_kv();  // the producer's loop is this chapter's exercise
-  launch_bf16_tiles(flash3_specialized_kernel<kD, kPingPong>, p, kD, kBlockM, kTileKeys<kD>, kThreads,
+  launch_bf16_tiles(flash3_specialized_kernel<kD, kPingPong, kSoftmax>, p, kD, kBlockM, kTileKeys<kD>, kThreads,
                     Layout<kD>::kBytes);
 }
 
-template <bool kPingPong>
+template <bool kPingPong, int kSoftmax = -1>
 void launch_specialized(const ForwardParams& p) {
   if constexpr (kPingPong) {
-    with_head_dim<64, 96, 128, 256>(p.shape.head_dim, [&](auto d) { launch_specialized_dim<d.value, true>(p); });
+    with_head_dim<64, 96, 128, 256>(p.shape.head_dim,
+                                    [&](auto d) { launch_specialized_dim<d.value, true, kSoftmax>(p); });
   } else {
     with_head_dim<64, 128>(p.shape.head_dim, [&](auto d) { launch_specialized_dim<d.value, false>(p); });
   }
@@ -163,5 +172,11 @@ FA_REGISTER_FORWARD_KERNEL(
                        launch_specialized<true>, [](const AttentionShape& s) {
                          return hopper_support(s, {64, 96, 128, 256});
                        }));
+FA_REGISTER_FORWARD_KERNEL(specialized_kernel(
+    "ch06_lazy_fma_bf16", 8, "lazy_fma",
+    "variant 4 with FlashAttention-4's softmax: the max moves only past 2^8, a quarter of exp2 on the FMA pipe",
+    launch_specialized<true, kFmaOfEight>, [](const AttentionShape& s) {
+      return hopper_support(s, {64, 96, 128, 256});
+    }));
 
 }  // namespace fa::flash3

@@ -1,7 +1,8 @@
-// Chapter 06, variants 3, 4 and 7: the block shape, the shared-memory layout and the bf16
+// Chapter 06, variants 3, 4, 7 and 8: the block shape, the shared-memory layout and the bf16
 // operations of variant 4's schedule (pingpong_schedule in flash3_tile.cuh), shared by variant 4
-// (flash_attention_v3_specialized_sm90a.cu) and its persistent form, variant 7
-// (flash_attention_v3_persistent_sm90a.cu).
+// (flash_attention_v3_specialized_sm90a.cu), its persistent form, variant 7
+// (flash_attention_v3_persistent_sm90a.cu), and variant 8, its softmax FlashAttention-4's
+// (lazy_softmax.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +10,7 @@
 #include <cstdint>
 
 #include "flash3_tile.cuh"
+#include "lazy_softmax.cuh"
 
 namespace fa::flash3 {
 namespace {
@@ -23,8 +25,10 @@ constexpr int kConsumerThreads = 128 * kConsumers;
 template <int kD>
 using Layout = Smem<kD, kBlockM, kStages, 2 + 4 * kStages, kTileKeys<kD>>;
 
-/// The bf16 operations variant 4's schedule (pingpong_schedule in flash3_tile.cuh) runs.
-template <int kD>
+/// The bf16 operations variant 4's schedule (pingpong_schedule in flash3_tile.cuh) runs. With
+/// kFmaOfEight >= 0 the softmax is variant 8's: the lazy max, and kFmaOfEight of every 8
+/// exponentials on the FMA pipe (lazy_online_softmax).
+template <int kD, int kFmaOfEight = -1>
 struct Bf16Ops {
   using S = Layout<kD>;
   static constexpr int kKeys = kTileKeys<kD>;
@@ -50,7 +54,8 @@ struct Bf16Ops {
   __device__ void pv(int j) { issue_pv<kD, kKeys>(out, p, smem + S::kV + R::stage(ring0 + j) * S::kTileBytes); }
   __device__ void softmax(int j, float (&s)[kKeys / 2], float (&rescale)[2]) {
     if (tile_needs_mask(shape, i0, kBlockM, j * kKeys, kKeys)) mask_scores(s, shape, row0, j * kKeys, t);
-    online_softmax(s, m, l, rescale, scale_log2);
+    if constexpr (kFmaOfEight >= 0) lazy_online_softmax<kFmaOfEight>(s, m, l, rescale, scale_log2);
+    else online_softmax(s, m, l, rescale, scale_log2);
   }
   __device__ void rescale_out(const float (&rescale)[2]) { rescale_output<kD>(out, rescale); }
   __device__ void pack(const float (&s)[kKeys / 2]) { pack_p(s, p); }

@@ -1,6 +1,6 @@
 // Chapter 06's 2^x on the FMA pipe (exp2_fma.cuh) against 2^x in fp64, on the host: the function
-// is FA_HD and uses only FMAs, a floor and an integer add, whose float results are the same on
-// the host and the device, so this measures what a kernel gets. Over the softmax's range
+// is FA_HD and uses only float adds, FMAs, a max and an integer shift and add, whose results are
+// the same on the host and the device, so this measures what a kernel gets. Over the softmax's range
 // (x = s - m in [-125, 0], and a little above for a rescale that waits for a larger max): the
 // largest relative error, and how often P rounded to bf16 differs from exact 2^x rounded to bf16.
 #include <gtest/gtest.h>
@@ -75,14 +75,30 @@ TEST(Exp2Fma, Bf16WeightsOfASoftmax) {
 }
 
 TEST(Exp2Fma, EndsAndSpecialValues) {
-  EXPECT_EQ(exp2_fma(-std::numeric_limits<float>::infinity()), 0.0f);  // a masked score
-  EXPECT_EQ(exp2_fma(-125.5f), 0.0f);                                  // flushed
-  EXPECT_EQ(exp2_fma(-1000.0f), 0.0f);
-  EXPECT_TRUE(std::isnan(exp2_fma(std::numeric_limits<float>::quiet_NaN())));
-  EXPECT_EQ(exp2_fma(128.0f), std::numeric_limits<float>::infinity());
+  // At or below -125 (a masked score's -inf too): 2^-125 within the error bound, a normal float.
+  for (const float x : {-std::numeric_limits<float>::infinity(), -1000.0f, -125.5f, -125.0f}) {
+    const double rel = double(exp2_fma(x)) / std::ldexp(1.0, -125) - 1.0;
+    EXPECT_LT(std::fabs(rel), 7.6e-5) << "x = " << x;
+    EXPECT_GE(exp2_fma(x), std::numeric_limits<float>::min()) << "x = " << x;
+  }
   for (int n = -125; n <= 127; ++n) {  // at the integers 2^x is c0 * 2^n: within the error bound
     const double rel = double(exp2_fma(float(n))) / std::ldexp(1.0, n) - 1.0;
     EXPECT_LT(std::fabs(rel), 7.6e-5) << "x = " << n;
+  }
+  // The top of the range: n = 128 with f < 0 still lands below the largest float.
+  for (const float x : {127.4f, 127.6f, 127.99f}) {
+    const double rel = double(exp2_fma(x)) / std::exp2(double(x)) - 1.0;
+    EXPECT_LT(std::fabs(rel), 7.6e-5) << "x = " << x;
+  }
+}
+
+// Halfway between two integers x rounds to the even one, and f is -1/2 or 1/2: both ends of the
+// fit give the same 2^x within the bound.
+TEST(Exp2Fma, HalvesRoundEitherWay) {
+  for (int n = -124; n <= 126; ++n) {
+    const float x = float(n) + 0.5f;
+    const double rel = double(exp2_fma(x)) / std::exp2(double(x)) - 1.0;
+    EXPECT_LT(std::fabs(rel), 7.6e-5) << "x = " << x;
   }
 }
 
