@@ -368,6 +368,15 @@ class SlowPoints {
   std::map<std::string, std::pair<int, double>> last_;  // series -> (seq, ms) of a point over the limit
 };
 
+/// The points of a forward or backward run: chapter 09's (--features), or the sweep's shapes
+/// with no feature.
+std::vector<std::pair<AttentionShape, AttentionFeatures>> bench_points(const BenchOptions& opt) {
+  if (opt.features) return feature_points(opt.dims);
+  std::vector<std::pair<AttentionShape, AttentionFeatures>> points;
+  for (const AttentionShape& s : sweep_shapes(opt.sweep, opt.dims)) points.push_back({s, AttentionFeatures{}});
+  return points;
+}
+
 // ---- backward (chapter 07) ----------------------------------------------------------------
 
 /// Every registered backward kernel over the sweep. Per point and input dtype, one problem: O
@@ -389,12 +398,7 @@ int run_backward_sweep(const BenchOptions& opt) {
     csv << "chapter,kernel,variant,dtype,batch,heads_q,heads_kv,seq_q,seq_kv,head_dim,causal,status,check,time_ms,tflops,"
            "dq_rel,dk_rel,dv_rel,note,device_mib,features\n";
   }
-  std::vector<std::pair<AttentionShape, AttentionFeatures>> points;
-  if (opt.features) {
-    points = feature_points(opt.dims);
-  } else {
-    for (const AttentionShape& s : sweep_shapes(opt.sweep, opt.dims)) points.push_back({s, AttentionFeatures{}});
-  }
+  const std::vector<std::pair<AttentionShape, AttentionFeatures>> points = bench_points(opt);
   const size_t total = points.size() * kernels.size();
   size_t done = 0, failures = 0;
   SlowPoints slow(opt.max_point_ms);
@@ -559,12 +563,7 @@ int main(int argc, char** argv) {
     for (const ForwardKernel& k : forward_kernels()) {
       if (selected(k.name, opt.kernel_filters) && (!opt.features || k.features != 0)) kernels.push_back(&k);
     }
-    std::vector<std::pair<AttentionShape, AttentionFeatures>> points;
-    if (opt.features) {
-      points = feature_points(opt.dims);
-    } else {
-      for (const AttentionShape& s : sweep_shapes(opt.sweep, opt.dims)) points.push_back({s, AttentionFeatures{}});
-    }
+    const std::vector<std::pair<AttentionShape, AttentionFeatures>> points = bench_points(opt);
     const size_t total = points.size() * kernels.size();
     size_t done = 0, failures = 0;
     RunOptions run;
