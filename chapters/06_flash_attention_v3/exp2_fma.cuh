@@ -8,7 +8,7 @@
 // The rounding is an add: x + 1.5 * 2^23 is a float whose last mantissa bits hold n, and
 // subtracting 1.5 * 2^23 again gives n as a float. No floor, no float-to-int conversion: those
 // run on the same slow unit as MUFU.EX2, or branch. The coefficients are a relative-minimax fit
-// of 2^f on [-1/2, 1/2]: the largest relative error is 7.5e-5, a fiftieth of a bf16 ulp (2^-8),
+// of 2^f on [-1/2, 1/2]: the largest relative error is 7.5e-5, a fiftieth of bf16's rounding error (2^-8),
 // so P rounded to bf16 for the P V product barely sees it (tests/cpu/test_exp2_fma.cpp measures
 // it over the softmax's whole range).
 #pragma once
@@ -45,7 +45,7 @@ FA_HD inline float bits_float(int32_t i) {
 /// a few units). x at or below -125, a masked score's -inf among them, gives about 2^-125 (2.4e-38,
 /// a normal float): next to a row's largest weight, 1, it counts as nothing in any sum, and a caller
 /// that needs an exact 0 (a row that has seen no key) selects it. No branch: every lane runs the
-/// same seven instructions.
+/// same eight instructions.
 FA_HD inline float exp2_fma(float x) {
   constexpr float kC0 = 0.99992806f, kC1 = 0.69326097f, kC2 = 0.24261117f, kC3 = 0.05517168f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: x + kRound keeps x rounded to an integer

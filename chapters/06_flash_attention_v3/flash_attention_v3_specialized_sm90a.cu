@@ -14,8 +14,8 @@
 //   * In-warpgroup overlap: a consumer issues S_{j+1} = Q K_{j+1}^T and P_j V_j back to back, then
 //     runs the softmax of tile j+1 while P_j V_j is still on the tensor cores.
 // Variant 8, `lazy_fma`: variant 4 with FlashAttention-4's softmax (lazy_softmax.cuh): a row's
-// max moves only when it grows by more than 2^8, and a quarter of the exponentials run on the FMA
-// pipe instead of MUFU.
+// max moves only when its scores outgrow it by more than a factor 2^8, and a quarter of the
+// exponentials run on the FMA pipe instead of MUFU.
 // Run: build/bin/ch06_flash_attention_v3 --variant specialized   (or pingpong, lazy_fma)
 #include <cuda_bf16.h>
 
@@ -174,7 +174,7 @@ FA_REGISTER_FORWARD_KERNEL(
                        }));
 FA_REGISTER_FORWARD_KERNEL(specialized_kernel(
     "ch06_lazy_fma_bf16", 8, "lazy_fma",
-    "variant 4 with FlashAttention-4's softmax: the max moves only past 2^8, a quarter of exp2 on the FMA pipe",
+    "variant 4 with FlashAttention-4's softmax: the max moves only past a factor 2^8, a quarter of exp2 on the FMA pipe",
     launch_specialized<true, kFmaOfEight>, [](const AttentionShape& s) {
       return hopper_support(s, {64, 96, 128, 256});
     }));

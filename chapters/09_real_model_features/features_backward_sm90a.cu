@@ -67,8 +67,8 @@ struct ItemWalk {
 };
 
 //! [hopper_backward_scores]
-/// P^T and dS^T of one tile with softcap, ALiBi or the bias (kModify): element 4 n + e of the
-/// accumulators is key key_a + 8 (e / 2), row row0 + 8 n + (e & 1), row0 = i0 + 2 t. Each score is
+/// P^T and dS^T of one tile with softcap, ALiBi or the bias (kModify): element 4 n + j of the
+/// accumulators (j = 0 .. 3) is key key_a + 8 (j / 2), row row0 + 8 n + (j & 1), row0 = i0 + 2 t. Each score is
 /// changed as modified_score says (features.h), P = exp(x - LSE) where the row sees the key (all
 /// of them unless `masked`), else 0, and dS = P (dP - D) times the softcap's slope at x.
 template <int kN>
