@@ -16,6 +16,7 @@
 #   features_backward  the same for the backward                         fa_features_backward.csv,
 #                                                                         flex_features_backward.csv, features_backward.csv
 #   head_dims chapter 06 at head_dim 64-256 against SDPA (64, 128: forward's) head_dims.csv
+#   exp2      MUFU.EX2 and exp2_fma against 2^x (chapter 06's variant 8)   exp2_accuracy.csv
 #   dims      chapter 07's wgmma backward at head_dim 96 and 256          backward_d96.csv, backward_d256.csv (+ torch_)
 #   fused     chapter 07's variants 4-6 at head_dim 64, 96, 128 (64, 128:  backward_fused.csv, torch_backward_fused.csv
 #             backward's)
@@ -37,8 +38,8 @@ build=${1:?usage: results_run.sh BUILD OUT PART ...}
 out=${2:?usage: results_run.sh BUILD OUT PART ...}
 shift 2
 parts=("$@")
-all=(tour forward backward decode features features_backward head_dims dims fused bulk memory fp32 python overhead train
-  stamp)
+all=(tour forward backward decode features features_backward head_dims exp2 dims fused bulk memory fp32 python overhead
+  train stamp)
 [ ${#parts[@]} -eq 0 ] && { echo "results_run: name the parts to run (or all): ${all[*]}" >&2; exit 2; }
 [ "${parts[*]}" = all ] && parts=("${all[@]}")
 for p in "${parts[@]}"; do
@@ -75,6 +76,9 @@ part() {
       python3 tools/features_report.py "$out/fa_features.csv" "$out/flex_features.csv" --out "$out/features.csv" \
         --line "$(line "build/bin/fa_bench --features --dims 128 and python3 tools/bench_flex.py in the same call, merged by tools/features_report.py")"
       note features "fa_bench --features --dims 128; tools/bench_flex.py; tools/features_report.py" ;;
+    exp2)
+      "$build/bin/fa_exp2_accuracy" --csv "$out/exp2_accuracy.csv"
+      note exp2 "build/bin/fa_exp2_accuracy --csv exp2_accuracy.csv" ;;
     features_backward)
       "$bench" --features --backward --dims 128 --budget-ms "$budget" --csv "$out/fa_features_backward.csv"
       python3 tools/bench_flex.py --pass backward --budget-ms "$budget" --csv "$out/flex_features_backward.csv"
