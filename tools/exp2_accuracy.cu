@@ -52,8 +52,8 @@ std::vector<float> sample(const std::string& range) {
 // MUFU.EX2 is a few ulps off; a cubic with a relative error of 7.5e-5 is up to ~630 ulps off
 // in a binade [1, 2) and ~1260 in [1/2, 1), where the float spacing is half: the buckets span both.
 constexpr int kBuckets = 10;
-const char* const kBucketNames[kBuckets] = {"0",      "1",        "2",         "3-4",  "5-16",
-                                            "17-64",  "65-256",   "257-1024",  "1025-2048", ">2048"};
+const char* const kBucketNames[kBuckets] = {"0",     "1",      "2",        "3-4",       "5-16",
+                                            "17-64", "65-256", "257-1024", "1025-2048", ">2048"};
 constexpr int64_t kBucketTops[kBuckets - 1] = {0, 1, 2, 4, 16, 64, 256, 1024, 2048};
 
 int bucket_of(int64_t ulps) {
@@ -77,7 +77,8 @@ struct Tally {
 void report(std::ofstream& csv, const std::string& method, const std::string& range, const Tally& t) {
   std::printf("%-9s on %-9s (%lld x): float ulps from exact 2^x:", method.c_str(), range.c_str(),
               static_cast<long long>(t.n));
-  for (int b = 0; b < kBuckets; ++b) std::printf("  %s: %.4f%%", kBucketNames[b], 100.0 * double(t.buckets[b]) / double(t.n));
+  for (int b = 0; b < kBuckets; ++b)
+    std::printf("  %s: %.4f%%", kBucketNames[b], 100.0 * double(t.buckets[b]) / double(t.n));
   std::printf("; bf16 P differs for %.3f%%\n", 100.0 * double(t.bf16_differs) / double(t.n));
   if (!csv.is_open()) return;
   for (int b = 0; b < kBuckets; ++b)
@@ -98,8 +99,8 @@ int run(const std::string& csv_path) {
         << ": build/bin/fa_exp2_accuracy --csv " << csv_path << "\n";
     csv << "method,range,ulps,count,share,bf16_differs_share\n";
   }
-  if (!gpu.available) std::printf("fa_exp2_accuracy: no GPU (%s): exp2_fma on the host; MUFU.EX2 needs the GPU\n",
-                                  gpu.reason.c_str());
+  if (!gpu.available)
+    std::printf("fa_exp2_accuracy: no GPU (%s): exp2_fma on the host; MUFU.EX2 needs the GPU\n", gpu.reason.c_str());
   int64_t host_device_differ = 0;
   for (const std::string range : {"[-125, 8]", "[-16, 0]"}) {
     const std::vector<float> xs = sample(range);
@@ -135,7 +136,8 @@ int run(const std::string& csv_path) {
     report(csv, "exp2_fma", range, t_fma);
   }
   if (gpu.available)
-    std::printf("exp2_fma on the GPU and on the host: %lld values differ\n", static_cast<long long>(host_device_differ));
+    std::printf("exp2_fma on the GPU and on the host: %lld values differ\n",
+                static_cast<long long>(host_device_differ));
   return host_device_differ == 0 ? 0 : 1;
 }
 
