@@ -14,6 +14,7 @@ warning the student's code will remove.
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,7 +30,18 @@ def run(cmd, **kw):
 
 
 def main():
-    dest = sys.argv[1] if len(sys.argv) > 1 else os.path.join(tempfile.mkdtemp(prefix="fa_handout_"), "handout")
+    """The handout in the folder given, or in a temporary one that goes away afterwards (a built
+    handout takes more than a gigabyte)."""
+    if len(sys.argv) > 1:
+        return check(sys.argv[1])
+    tmp = tempfile.mkdtemp(prefix="fa_handout_")
+    try:
+        return check(os.path.join(tmp, "handout"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check(dest):
     if run([sys.executable, os.path.join(ROOT, "classroom", "handout.py"), dest]).returncode != 0:
         return 1
     jobs = str(os.cpu_count() or 2)
