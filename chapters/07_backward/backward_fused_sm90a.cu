@@ -207,10 +207,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                                           dv.strides.row);
 }
 
-/// The fp32 dQ sits in the workspace after D, from a 16-byte boundary (the atomics add float2,
-/// the bulk reductions whole 16 KiB parts).
-std::size_t dq32_offset(const AttentionShape& s) { return (std::size_t(s.lse_elems()) + 3) / 4 * 4; }
-
 /// Floats of the fp32 dQ: the row-major dQ for kAtomics; for kBulk, whole parts of every Q tile
 /// (two per tile of 128 x 64 or 64 x 128, rows past seq_q included).
 std::size_t dq32_floats(const AttentionShape& s, DqPath path) {

@@ -1,9 +1,11 @@
 // The pieces of chapter 07's fused Hopper backward (variants 5 and 6, backward_fused_sm90a.cu)
 // that a kernel of the same shape reuses (chapter 09's Hopper backward): the Q tile's rows per
 // head_dim, the dS^T tile in shared memory and its stmatrix store, the dQ product read from it,
-// and where a float of a consumer's dQ part belongs. Include it only from *_sm90a.cu files.
+// where the fp32 dQ sits in the workspace, and where a float of a consumer's dQ part belongs.
+// Include it only from *_sm90a.cu files.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "hopper.cuh"
@@ -80,6 +82,10 @@ __device__ inline void issue_dq(float (&acc)[DqSplit<kD>::kCols / 2], uint32_t d
   }
 }
 //! [fused_issue_dq]
+
+/// The fp32 dQ sits in the workspace after D, from a 16-byte boundary (the atomics add float2,
+/// the bulk reductions whole 16 KiB parts).
+inline std::size_t dq32_offset(const AttentionShape& s) { return (std::size_t(s.lse_elems()) + 3) / 4 * 4; }
 
 /// Where float4 `within` of consumer c's dQ part (fragment order: float4 n of consumer thread x
 /// at n * 128 + x) belongs in dQ_i: rows r = 16 (x / 32) + (x % 32) / 4 (and r + 8) of the Q

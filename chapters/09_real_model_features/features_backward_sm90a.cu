@@ -279,7 +279,7 @@ void launch_dim(const BackwardParams& p) {
   const AttentionShape& s = p.shape;
   const AttentionFeatures& f = p.features;
   float* delta = static_cast<float*>(p.workspace);
-  float* dq32 = delta + (std::size_t(s.lse_elems()) + 3) / 4 * 4;  // 16-byte aligned for the float2 atomics
+  float* dq32 = delta + dq32_offset(s);
   CUDA_CHECK(cudaMemsetAsync(dq32, 0, std::size_t(s.q_elems()) * sizeof(float), p.stream));
   backward::launch_delta<__nv_bfloat16>(p, delta);
   const int keys = f.varlen() ? p.extras.max_seqlen_k : s.seq_kv;
@@ -329,7 +329,7 @@ BackwardKernel hopper_backward_kernel() {
     return "at most " + std::to_string(kMaxGroup) + " query heads per K/V head, got " + std::to_string(s.group_size());
   };
   k.workspace_bytes = [](const AttentionShape& s) {
-    return ((std::size_t(s.lse_elems()) + 3) / 4 * 4 + std::size_t(s.q_elems())) * sizeof(float);
+    return (dq32_offset(s) + std::size_t(s.q_elems())) * sizeof(float);
   };
   k.features = kAllFeatures;
   k.strided = true;  // the tensor maps, D's rows, dK/dV's stores and dQ's rounding take any strides
