@@ -1,5 +1,5 @@
 // How far the softmax's two exponentials land from 2^x: MUFU.EX2 (fast_exp2, the one every kernel
-// uses) and chapter 06's exp2_fma (the cubic on the FMA pipe that variant 8 sends a quarter of its
+// uses) and chapter 06's exp2_fma (the cubic on the FMA pipe that variant 8 can send a share of its
 // exponentials to), each computed on the GPU, against 2^x in fp64 rounded to float. A histogram of
 // the distance in float ulps over the softmax's range, and how often the bf16 P that the P V
 // product takes differs from exact 2^x in bf16.

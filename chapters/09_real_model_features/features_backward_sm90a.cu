@@ -67,11 +67,16 @@ struct ItemWalk {
 };
 
 //! [hopper_backward_scores]
-/// P^T and dS^T of one tile with softcap, ALiBi or the bias (kModify): element 4 n + j of the
-/// accumulators (j = 0 .. 3) is key key_a + 8 (j / 2), row row0 + 8 n + (j & 1), row0 = i0 + 2 t. Each score is
+/// How a tile's scores change: not at all (chapter 07's steps), shifted by ALiBi or the bias
+/// (dS keeps its form: the exponentials still run under dP^T), or capped (the softcap's slope
+/// multiplies dS: both products are waited for, then one pass forms P and dS).
+enum class Changes { kNone, kShift, kCap };
+
+/// P^T (and, with kCap, dS^T) of one tile whose scores change: element 4 n + j of the accumulators
+/// (j = 0 .. 3) is key key_a + 8 (j / 2), row row0 + 8 n + (j & 1), row0 = i0 + 2 t. Each score is
 /// changed as modified_score says (features.h), P = exp(x - LSE) where the row sees the key (all
-/// of them unless `masked`), else 0, and dS = P (dP - D) times the softcap's slope at x.
-template <int kN>
+/// of them unless `masked`), else 0; with kCap dS = P (dP - D) times the softcap's slope at x.
+template <Changes kChanges, int kN>
 __device__ inline void feature_scores(float (&s)[kN], float (&dp)[kN], const ColumnStats& stats, const ScoreChanges& c,
                                       const AttentionShape& one, bool masked, const WindowKeyRows& runs, int row0,
                                       int key_a) {
@@ -82,13 +87,13 @@ __device__ inline void feature_scores(float (&s)[kN], float (&dp)[kN], const Col
   }
 #pragma unroll
   for (int i = 0; i < kN; i += 2) {
-    const float2 lse = stats.lse_pair(i), delta = stats.delta_pair(i);
+    const float2 lse = stats.lse_pair(i), delta = kChanges == Changes::kCap ? stats.delta_pair(i) : float2{};
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int k = i + e, h = (k % 4) / 2, key = key_a + 8 * h, row = row0 + 8 * (k / 4) + e;
       const bool sees = row >= live[h].begin && row < live[h].end;
       float x = s[k] * c.scale, slope = 1.0f;
-      if (c.cap > 0.0f) {
+      if (kChanges == Changes::kCap && c.cap > 0.0f) {
         const float th = fast_tanh(s[k] * c.scale_per_cap);
         x = c.cap * th;
         slope = 1.0f - th * th;  // d(cap tanh(x / cap)) / dx
@@ -97,14 +102,28 @@ __device__ inline void feature_scores(float (&s)[kN], float (&dp)[kN], const Col
       if (c.bias && sees) x += c.bias[int64_t(row) * one.seq_kv + key];
       const float p = sees ? fast_exp2(fmaf(x, kLog2e, -(e ? lse.y : lse.x))) : 0.0f;
       s[k] = p;
-      dp[k] = p * (dp[k] - (e ? delta.y : delta.x)) * slope;
+      if constexpr (kChanges == Changes::kCap) dp[k] = p * (dp[k] - (e ? delta.y : delta.x)) * slope;
     }
   }
 }
 //! [hopper_backward_scores]
 
-/// One 128-key block of one sequence's K/V head. kModify: softcap, ALiBi or the bias is on.
-template <int kD, bool kModify>
+/// Rows i0 .. i0 + kRows - 1 and keys j0 .. j0 + 127 of one head's bias into L2, asked for by
+/// the producer warp when it loads the tile's Q and dO: the consumers' reads of the bias then
+/// wait for L2, not for memory. A row of the tile is 512 bytes, 4 lines of 128; each lane asks
+/// for kRows / 8 lines.
+template <int kRows>
+__device__ inline void prefetch_bias_tile(const float* bias, const AttentionShape& one, int i0, int j0, int lane) {
+#pragma unroll
+  for (int e = lane; e < 4 * kRows; e += 32) {
+    const int row = i0 + e / 4, key = j0 + 32 * (e % 4);
+    if (row < one.seq_q && key < one.seq_kv)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(bias + int64_t(row) * one.seq_kv + key));
+  }
+}
+
+/// One 128-key block of one sequence's K/V head.
+template <int kD, Changes kChanges>
 __global__ void __launch_bounds__(kThreads, 1)
     features_backward_hopper_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                                     const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
@@ -176,6 +195,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       } else {
         mbarrier_arrive(&full[st]);
       }
+      if (kChanges != Changes::kNone && features.bias)
+        prefetch_bias_tile<kRows>(extras.bias + seq.bias0, one, i0, j0, lane);
     }
     //! [hopper_backward_producer]
     return;
@@ -216,16 +237,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     // sequence: past its ends a box holds the next sequence's rows (or TMA's zeros).
     const bool masked = !mask.tile_visible(i0, kRows, jc, 64);
     const ColumnStats stats{lse_s + st * kRows, delta_s + st * kRows, t};
-    if constexpr (kModify) {
+    if constexpr (kChanges == Changes::kCap) {
       // The softcap's slope is needed where dS is formed: both products first, then one pass.
       wgmma_wait<0>();
       fence_operands(st_acc);
       fence_operands(dpt);
-      feature_scores(st_acc, dpt, stats, changes, one, masked, runs, i0 + 2 * t, key_a);
+      feature_scores<kChanges>(st_acc, dpt, stats, changes, one, masked, runs, i0 + 2 * t, key_a);
     } else {
       wgmma_wait<1>();  // the exponentials under dP^T, as in chapter 07
       fence_operands(st_acc);
-      probabilities(st_acc, stats, changes.scale * kLog2e, masked, runs, i0 + 2 * t);
+      if constexpr (kChanges == Changes::kShift)
+        feature_scores<kChanges>(st_acc, dpt, stats, changes, one, masked, runs, i0 + 2 * t, key_a);
+      else probabilities(st_acc, stats, changes.scale * kLog2e, masked, runs, i0 + 2 * t);
       wgmma_wait<0>();
       fence_operands(dpt);
       score_gradients(dpt, st_acc, stats);
@@ -274,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                               one.seq_kv, t, dv_scale, dv.strides.row);
 }
 
-template <int kD, bool kModify>
+template <int kD, Changes kChanges>
 void launch_dim(const BackwardParams& p) {
   const AttentionShape& s = p.shape;
   const AttentionFeatures& f = p.features;
@@ -298,7 +321,7 @@ void launch_dim(const BackwardParams& p) {
         dv{static_cast<__nv_bfloat16*>(p.dv), st.dv, s.heads_kv};
     constexpr int kBytes = KvLayout<kD, kRows, kExtraBytes<kD>>::kBytes;
     static_assert(kBytes <= 227 * 1024, "a block may have 227 KiB of shared memory");
-    auto kernel = features_backward_hopper_kernel<kD, kModify>;
+    auto kernel = features_backward_hopper_kernel<kD, kChanges>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
     const dim3 grid(unsigned((keys + kKvKeys - 1) / kKvKeys), unsigned(f.sequence_count(s) * s.heads_kv));
     kernel<<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, f, p.extras, p.lse, delta, dq32, dk, dv);
@@ -310,9 +333,10 @@ void launch_dim(const BackwardParams& p) {
 void launch_backward_hopper(const BackwardParams& p) {
   require_window_tiles();  // the tile ranges are this chapter's exercise
   const AttentionFeatures& f = p.features;
-  const bool modify = f.softcap > 0.0 || f.alibi || f.bias;
-  with_head_dim<64, 128>(p.shape.head_dim,
-                         [&](auto d) { with_bool(modify, [&](auto m) { launch_dim<d.value, m.value>(p); }); });
+  const int d = p.shape.head_dim;
+  if (f.softcap > 0.0) with_head_dim<64, 128>(d, [&](auto dim) { launch_dim<dim.value, Changes::kCap>(p); });
+  else if (f.alibi || f.bias) with_head_dim<64, 128>(d, [&](auto dim) { launch_dim<dim.value, Changes::kShift>(p); });
+  else with_head_dim<64, 128>(d, [&](auto dim) { launch_dim<dim.value, Changes::kNone>(p); });
 }
 
 BackwardKernel hopper_backward_kernel() {
