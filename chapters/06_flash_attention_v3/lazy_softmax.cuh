@@ -10,7 +10,7 @@
 //    kFmaOfEight go to exp2_fma (a cubic on the FMA pipe, exp2_fma.cuh) and the rest to MUFU.EX2,
 //    whose 16 results a clock per SM a head_dim-64 tile's softmax needs about as many clocks of
 //    as its products. Variant 8 sets it to 0: on the H200 every share ran slower (the softmax's
-//    instructions, not MUFU, are what it waits on).
+//    warps wait on the latency of each result, seldom on MUFU).
 #pragma once
 
 #include "device_utils.cuh"
