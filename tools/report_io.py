@@ -18,11 +18,14 @@ def is_step_kernel(kernel):
     return STEP_KERNEL.search(kernel) is not None
 
 
-def report_args(doc, second="torch_csv"):
-    """The parsed command line of a report script whose module docstring is `doc`."""
+def report_args(doc, second="torch_csv", extra=()):
+    """The parsed command line of a report script whose module docstring is `doc`; `extra`: more
+    options, as (names, keyword arguments) pairs for add_argument."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("fa_csv")
     parser.add_argument(second)
+    for names, kwargs in extra:
+        parser.add_argument(*names, **kwargs)
     parser.add_argument("--out", required=True)
     parser.add_argument("--line", required=True, help="where and how it was measured (the file's first line)")
     return parser.parse_args()

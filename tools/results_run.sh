@@ -71,20 +71,23 @@ part() {
       esac
       note "$1" "make bench with FA_BUDGET_MS=$budget, FA_PHASES=$1" ;;
     features)
+      need_forward features  # the same shapes without features: chapter 06's kernels in fa_bench.csv
       "$bench" --features --dims 128 --csv "$out/fa_features.csv"
       python3 tools/bench_flex.py --csv "$out/flex_features.csv"
       python3 tools/features_report.py "$out/fa_features.csv" "$out/flex_features.csv" --out "$out/features.csv" \
-        --line "$(line "build/bin/fa_bench --features --dims 128 and python3 tools/bench_flex.py in the same call, merged by tools/features_report.py")"
+        --plain "$out/fa_bench.csv" \
+        --line "$(line "build/bin/fa_bench --features --dims 128 and python3 tools/bench_flex.py in the same call, merged by tools/features_report.py (the plain columns: the forward part's fa_bench.csv)")"
       note features "fa_bench --features --dims 128; tools/bench_flex.py; tools/features_report.py" ;;
     exp2)
       "$build/bin/fa_exp2_accuracy" --csv "$out/exp2_accuracy.csv"
       note exp2 "build/bin/fa_exp2_accuracy --csv exp2_accuracy.csv" ;;
     features_backward)
+      need_part backward features_backward backward.csv  # chapter 07's kernels at the same shapes
       "$bench" --features --backward --dims 128 --budget-ms "$budget" --csv "$out/fa_features_backward.csv"
       python3 tools/bench_flex.py --pass backward --budget-ms "$budget" --csv "$out/flex_features_backward.csv"
       python3 tools/features_report.py "$out/fa_features_backward.csv" "$out/flex_features_backward.csv" \
-        --out "$out/features_backward.csv" \
-        --line "$(line "build/bin/fa_bench --features --backward --dims 128 and python3 tools/bench_flex.py --pass backward in the same call, merged by tools/features_report.py")"
+        --out "$out/features_backward.csv" --plain "$out/backward.csv" \
+        --line "$(line "build/bin/fa_bench --features --backward --dims 128 and python3 tools/bench_flex.py --pass backward in the same call, merged by tools/features_report.py (the plain columns: the backward part's backward.csv)")"
       note features_backward "fa_bench --features --backward --dims 128; tools/bench_flex.py --pass backward; tools/features_report.py" ;;
     head_dims)
       # head_dim 64 and 128 are the forward part's points (fa_bench.csv, torch.csv): only 96 and 256

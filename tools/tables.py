@@ -377,21 +377,43 @@ def python_overhead_table():
             f"{measured_on(line)}.\n")
 
 
+def feature_rows(rows, ampere, plain):
+    """features_report.py's rows as table rows; with the plain columns (--plain) when the file has them."""
+    has_plain = bool(rows) and "over_plain" in rows[0]
+    head = ["feature", "seq × batch", "ours (kernel)", "TFLOP/s", "FlexAttention", "× Flex", "SDPA (backend)", "× SDPA",
+            ampere] + ([plain, "× it"] if has_plain else [])
+    body = [[r["feature"], f"{int(r['seq']) // 1024}k × {r['batch']}", f"`{r['kernel']}`", r["tflops"],
+             r["flex_tflops"] or "–", f"{r['over_flex']}×" if r["over_flex"] else "–",
+             f"{r['sdpa_tflops']} ({r['sdpa_backend']})" if r["sdpa_tflops"] else "–",
+             f"{r['over_sdpa']}×" if r["over_sdpa"] else "–", r["ampere_tflops"] or "–"] +
+            ([f"{r['plain_tflops']} (`{r['plain_kernel']}`)" if r["plain_tflops"] else "–",
+              f"{r['over_plain']}×" if r["over_plain"] else "–"] if has_plain else []) for r in rows]
+    return table(head, body)
+
+
 def features_table():
     line, rows = load_with_line("features.csv")
-    body = table(["feature", "seq × batch", "ours (kernel)", "TFLOP/s", "FlexAttention", "× Flex", "SDPA (backend)",
-                  "× SDPA", "`ch09_ampere_bf16`"],
-                 [[r["feature"], f"{int(r['seq']) // 1024}k × {r['batch']}", f"`{r['kernel']}`", r["tflops"],
-                   r["flex_tflops"] or "–", f"{r['over_flex']}×" if r["over_flex"] else "–",
-                   f"{r['sdpa_tflops']} ({r['sdpa_backend']})" if r["sdpa_tflops"] else "–",
-                   f"{r['over_sdpa']}×" if r["over_sdpa"] else "–", r["ampere_tflops"] or "–"] for r in rows])
+    body = feature_rows(rows, "`ch09_ampere_bf16`", "chapter 06, no feature")
     return (body + "\n\nhead_dim 128, 16 heads, bf16, 16k tokens per point; causal except the bias row. TFLOP/s count "
             "only the (query, key) pairs the mask leaves (half the square for causal, exact for windows). SDPA runs "
             "where it takes the feature: the plain causal mask, and ALiBi and the bias as a materialized bf16 mask. "
-            "The last column is variant 1, the path for GPUs before Hopper, on the same points. This table is "
+            "The `ch09_ampere_bf16` column is variant 1, the path for GPUs before Hopper, on the same points; the "
+            "chapter 06 columns, where the run has them, chapter 06's fastest kernel at the same shape without the "
+            "feature (the forward part's points) and ours over it. This table is "
             "the run's features part, on a machine of its own: its causal and SDPA figures differ by a few percent "
             "from the same points in chapter 06's tables (the forward part, another H200). "
             f"\n\n{measured_on(line)}.\n")
+
+
+def features_backward_table():
+    line, rows = load_with_line("features_backward.csv")
+    body = feature_rows(rows, "`ch09_ampere_backward_bf16`", "chapter 07, no feature")
+    return (body + "\n\nThe backward (dQ, dK, dV from O and the LSE of chapter 07's forward), head_dim 128, 16 heads, "
+            "bf16, 16k tokens per point; causal except the bias row. TFLOP/s count 2.5 times the forward's operations "
+            "on the (query, key) pairs the mask leaves. FlexAttention's backward is compiled by torch.compile, its "
+            "gradients checked against float64 autograd on one head first. The last columns, where the run has them: "
+            "chapter 07's fastest backward at the same shape without the feature (the backward part's points), "
+            f"and ours over it.\n\n{measured_on(line)}.\n")
 
 
 def head_dims_table():
@@ -551,6 +573,8 @@ def tables():
     out["train_gemma2"] = train_gemma2_table()
     out["python_overhead"] = python_overhead_table()
     out["features"] = features_table()
+    if os.path.exists(os.path.join(RESULTS, "features_backward.csv")):
+        out["features_backward"] = features_backward_table()
     out["head_dims"] = head_dims_table()
     out["memory"] = memory_table()
     out["fp32"] = fp32_table()
