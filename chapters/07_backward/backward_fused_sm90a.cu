@@ -48,7 +48,7 @@ template <int kD, DqPath kPath>
 __global__ void __launch_bounds__(kThreads, 1)
     fused_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                  const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do, AttentionShape s,
-                 float scale, const float* lse, const float* delta, float* dq32, StridedRows<__nv_bfloat16> dk,
+                 const float* lse, const float* delta, float* dq32, StridedRows<__nv_bfloat16> dk,
                  StridedRows<__nv_bfloat16> dv) {
   constexpr int kRows = kRowsOf<kD>;
   using L = KvLayout<kD, kRows, kExtraOf<kD, kPath>>;
@@ -75,9 +75,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int c = wg - 1, warp = wg_tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int jc = j0 + 64 * c;            // this consumer's first key
   const int key_a = jc + 16 * warp + g;  // this thread's keys: key_a, key_a + 8
-  // The scale comes from the host: worked out here (a double division, a subroutine call), the
-  // float that dK's store needs after the loop was held in local memory across it.
-  const float scale_log2 = scale * kLog2e;
+  const float scale = float(s.softmax_scale()), scale_log2 = scale * kLog2e;
   // The rows that see each of the thread's keys. Keys past the end of the sequence (the last
   // block) see none: TMA reads their K rows as zeros, but P^T there is exp(-LSE), which may be
   // infinite, and inf * 0 in dS K would be NaN.
@@ -264,9 +262,7 @@ void launch_dim(const BackwardParams& p) {
   static_assert(kBytes <= 227 * 1024, "a block may have 227 KiB of shared memory");
   CUDA_CHECK(cudaFuncSetAttribute(fused_kernel<kD, kPath>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
   const dim3 grid(unsigned((s.seq_kv + kKvKeys - 1) / kKvKeys), unsigned(kv_planes));
-  const float scale = float(s.softmax_scale());
-  fused_kernel<kD, kPath><<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, scale, p.lse, delta, dq32, dk,
-                                                                dv);
+  fused_kernel<kD, kPath><<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, p.lse, delta, dq32, dk, dv);
   CUDA_CHECK_LAUNCH();
   if constexpr (kPath == DqPath::kAtomics) {
     launch_round_dq<__nv_bfloat16>(dq32, p);
@@ -274,7 +270,7 @@ void launch_dim(const BackwardParams& p) {
     const int64_t n4 = int64_t(dq_floats / 4);
     const int q_tiles = (s.seq_q + kRowsOf<kD> - 1) / kRowsOf<kD>;
     round_dq_parts_kernel<kD><<<unsigned((n4 + 255) / 256), 256, 0, p.stream>>>(
-        reinterpret_cast<const float4*>(dq32), dq, s.seq_q, q_tiles, n4, scale);
+        reinterpret_cast<const float4*>(dq32), dq, s.seq_q, q_tiles, n4, float(s.softmax_scale()));
     CUDA_CHECK_LAUNCH();
   }
 }

@@ -85,16 +85,12 @@ __device__ inline void feature_scores(float (&s)[kN], float (&dp)[kN], const Col
     live[0] = runs(0);
     live[1] = runs(1);
   }
-  // ALiBi's distance |row + offset - key| as a per-key float plus a per-element constant, and the
-  // bias's rows from the thread's first: no int-to-float conversion or 64-bit product per score.
-  const float base[2] = {float(row0 + one.causal_offset() - key_a), float(row0 + one.causal_offset() - key_a - 8)};
-  const float* bias_rows = c.bias ? c.bias + int64_t(row0) * one.seq_kv + key_a : nullptr;
 #pragma unroll
   for (int i = 0; i < kN; i += 2) {
     const float2 lse = stats.lse_pair(i), delta = kChanges == Changes::kCap ? stats.delta_pair(i) : float2{};
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int k = i + e, h = (k % 4) / 2, row = row0 + 8 * (k / 4) + e;
+      const int k = i + e, h = (k % 4) / 2, key = key_a + 8 * h, row = row0 + 8 * (k / 4) + e;
       const bool sees = row >= live[h].begin && row < live[h].end;
       float x = s[k] * c.scale, slope = 1.0f;
       if (kChanges == Changes::kCap && c.cap > 0.0f) {
@@ -102,8 +98,8 @@ __device__ inline void feature_scores(float (&s)[kN], float (&dp)[kN], const Col
         x = c.cap * th;
         slope = 1.0f - th * th;  // d(cap tanh(x / cap)) / dx
       }
-      if (c.slope != 0.0f) x = fmaf(-c.slope, fabsf(base[h] + float(8 * (k / 4) + e)), x);
-      if (c.bias && sees) x += bias_rows[(8 * (k / 4) + e) * one.seq_kv + 8 * h];
+      if (c.slope != 0.0f) x -= c.slope * fabsf(float(row + one.causal_offset() - key));
+      if (c.bias && sees) x += c.bias[int64_t(row) * one.seq_kv + key];
       const float p = sees ? fast_exp2(fmaf(x, kLog2e, -(e ? lse.y : lse.x))) : 0.0f;
       s[k] = p;
       if constexpr (kChanges == Changes::kCap) dp[k] = p * (dp[k] - (e ? delta.y : delta.x)) * slope;
@@ -132,8 +128,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     features_backward_hopper_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                                     const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
                                     AttentionShape shape, AttentionFeatures features, AttentionExtras extras,
-                                    ScoreChanges block_changes, const float* lse, const float* delta, float* dq32,
-                                    StridedRows<__nv_bfloat16> dk, StridedRows<__nv_bfloat16> dv) {
+                                    const float* lse, const float* delta, float* dq32, StridedRows<__nv_bfloat16> dk,
+                                    StridedRows<__nv_bfloat16> dv) {
   constexpr int kRows = kRowsOf<kD>;
   using L = KvLayout<kD, kRows, kExtraBytes<kD>>;
   using Split = DqSplit<kD>;
@@ -216,6 +212,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t lo16 = desc_lo(smem, 16), lo_q = desc_lo(smem, tile_bytes<64>(kRows)),
                  lo_keys = desc_lo(smem, kKeyBoxBytes);
   const uint32_t k_lo = lo16 + (L::kK + 64 * c * kBoxRowBytes) / 16, v_lo = lo16 + (L::kV + 64 * c * kBoxRowBytes) / 16;
+  // score_changes' scale and softcap, the same for every head; per item the head's slope and
+  // bias join them.
+  const float scale = float(shape.softmax_scale()), cap = float(features.softcap);
+  const ScoreChanges block_changes{scale, cap, cap > 0.0f ? scale / cap : 0.0f, 0.0f, nullptr};
   mbarrier_wait(kv_full, 0);
 
   for (int it = 0, head = kvh * group, i0 = first_row; it < n_items; ++it, walk.next(head, i0, kRows)) {
@@ -324,13 +324,7 @@ void launch_dim(const BackwardParams& p) {
     auto kernel = features_backward_hopper_kernel<kD, kChanges>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
     const dim3 grid(unsigned((keys + kKvKeys - 1) / kKvKeys), unsigned(f.sequence_count(s) * s.heads_kv));
-    // score_changes' scale and softcap, the same for every head (per item the kernel adds the
-    // head's slope and bias), worked out here: in the kernel their divisions are subroutine
-    // calls, and the scale, needed again after the loop, was held in local memory.
-    const float scale = float(s.softmax_scale()), cap = float(f.softcap);
-    const ScoreChanges block_changes{scale, cap, cap > 0.0f ? scale / cap : 0.0f, 0.0f, nullptr};
-    kernel<<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, f, p.extras, block_changes, p.lse, delta,
-                                                 dq32, dk, dv);
+    kernel<<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, f, p.extras, p.lse, delta, dq32, dk, dv);
     CUDA_CHECK_LAUNCH();
   }
   backward::launch_round_dq<__nv_bfloat16>(dq32, p);
