@@ -36,7 +36,8 @@ namespace {
 using namespace fa::hopper;
 
 /// The share of each 8 exponentials variant 8 computes on the FMA pipe: none. Every share timed
-/// on the H200 (1, 2 and 4 of 8) ran slower than none at head_dim 64 and 128 (performance notes).
+/// on the H200 (1, 2 and 4 of 8) ran slower than none at all but one point of head_dim 64 and 128
+/// (performance notes).
 constexpr int kFmaOfEight = 0;
 
 /// kSoftmax: -1 for variant 4's online softmax, else variant 8's with that many of each 8

@@ -110,8 +110,8 @@ __device__ inline void feature_scores(float (&s)[kN], float (&dp)[kN], const Col
 
 /// Rows i0 .. i0 + kRows - 1 and keys j0 .. j0 + 127 of one head's bias into L2, asked for by
 /// the producer warp when it loads the tile's Q and dO: the consumers' reads of the bias then
-/// wait for L2, not for memory. A row of the tile is 512 bytes, 4 lines of 128; each lane asks
-/// for kRows / 8 lines.
+/// wait for L2, not for memory. A row of the tile is 512 bytes, 4 lines of 128 when it starts on
+/// a line (else it touches a fifth, not asked for); each lane asks for kRows / 8 lines.
 template <int kRows>
 __device__ inline void prefetch_bias_tile(const float* bias, const AttentionShape& one, int i0, int j0, int lane) {
 #pragma unroll

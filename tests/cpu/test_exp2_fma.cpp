@@ -1,7 +1,8 @@
 // Chapter 06's 2^x on the FMA pipe (exp2_fma.cuh) against 2^x in fp64, on the host: the function
 // is FA_HD and uses only float adds, FMAs, a max and an integer shift and add, whose results are
 // the same on the host and the device, so this measures what a kernel gets. Over the softmax's range
-// (x = s - m in [-125, 0], and a little above for a rescale that waits for a larger max): the
+// (x = s - m in [-125, 0], and up to 8 above with variant 8's lazy max, which moves a row's max
+// only when its scores outgrow it by more than 2^8): the
 // largest relative error, and how often P rounded to bf16 differs from exact 2^x rounded to bf16.
 #include <gtest/gtest.h>
 
