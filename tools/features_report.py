@@ -53,8 +53,9 @@ def plain_columns(best, tflops):
 def main():
     args = report_args(__doc__, second="flex_csv", extra=[(("--plain",), {"help": "fa_bench's standard sweep CSV"})])
     ours, ampere, causal = {}, {}, {}
-    backward = False
-    for r in csv.DictReader(open(args.fa_csv, newline="")):
+    rows = csv.DictReader(open(args.fa_csv, newline=""))
+    backward = "dq_rel" in (rows.fieldnames or [])  # fa_bench --backward's CSV has the gradients' errors
+    for r in rows:
         if r["status"] != "ok" or not r["tflops"] or r.get("dtype", "bf16") != "bf16":
             continue  # FlexAttention runs bf16: so do the kernels compared with it
         # A packed batch is "varlen N": N sequences in a batch of 1 (older files: "varlen" with
@@ -67,7 +68,6 @@ def main():
         batch = (int(words[1]) if len(words) > 1 else int(r["batch"])) if packed else int(r["batch"])
         seq = int(r["seq_q"]) // batch if packed else int(r["seq_q"])
         key = (feature, int(r["head_dim"]), seq)
-        backward = backward or "dq_rel" in r
         causal[key] = int(r["causal"])
         if r["kernel"] in ("ch09_ampere_bf16", "ch09_ampere_backward_bf16"):
             ampere[key] = float(r["tflops"])

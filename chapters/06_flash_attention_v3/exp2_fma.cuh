@@ -42,10 +42,10 @@ FA_HD inline float bits_float(int32_t i) {
 }
 
 /// 2^x by a degree-3 polynomial on the FMA pipe, for x < 128 (a softmax's x = s - m is at most
-/// a few units; with variant 8's lazy max, at most 8). x at or below -125, a masked score's -inf among them, gives about 2^-125 (2.4e-38,
-/// a normal float): next to a row's largest weight, 1, it counts as nothing in any sum, and a caller
-/// that needs an exact 0 (a row that has seen no key) selects it. No branch: every lane runs the
-/// same eight instructions.
+/// a few units; with variant 8's lazy max, at most 8). x at or below -125, a masked score's -inf
+/// among them, gives about 2^-125 (2.4e-38, a normal float): next to a row's largest weight, 1, it
+/// counts as nothing in any sum, and a caller that needs an exact 0 (a row that has seen no key)
+/// selects it. No branch: every lane runs the same eight instructions.
 FA_HD inline float exp2_fma(float x) {
   constexpr float kC0 = 0.99992806f, kC1 = 0.69326097f, kC2 = 0.24261117f, kC3 = 0.05517168f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: x + kRound keeps x rounded to an integer

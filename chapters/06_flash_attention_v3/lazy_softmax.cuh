@@ -9,8 +9,9 @@
 //  * The exponentials split between two pipes. Of every 8 of a row's scores a thread holds,
 //    kFmaOfEight go to exp2_fma (a cubic on the FMA pipe, exp2_fma.cuh) and the rest to MUFU.EX2,
 //    which gives 16 results a clock per SM: a head_dim-64 tile's exponentials need about as many
-//    of those clocks as its products need of the tensor cores'. Variant 8 sets it to 0: on the H200 every share ran slower (the softmax's
-//    warps wait on the latency of each result, seldom on MUFU).
+//    of those clocks as its products need of the tensor cores'. Variant 8 sets it to 0: on the
+//    H200 every share ran slower (the softmax's warps wait on the latency of each result, seldom
+//    on MUFU).
 #pragma once
 
 #include "device_utils.cuh"
