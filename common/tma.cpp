@@ -46,8 +46,8 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 CUtensorMap make_tensor_map_swizzled(const void* base, int element_bytes, int cols, int rows, int planes, int box_rows,
                                      int row_bytes) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (element_bytes != 1 && element_bytes != 2)
-    throw std::invalid_argument("make_tensor_map_swizzled: element_bytes must be 1 or 2, got " +
+  if (element_bytes != 1 && element_bytes != 2 && element_bytes != 4)
+    throw std::invalid_argument("make_tensor_map_swizzled: element_bytes must be 1, 2 or 4, got " +
                                 std::to_string(element_bytes));
   if (row_bytes != 64 && row_bytes != 128)
     throw std::invalid_argument("make_tensor_map_swizzled: row_bytes must be 64 or 128, got " +
@@ -59,8 +59,11 @@ CUtensorMap make_tensor_map_swizzled(const void* base, int element_bytes, int co
   const cuuint32_t element_strides[3] = {1, 1, 1};
   CUtensorMap map{};
   const CUresult r =
-      encode(&map, element_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 3,
-             const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      encode(&map,
+             element_bytes == 4   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+             : element_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                  : CU_TENSOR_MAP_DATA_TYPE_UINT8,
+             3, const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
              row_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)

@@ -19,12 +19,12 @@ namespace fa {
 std::string hopper_support(const AttentionShape& s, const std::string& who,
                            std::initializer_list<int> head_dims = {64, 128});
 
-/// A tensor map over a 16-bit array laid out [planes][rows][cols] (cols contiguous; a plane is one
-/// (batch, head) of Q, K or V), cut into boxes of box_rows x 64 columns (128 bytes per box row)
-/// stored in shared memory with the 128-byte swizzle. Rows past `rows` (and columns past `cols`)
-/// read as zeros, so a tile hanging over the end of a sequence never sees the next head.
-/// element_bytes: 2 (bf16) or 1 (fp8, boxes of 128 columns). Throws std::runtime_error with the
-/// driver's message on failure.
+/// A tensor map over an array laid out [planes][rows][cols] (cols contiguous; a plane is one
+/// (batch, head) of Q, K, V or a bias), cut into boxes of box_rows x 128 bytes stored in shared
+/// memory with the 128-byte swizzle. Rows past `rows` (and columns past `cols`) read as zeros, so
+/// a tile hanging over the end of a sequence never sees the next head. element_bytes: 2 (bf16,
+/// boxes of 64 columns), 1 (fp8, 128 columns) or 4 (fp32, 32 columns). The base and each row must
+/// start on a 16-byte boundary. Throws std::runtime_error with the driver's message on failure.
 CUtensorMap make_tensor_map_sw128(const void* base, int element_bytes, int cols, int rows, int planes, int box_rows);
 /// The same with box rows of `row_bytes` (64 or 128) and the matching swizzle (64- or 128-byte).
 CUtensorMap make_tensor_map_swizzled(const void* base, int element_bytes, int cols, int rows, int planes, int box_rows,

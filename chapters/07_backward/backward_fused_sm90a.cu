@@ -171,26 +171,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       //! [fused_atomics]
     } else {
-      //! [bulk_dq]
-      // dQ_i into this consumer's part in shared memory, float4 n of this thread at n * 128 +
-      // wg_tid (a warp's stores fill 512 consecutive bytes), then one bulk reduction adds the
-      // part to part (bh, Q tile, c) of dQ32. The scale is applied once, to the sum, by the
-      // rounding kernel.
+      // dQ_i into this consumer's part in shared memory, then one bulk reduction into dQ32's part
+      // (fused_tile.cuh's add_dq_part).
       float* part_s = reinterpret_cast<float*>(smem + L::kExtra + 2 * kDsBytes<kD> + c * kDqPartBytes);
-      float4* part = reinterpret_cast<float4*>(part_s);
-#pragma unroll
-      for (int n = 0; n < Split::kCols / 8; ++n)
-        part[n * 128 + wg_tid] = make_float4(dq_acc[4 * n], dq_acc[4 * n + 1], dq_acc[4 * n + 2], dq_acc[4 * n + 3]);
-      fence_proxy_async_shared();
-      if (c == 0) named_barrier_sync<128>(kDqStored);  // literal ids: ptxas counts the barriers a kernel uses
-      else named_barrier_sync<128>(kDqStored + 1);
-      if (wg_tid == 0) {
-        const int q_tiles = (s.seq_q + kRows - 1) / kRows;
-        const int64_t part_index = (int64_t(bh) * q_tiles + i0 / kRows) * kConsumers + c;
-        bulk_reduce_add_f32(dq32 + part_index * kDqPartFloats, part_s, kDqPartBytes);
-        bulk_commit();
-      }
-      //! [bulk_dq]
+      add_dq_part<kD, kDqStored>(dq_acc, part_s, dq32, bh, (s.seq_q + kRows - 1) / kRows, i0 / kRows, c, wg_tid);
     }
     wgmma_wait<0>();  // dK done: the stage's Q and dO are free
     fence_operands(dv_acc);
@@ -206,40 +190,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   store_rows_bf16<kPaddedDim<kD> / 2, kD>(dv_acc, dv.head_start(kv_plane), key_a, s.seq_kv, t, dv_scale,
                                           dv.strides.row);
 }
-
-/// Floats of the fp32 dQ: the row-major dQ for kAtomics; for kBulk, whole parts of every Q tile
-/// (two per tile of 128 x 64 or 64 x 128, rows past seq_q included).
-std::size_t dq32_floats(const AttentionShape& s, DqPath path) {
-  if (path == DqPath::kAtomics) return std::size_t(s.q_elems());
-  static_assert(kRowsOf<64> == 128 && kRowsOf<96> == 64 && kRowsOf<128> == 64, "the rule below is kRowsOf's");
-  const int rows = s.head_dim == 64 ? 128 : 64;
-  const std::size_t q_tiles = std::size_t((s.seq_q + rows - 1) / rows);
-  return std::size_t(s.batch) * s.heads_q * q_tiles * kConsumers * kDqPartFloats;
-}
-
-//! [fused_round_parts]
-/// dQ = scale * the bulk way's fp32 sum (bf16, row-major), one thread per float4 of a part:
-/// float4 n of consumer thread x holds dQ_i's rows r = 16 (x / 32) + (x % 32) / 4 (and r + 8) at
-/// columns 8 n + 2 (x % 4) (and + 1) of the part, as in the atomics of kAtomics.
-template <int kD>
-__global__ void round_dq_parts_kernel(const float4* dq32, StridedRows<__nv_bfloat16> dq, int seq_q, int q_tiles,
-                                      int64_t n4, float scale) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n4) return;
-  float4 v = dq32[i];
-  v = make_float4(v.x * scale, v.y * scale, v.z * scale, v.w * scale);
-  const int64_t part = i / (kDqPartFloats / 4);
-  const int c = int(part % kConsumers), tile = int(part / kConsumers % q_tiles);
-  const int64_t bh = part / kConsumers / q_tiles;
-  const PartPlace at_part = part_place<kD>(int(i % (kDqPartFloats / 4)), c);
-  const int row = tile * kRowsOf<kD> + at_part.row, col = at_part.col;
-  if (col >= kD) return;  // head_dim 96's padding columns
-  __nv_bfloat16* head = dq.head_start(int(bh));
-  const int64_t at = int64_t(row) * dq.strides.row + col, step = 8 * dq.strides.row;
-  if (row < seq_q) *reinterpret_cast<__nv_bfloat162*>(head + at) = __floats2bfloat162_rn(v.x, v.y);
-  if (row + 8 < seq_q) *reinterpret_cast<__nv_bfloat162*>(head + at + step) = __floats2bfloat162_rn(v.z, v.w);
-}
-//! [fused_round_parts]
 
 template <int kD, DqPath kPath>
 void launch_dim(const BackwardParams& p) {

@@ -1,14 +1,17 @@
 // The pieces of chapter 07's fused Hopper backward (variants 5 and 6, backward_fused_sm90a.cu)
 // that a kernel of the same shape reuses (chapter 09's Hopper backward): the Q tile's rows per
 // head_dim, the dS^T tile in shared memory and its stmatrix store, the dQ product read from it,
-// where the fp32 dQ sits in the workspace, and where a float of a consumer's dQ part belongs.
+// where the fp32 dQ sits in the workspace, the bulk way's dQ parts (added, placed and rounded).
 // Include it only from *_sm90a.cu files.
 #pragma once
+
+#include <cuda_bf16.h>
 
 #include <cstddef>
 #include <cstdint>
 
 #include "hopper.cuh"
+#include "strides.h"
 #include "wgmma_backward.cuh"
 
 namespace fa::backward::sm90 {
@@ -100,5 +103,63 @@ __host__ __device__ inline PartPlace part_place(int within, int c) {
   const bool by_rows = DqSplit<kD>::kByRows;
   return {(by_rows ? 64 * c : 0) + r, (by_rows ? 0 : 64 * c) + col8};
 }
+
+//! [bulk_dq]
+/// The bulk way's dQ step for consumer c: dQ_i (this thread's dq_acc) into the consumer's part in
+/// shared memory, float4 n of this thread at n * 128 + wg_tid (a warp's stores fill 512
+/// consecutive bytes), then one bulk reduction adds the part to part (plane, Q tile, c) of dQ32.
+/// The scale is applied once, to the sum, by the rounding kernel. kBarrier and kBarrier + 1: the
+/// named barriers of consumers 0 and 1 (literal ids: ptxas counts the barriers a kernel uses).
+template <int kD, int kBarrier>
+__device__ inline void add_dq_part(const float (&dq_acc)[DqSplit<kD>::kCols / 2], float* part_s, float* dq32,
+                                   int64_t plane, int q_tiles, int tile, int c, int wg_tid) {
+  float4* part = reinterpret_cast<float4*>(part_s);
+#pragma unroll
+  for (int n = 0; n < DqSplit<kD>::kCols / 8; ++n)
+    part[n * 128 + wg_tid] = make_float4(dq_acc[4 * n], dq_acc[4 * n + 1], dq_acc[4 * n + 2], dq_acc[4 * n + 3]);
+  fence_proxy_async_shared();
+  if (c == 0) named_barrier_sync<128>(kBarrier);
+  else named_barrier_sync<128>(kBarrier + 1);
+  if (wg_tid == 0) {
+    const int64_t part_index = (plane * q_tiles + tile) * kConsumers + c;
+    bulk_reduce_add_f32(dq32 + part_index * kDqPartFloats, part_s, kDqPartBytes);
+    bulk_commit();
+  }
+}
+//! [bulk_dq]
+
+/// Floats of the fp32 dQ: the row-major dQ for kAtomics; for kBulk, whole parts of every Q tile
+/// (two per tile of 128 x 64 or 64 x 128, rows past seq_q included).
+inline std::size_t dq32_floats(const AttentionShape& s, DqPath path) {
+  if (path == DqPath::kAtomics) return std::size_t(s.q_elems());
+  static_assert(kRowsOf<64> == 128 && kRowsOf<96> == 64 && kRowsOf<128> == 64, "the rule below is kRowsOf's");
+  const int rows = s.head_dim == 64 ? 128 : 64;
+  const std::size_t q_tiles = std::size_t((s.seq_q + rows - 1) / rows);
+  return std::size_t(s.batch) * s.heads_q * q_tiles * kConsumers * kDqPartFloats;
+}
+
+//! [fused_round_parts]
+/// dQ = scale * the bulk way's fp32 sum (bf16, row-major), one thread per float4 of a part:
+/// float4 n of consumer thread x holds dQ_i's rows r = 16 (x / 32) + (x % 32) / 4 (and r + 8) at
+/// columns 8 n + 2 (x % 4) (and + 1) of the part, as in the atomics of kAtomics.
+template <int kD>
+__global__ void round_dq_parts_kernel(const float4* dq32, StridedRows<__nv_bfloat16> dq, int seq_q, int q_tiles,
+                                      int64_t n4, float scale) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n4) return;
+  float4 v = dq32[i];
+  v = make_float4(v.x * scale, v.y * scale, v.z * scale, v.w * scale);
+  const int64_t part = i / (kDqPartFloats / 4);
+  const int c = int(part % kConsumers), tile = int(part / kConsumers % q_tiles);
+  const int64_t bh = part / kConsumers / q_tiles;
+  const PartPlace at_part = part_place<kD>(int(i % (kDqPartFloats / 4)), c);
+  const int row = tile * kRowsOf<kD> + at_part.row, col = at_part.col;
+  if (col >= kD) return;  // head_dim 96's padding columns
+  __nv_bfloat16* head = dq.head_start(int(bh));
+  const int64_t at = int64_t(row) * dq.strides.row + col, step = 8 * dq.strides.row;
+  if (row < seq_q) *reinterpret_cast<__nv_bfloat162*>(head + at) = __floats2bfloat162_rn(v.x, v.y);
+  if (row + 8 < seq_q) *reinterpret_cast<__nv_bfloat162*>(head + at + step) = __floats2bfloat162_rn(v.z, v.w);
+}
+//! [fused_round_parts]
 
 }  // namespace fa::backward::sm90

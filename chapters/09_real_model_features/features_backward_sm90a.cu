@@ -1,7 +1,7 @@
-// Chapter 09, backward -- `hopper`: chapter 07's fused Hopper backward (variant 5: one block per
-// 128 keys, a producer warp and two consumer warpgroups, five wgmma products per Q tile, dS^T
-// through shared memory for dQ, fp32 atomics into dQ) with the features, bf16, sm_90a, head_dim
-// 64 and 128. The schedule inside a tile is chapter 07's (fused_tile.cuh, wgmma_backward.cuh);
+// Chapter 09, backward -- `hopper`: chapter 07's fused Hopper backward (variants 5 and 6: one
+// block per 128 keys, a producer warp and two consumer warpgroups, five wgmma products per Q tile,
+// dS^T through shared memory for dQ; dQ by variant 6's bulk reductions, or by variant 5's fp32
+// atomics for a packed batch) with the features, bf16, sm_90a, head_dim 64 and 128. The schedule inside a tile is chapter 07's (fused_tile.cuh, wgmma_backward.cuh);
 // the features enter where they entered the Ampere backward (features_backward.cu):
 //   * packed batches: block (key tile, b * heads_kv + h) works on sequence b, as a batch of one;
 //     its TMA copies start at the sequence's first row of the head's plane, and the rows and keys
@@ -16,6 +16,7 @@
 // Run: build/bin/fa_gpu_tests --gtest_filter='*ch09_hopper_backward*'
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -36,14 +37,16 @@ namespace {
 
 using namespace fa::backward::sm90;
 
-/// Named barrier 1 (0 is __syncthreads'): both consumers' halves of the Q tile's dS^T are stored.
-constexpr int kDsStored = 1;
+/// Named barriers (0 is __syncthreads'): 1, both consumers' halves of the Q tile's dS^T are
+/// stored; 2 and 3, consumer 0's and 1's dQ part is in shared memory (the bulk way only).
+constexpr int kDsStored = 1, kDqStored = 2;
 /// The most query heads per K/V head: their ALiBi slopes sit in shared memory, worked out once
 /// per block (in double precision, as the forward's, a subroutine call best kept out of the loop).
 constexpr int kMaxGroup = 256;
-/// Shared memory after K, V and the ring: chapter 07's two dS^T buffers, then the slopes.
-template <int kD>
-constexpr int kExtraBytes = kExtraOf<kD, DqPath::kAtomics> + kMaxGroup * 4;
+/// Shared memory after K, V and the ring: chapter 07's two dS^T buffers (and with kBulk the
+/// consumers' dQ parts), then the slopes.
+template <int kD, DqPath kPath>
+constexpr int kExtraBytes = kExtraOf<kD, kPath> + kMaxGroup * 4;
 
 /// The rows that see each of a thread's two keys, key_a and key_a + 8 (probabilities' runs).
 struct WindowKeyRows {
@@ -124,8 +127,9 @@ __device__ inline void prefetch_bias_tile(const float* bias, const AttentionShap
   }
 }
 
-/// One 128-key block of one sequence's K/V head.
-template <int kD, Changes kChanges>
+/// One 128-key block of one sequence's K/V head. dQ goes by chapter 07's atomics into the
+/// row-major fp32 dQ, or (kBulk, a batch that is not packed) by its bulk reductions part by part.
+template <int kD, Changes kChanges, DqPath kPath>
 __global__ void __launch_bounds__(kThreads, 1)
     features_backward_hopper_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                                     const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
@@ -133,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                     const float* lse, const float* delta, float* dq32, StridedRows<__nv_bfloat16> dk,
                                     StridedRows<__nv_bfloat16> dv) {
   constexpr int kRows = kRowsOf<kD>;
-  using L = KvLayout<kD, kRows, kExtraBytes<kD>>;
+  using L = KvLayout<kD, kRows, kExtraBytes<kD, kPath>>;
   using Split = DqSplit<kD>;
   //! [hopper_backward_sequence]
   // The sequence, as the first query head of this K/V head sees it (the group shares its rows),
@@ -157,7 +161,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The warpgroup read through a shuffle from lane 0 (warp-uniform to the compiler), as in
   // chapter 07's fused kernel: the descriptors that derive from it stay in uniform registers.
   const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0), wg_tid = tid % 128;
-  float* slopes = reinterpret_cast<float*>(smem + L::kExtra + kExtraOf<kD, DqPath::kAtomics>);
+  float* slopes = reinterpret_cast<float*>(smem + L::kExtra + kExtraOf<kD, kPath>);
   if (features.alibi)
     for (int h = tid; h < group; h += kThreads) slopes[h] = extras.alibi_slope(shape, b, kvh * group + h);
   init_stages(kv_full, full, empty, 32, kConsumerThreads);  // its __syncthreads publishes the slopes
@@ -263,6 +267,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_fence();
     issue_a_regs_b<kD, kRows>(dv_acc, a_p, lo_q + do_at / 16);  // dV_c += P^T dO
     wgmma_commit();
+    // With kBulk the thread that hands the dQ part over waits, while dV runs, until the last bulk
+    // reduction has read it, as in chapter 07's variant 6.
+    if (kPath == DqPath::kBulk && wg_tid == 0) bulk_wait_read<0>();
     named_barrier_sync<kConsumerThreads>(kDsStored);
     float dq_acc[Split::kCols / 2];
     wgmma_fence();
@@ -272,18 +279,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_commit();
     wgmma_wait<1>();  // dV and dQ done
     fence_operands(dq_acc);
-    // dQ32 += scale * dQ_i for this thread's rows of the sequence (two floats per atomic), while
-    // dK is on the tensor cores.
-    const int row0 = i0 + (Split::kByRows ? 64 * c : 0), col0 = Split::kByRows ? 0 : c * Split::kCols;
-    float* dq_rows = dq32 + seq.q_row0 * kD;
+    if constexpr (kPath == DqPath::kAtomics) {
+      // dQ32 += scale * dQ_i for this thread's rows of the sequence (two floats per atomic), while
+      // dK is on the tensor cores.
+      const int row0 = i0 + (Split::kByRows ? 64 * c : 0), col0 = Split::kByRows ? 0 : c * Split::kCols;
+      float* dq_rows = dq32 + seq.q_row0 * kD;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row0 + 16 * warp + g + 8 * h;
-      if (row >= one.seq_q) continue;
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + 16 * warp + g + 8 * h;
+        if (row >= one.seq_q) continue;
 #pragma unroll
-      for (int n = 0; n < Split::kCols / 8; ++n)
-        atomicAdd(reinterpret_cast<float2*>(dq_rows + int64_t(row) * kD + col0 + 8 * n + 2 * t),
-                  make_float2(dq_acc[4 * n + 2 * h] * changes.scale, dq_acc[4 * n + 2 * h + 1] * changes.scale));
+        for (int n = 0; n < Split::kCols / 8; ++n)
+          atomicAdd(reinterpret_cast<float2*>(dq_rows + int64_t(row) * kD + col0 + 8 * n + 2 * t),
+                    make_float2(dq_acc[4 * n + 2 * h] * changes.scale, dq_acc[4 * n + 2 * h + 1] * changes.scale));
+      }
+    } else {
+      // dQ_i into this consumer's part, then one bulk reduction into part (plane, Q tile, c):
+      // chapter 07's variant 6; the rounding kernel applies the scale.
+      float* part_s = reinterpret_cast<float*>(smem + L::kExtra + 2 * kDsBytes<kD> + c * kDqPartBytes);
+      add_dq_part<kD, kDqStored>(dq_acc, part_s, dq32, seq.q_plane, (one.seq_q + kRows - 1) / kRows, i0 / kRows, c,
+                                 wg_tid);
     }
     wgmma_wait<0>();  // dK done: the stage's Q and dO are free
     fence_operands(dv_acc);
@@ -291,6 +306,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbarrier_arrive(&empty[st]);
   }
 
+  if (kPath == DqPath::kBulk && wg_tid == 0) bulk_wait<0>();  // the shared memory stays until it is read
   // dK (times the scale) and dV of this thread's keys of the sequence; keys no row sees get 0.
   const float dk_scale[2] = {block_changes.scale, block_changes.scale}, dv_scale[2] = {1.0f, 1.0f};
   store_rows_bf16<kD / 2, kD>(dk_acc, dk.head_start(kv_seq.kv_plane) + int64_t(kv_seq.kv_start) * dk.strides.row, key_a,
@@ -299,13 +315,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                               one.seq_kv, t, dv_scale, dv.strides.row);
 }
 
-template <int kD, Changes kChanges>
+template <int kD, Changes kChanges, DqPath kPath>
 void launch_dim(const BackwardParams& p) {
   const AttentionShape& s = p.shape;
   const AttentionFeatures& f = p.features;
   float* delta = static_cast<float*>(p.workspace);
   float* dq32 = delta + dq32_offset(s);
-  CUDA_CHECK(cudaMemsetAsync(dq32, 0, std::size_t(s.q_elems()) * sizeof(float), p.stream));
+  const std::size_t dq_floats = dq32_floats(s, kPath);
+  CUDA_CHECK(cudaMemsetAsync(dq32, 0, dq_floats * sizeof(float), p.stream));
   backward::launch_delta<__nv_bfloat16>(p, delta);
   const int keys = f.varlen() ? p.extras.max_seqlen_k : s.seq_kv;
   if (int64_t(f.sequence_count(s)) * s.heads_kv > 65535)  // the grid's y dimension
@@ -321,24 +338,45 @@ void launch_dim(const BackwardParams& p) {
     const CUtensorMap tm_v = make_tensor_map_heads(p.v, kD, s.seq_kv, s.heads_kv, s.batch, st.v, kKvKeys);
     const StridedRows<__nv_bfloat16> dk{static_cast<__nv_bfloat16*>(p.dk), st.dk, s.heads_kv},
         dv{static_cast<__nv_bfloat16*>(p.dv), st.dv, s.heads_kv};
-    constexpr int kBytes = KvLayout<kD, kRows, kExtraBytes<kD>>::kBytes;
+    constexpr int kBytes = KvLayout<kD, kRows, kExtraBytes<kD, kPath>>::kBytes;
     static_assert(kBytes <= 227 * 1024, "a block may have 227 KiB of shared memory");
-    auto kernel = features_backward_hopper_kernel<kD, kChanges>;
+    auto kernel = features_backward_hopper_kernel<kD, kChanges, kPath>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
     const dim3 grid(unsigned((keys + kKvKeys - 1) / kKvKeys), unsigned(f.sequence_count(s) * s.heads_kv));
     kernel<<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, f, p.extras, p.lse, delta, dq32, dk, dv);
     CUDA_CHECK_LAUNCH();
   }
-  backward::launch_round_dq<__nv_bfloat16>(dq32, p);
+  if constexpr (kPath == DqPath::kAtomics) {
+    backward::launch_round_dq<__nv_bfloat16>(dq32, p);
+  } else {
+    const BackwardStrides st = p.strides ? *p.strides : BackwardStrides::packed(s);
+    const StridedRows<__nv_bfloat16> dq{static_cast<__nv_bfloat16*>(p.dq), st.dq, s.heads_q};
+    const int64_t n4 = int64_t(dq_floats / 4);
+    round_dq_parts_kernel<kD><<<unsigned((n4 + 255) / 256), 256, 0, p.stream>>>(
+        reinterpret_cast<const float4*>(dq32), dq, s.seq_q, (s.seq_q + kRowsOf<kD> - 1) / kRowsOf<kD>, n4,
+        float(s.softmax_scale()));
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+/// launch_dim with dQ's path: the bulk reductions for a batch that is not packed (its parts, a
+/// function of the shape, fit the workspace), the atomics for a packed one. At head_dim 64 the
+/// shifted scores keep the atomics: the bulk path gains ALiBi nothing there and costs the bias a
+/// sixth of its speed (the performance notes' measurement).
+template <int kD, Changes kChanges>
+void launch_path(const BackwardParams& p) {
+  if constexpr (kD == 64 && kChanges == Changes::kShift) launch_dim<kD, kChanges, DqPath::kAtomics>(p);
+  else if (p.features.varlen()) launch_dim<kD, kChanges, DqPath::kAtomics>(p);
+  else launch_dim<kD, kChanges, DqPath::kBulk>(p);
 }
 
 void launch_backward_hopper(const BackwardParams& p) {
   require_window_tiles();  // the tile ranges are this chapter's exercise
   const AttentionFeatures& f = p.features;
   const int d = p.shape.head_dim;
-  if (f.softcap > 0.0) with_head_dim<64, 128>(d, [&](auto dim) { launch_dim<dim.value, Changes::kCap>(p); });
-  else if (f.alibi || f.bias) with_head_dim<64, 128>(d, [&](auto dim) { launch_dim<dim.value, Changes::kShift>(p); });
-  else with_head_dim<64, 128>(d, [&](auto dim) { launch_dim<dim.value, Changes::kNone>(p); });
+  if (f.softcap > 0.0) with_head_dim<64, 128>(d, [&](auto dim) { launch_path<dim.value, Changes::kCap>(p); });
+  else if (f.alibi || f.bias) with_head_dim<64, 128>(d, [&](auto dim) { launch_path<dim.value, Changes::kShift>(p); });
+  else with_head_dim<64, 128>(d, [&](auto dim) { launch_path<dim.value, Changes::kNone>(p); });
 }
 
 BackwardKernel hopper_backward_kernel() {
@@ -354,8 +392,8 @@ BackwardKernel hopper_backward_kernel() {
     if (!why.empty() || s.group_size() <= kMaxGroup) return why;
     return "at most " + std::to_string(kMaxGroup) + " query heads per K/V head, got " + std::to_string(s.group_size());
   };
-  k.workspace_bytes = [](const AttentionShape& s) {
-    return (dq32_offset(s) + std::size_t(s.q_elems())) * sizeof(float);
+  k.workspace_bytes = [](const AttentionShape& s) {  // room for either path's fp32 dQ
+    return (dq32_offset(s) + std::max(dq32_floats(s, DqPath::kAtomics), dq32_floats(s, DqPath::kBulk))) * sizeof(float);
   };
   k.features = kAllFeatures;
   k.strided = true;  // the tensor maps, D's rows, dK/dV's stores and dQ's rounding take any strides

@@ -36,9 +36,10 @@ constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers), kBlockM = 64 * 
 constexpr int kConsumerThreads = 128 * kConsumers;
 template <int kD>
 using Layout = flash3::Smem<kD, kBlockM, kStages, 1 + 4 * kStages>;
-/// With a bias staged in shared memory: the two consumers' bias tiles after the barriers.
+/// With a bias staged in shared memory: the two consumers' bias tiles after the barriers (on a
+/// 1024-byte boundary, as TMA's 128-byte swizzle needs), then their full and empty barriers.
 template <int kD>
-constexpr int kBiasOffset = (Layout<kD>::kBars + 8 * (1 + 4 * kStages) + 127) / 128 * 128;
+constexpr int kBiasOffset = (Layout<kD>::kBars + 8 * (1 + 4 * kStages) + 1023) / 1024 * 1024;
 
 /// softcap, ALiBi and the bias on this thread's scores of one K/V tile (chapter 06's fragment:
 /// s[i] is row row0 + 8 ((i % 4) / 2), key j0 + 8 (i / 4) + 2t + (i & 1)). modified_score's rule
@@ -81,46 +82,67 @@ __device__ inline void mask_tile(float (&s)[kBlockN / 2], const WindowMask& mask
   mask_rows(s, mask, row0, j0 + 2 * t);
 }
 
-/// The bias through shared memory: each consumer warpgroup copies its 64 rows x 128 keys of the
-/// next tile's bias with cp.async (16 bytes a copy, no registers held) while it works on this
-/// tile. Rows are 512 bytes; the 16-byte chunk c of row r is stored at chunk c ^ (r % 8), so that
-/// the 8 rows a warp reads at once fall in different banks. Used when every bias row starts on a
-/// 16-byte boundary (seq_kv a multiple of 4); otherwise each score's bias is read from global.
-constexpr int kBiasRowFloats = kBlockN, kBiasTileBytes = 64 * kBlockN * 4;
-constexpr int kBiasBarrier = 3;  // named barriers 3 and 4 (1 and 2 are the ping-pong turns)
+/// The bias through shared memory, by TMA: a warp of the producer warpgroup (the bias warp)
+/// copies each consumer's 64 rows x 128 keys of the next tile's bias while the consumers work on
+/// this one, the tile as four boxes of 64 rows x 32 keys (128 bytes a row) with the 128-byte
+/// swizzle, one tile a consumer (two do not fit next to the K/V stages), handed over by its own
+/// full and empty barriers. Used when every bias row starts on a 16-byte boundary (seq_kv a
+/// multiple of 4, as TMA needs); otherwise each score's bias is read from global.
+constexpr int kBiasBoxKeys = 32, kBiasBoxBytes = 64 * kBiasBoxKeys * 4, kBiasTileBytes = 64 * kBlockN * 4;
 
+/// Element (row, key) of a staged tile: box key / 32, the 16-byte chunk c of a box row r stored at
+/// chunk c ^ (r % 8), so that the 8 rows a warp reads at once fall in different banks.
 __device__ inline float* bias_at(float* tile, int row, int key) {
-  return tile + row * kBiasRowFloats + (((key / 4) ^ (row % 8)) * 4) + key % 4;
+  return tile + (key / kBiasBoxKeys) * (kBiasBoxBytes / 4) + row * kBiasBoxKeys +
+         ((((key % kBiasBoxKeys) / 4) ^ (row % 8)) * 4) + key % 4;
 }
 
-/// Rows first_row .. first_row + 63 (of this sequence) and keys j0 .. j0 + 127 of the bias into
-/// `tile`, zeros past either end; each of the warpgroup's 128 threads makes 16 of the copies.
-/// Each bias element is read once, K and V once per Q block: the bias goes through L2 as
-/// evict-first, so that its stream does not push K and V out.
-__device__ inline void copy_bias_tile(float* tile, const float* bias, const AttentionShape& one, int first_row, int j0,
-                                      int thread) {
+/// TMA's copy of one box (tma_load_3d) under an L2 cache policy: the bias, read once, goes through
+/// L2 as evict-first, so that its stream does not push K and V out.
+__device__ inline void tma_load_3d_hint(void* dst, const CUtensorMap* map, int c0, int c1, int c2, uint64_t* bar,
+                                        uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, "
+      "%4}], [%5], %6;\n" ::"r"(smem_addr(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+
+/// The same box into L2 only (no shared memory, no barrier).
+__device__ inline void tma_prefetch_3d(const CUtensorMap* map, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(map), "r"(c0), "r"(c1),
+               "r"(c2)
+               : "memory");
+}
+
+//! [hopper_bias_warp]
+/// The bias warp's loop (one thread): tile j of each consumer into its buffer once the consumer
+/// has released tile j - 1, and tile j + 2 into L2 meanwhile, so that the copy of j + 1 reads L2.
+/// Keys from first_key, rows i0 + 64 c of query plane `plane` (the bias is [planes][seq_q][seq_kv];
+/// boxes past seq_q or seq_kv read zeros).
+__device__ inline void produce_bias(unsigned char* tiles, const CUtensorMap* tm_bias, uint64_t* bias_full,
+                                    uint64_t* bias_empty, int n_tiles, int first_key, int i0, int plane) {
   const uint64_t policy = ampere::l2_evict_first_policy();
-#pragma unroll
-  for (int k = 0; k < 16; ++k) {
-    const int e = thread + 128 * k, row = e / 32, key = 4 * (e % 32);
-    const bool valid = first_row + row < one.seq_q && j0 + key < one.seq_kv;
-    const float* from = valid ? bias + int64_t(first_row + row) * one.seq_kv + j0 + key : bias;
-    ampere::cp_async_16_hint(bias_at(tile, row, key), from, valid, policy);
-  }
-  ampere::cp_async_commit();
-}
-
-/// Rows first_row .. first_row + 63 and keys j0 .. j0 + 127 of the bias into L2 (no registers,
-/// no shared memory): each of the warpgroup's 128 threads asks for 2 of the tile's 256 lines.
-__device__ inline void prefetch_bias_tile(const float* bias, const AttentionShape& one, int first_row, int j0,
-                                          int thread) {
-#pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    const int e = thread + 128 * k, row = e / 4, key = 32 * (e % 4);
-    if (first_row + row < one.seq_q && j0 + key < one.seq_kv)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(bias + int64_t(first_row + row) * one.seq_kv + j0 + key));
+  if (n_tiles > 1)  // tile 1 into L2 before the loop, which asks for j + 2 from tile 0 on
+    for (int c = 0; c < kConsumers; ++c)
+      for (int b = 0; b < kBlockN / kBiasBoxKeys; ++b)
+        tma_prefetch_3d(tm_bias, first_key + kBlockN + kBiasBoxKeys * b, i0 + 64 * c, plane);
+  for (int j = 0; j < n_tiles; ++j) {
+    const int key0 = first_key + j * kBlockN;
+    for (int c = 0; c < kConsumers; ++c) {
+      if (j > 0) mbarrier_wait(&bias_empty[c], (j - 1) & 1);
+      mbarrier_arrive_expect_tx(&bias_full[c], kBiasTileBytes);
+      for (int b = 0; b < kBlockN / kBiasBoxKeys; ++b)
+        tma_load_3d_hint(tiles + c * kBiasTileBytes + b * kBiasBoxBytes, tm_bias, key0 + kBiasBoxKeys * b, i0 + 64 * c,
+                         plane, &bias_full[c], policy);
+    }
+    if (j + 2 < n_tiles)
+      for (int c = 0; c < kConsumers; ++c)
+        for (int b = 0; b < kBlockN / kBiasBoxKeys; ++b)
+          tma_prefetch_3d(tm_bias, key0 + 2 * kBlockN + kBiasBoxKeys * b, i0 + 64 * c, plane);
   }
 }
+//! [hopper_bias_warp]
 
 /// Adds the staged bias tile (rows of this consumer from row 0 of the tile) to s.
 __device__ inline void add_staged_bias(float (&s)[kBlockN / 2], float* tile, int local_row0, int t) {
@@ -147,8 +169,9 @@ struct FeatureOps {
   int i0, row0, t, first_key;
   float scale_log2;
   ScoreChanges changes;
-  float* bias_tile;  // this consumer's staged bias tile, or null (bias read from global)
-  int consumer, thread, n_tiles;
+  float* bias_tile;                  // this consumer's staged bias tile, or null (bias read from global)
+  uint64_t *bias_full, *bias_empty;  // this consumer's hand-over of its tile with the bias warp
+  int consumer, n_tiles;
   float out[kD / 2];
   float m[2], l[2];
   uint32_t p[kBlockN / 16][4];
@@ -174,21 +197,15 @@ struct FeatureOps {
     flash3::online_softmax(s, m, l, rescale, scale_log2);
   }
   //! [hopper_softmax]
-  /// Tile j's staged bias added (the tile's copy waited for), then tile j + 1's copy issued once
-  /// every thread of the warpgroup is done with the buffer.
+  /// Tile j's staged bias added once its copy has landed, then the buffer handed back to the bias
+  /// warp for tile j + 1.
   __device__ void stage_bias(int j, float (&s)[kBlockN / 2]) {
     ScoreChanges without_bias = changes;
     without_bias.bias = nullptr;
     modify_tile(s, one, without_bias, row0, first_key + j * kBlockN, t);
-    ampere::cp_async_wait<0>();
-    named_barrier_sync<128>(kBiasBarrier + consumer);  // every thread's copies of tile j landed
+    mbarrier_wait(bias_full, j & 1);
     add_staged_bias(s, bias_tile, row0 - i0 - 64 * consumer, t);
-    named_barrier_sync<128>(kBiasBarrier + consumer);  // every thread has read it
-    if (j + 1 < n_tiles)
-      copy_bias_tile(bias_tile, changes.bias, one, i0 + 64 * consumer, first_key + (j + 1) * kBlockN, thread);
-    // And tile j + 2's into L2: the copy of j + 1 then reads it from there, not from HBM.
-    if (j + 2 < n_tiles)
-      prefetch_bias_tile(changes.bias, one, i0 + 64 * consumer, first_key + (j + 2) * kBlockN, thread);
+    mbarrier_arrive(bias_empty);
   }
   /// The bias of the next tile into L2 while this one is worked on: each of the quad's threads
   /// asks for one 128-byte line of each of its two rows (a tile row is 128 floats, 4 lines).
@@ -210,8 +227,9 @@ struct FeatureOps {
 template <int kD, bool kModify, bool kStageBias>
 __global__ void __launch_bounds__(kThreads, 1)
     features_hopper_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                           const __grid_constant__ CUtensorMap tm_v, AttentionShape shape, AttentionFeatures features,
-                           AttentionExtras extras, StridedRows<__nv_bfloat16> o, float* lse) {
+                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_bias,
+                           AttentionShape shape, AttentionFeatures features, AttentionExtras extras,
+                           StridedRows<__nv_bfloat16> o, float* lse) {
   using S = Layout<kD>;
   //! [hopper_sequence]
   const SequenceRows seq =
@@ -231,7 +249,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* k_empty = v_full + kStages;
   uint64_t* v_empty = k_empty + kStages;
   const int tid = threadIdx.x, wg = tid / 128;
-  flash3::init_ring(q_full, k_full, v_full, kStages, k_empty, v_empty, kConsumerThreads);
+  uint64_t* bias_full = reinterpret_cast<uint64_t*>(smem + kBiasOffset<kD> + kConsumers * kBiasTileBytes);
+  uint64_t* bias_empty = bias_full + kConsumers;
+  if (kStageBias && tid == 0)
+    for (int c = 0; c < kConsumers; ++c) {
+      mbarrier_init(&bias_full[c], 1);
+      mbarrier_init(&bias_empty[c], 128);
+    }
+  flash3::init_ring(q_full, k_full, v_full, kStages, k_empty, v_empty, kConsumerThreads);  // fences and syncs them
 
   if (wg == 0) {
     setmaxnreg_dec<24>();
@@ -260,6 +285,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           });
       //! [hopper_producer]
     }
+    if (kStageBias && tid == 32)
+      produce_bias(smem + kBiasOffset<kD>, &tm_bias, bias_full, bias_empty, n_tiles, keys.begin, seq.q_start + i0,
+                   seq.q_plane);
     return;
   }
 
@@ -285,15 +313,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       kModify ? kLog2e : changes.scale * kLog2e,  // scores arrive scaled when changed
       changes,
       bias_tile,
+      bias_full + consumer,
+      bias_empty + consumer,
       consumer,
-      tid % 128,
       n_tiles,
       {},
       {-INFINITY, -INFINITY},
       {0.0f, 0.0f},
       {}};
-  if (kStageBias && n_tiles > 0)
-    copy_bias_tile(bias_tile, changes.bias, one, i0 + 64 * consumer, keys.begin, tid % 128);
   mbarrier_wait(q_full, 0);
   flash3::pingpong_schedule(ops, n_tiles, consumer);
 
@@ -319,14 +346,20 @@ void launch_dim(const ForwardParams& p) {
   const CUtensorMap tm_k = make_tensor_map_heads(p.k, kD, s.seq_kv, s.heads_kv, s.batch, st.k, kBlockN);
   const CUtensorMap tm_v = make_tensor_map_heads(p.v, kD, s.seq_kv, s.heads_kv, s.batch, st.v, kBlockN);
   const StridedRows<__nv_bfloat16> o{static_cast<__nv_bfloat16*>(p.o), st.o, s.heads_q};
+  // The bias as [planes][seq_q][seq_kv] floats, in boxes of 64 rows x 32 keys; unused without it.
+  const CUtensorMap tm_bias =
+      kStageBias ? make_tensor_map_swizzled(p.extras.bias, 4, s.seq_kv, s.seq_q, s.batch * s.heads_q, 64, 128)
+                 : CUtensorMap{};
   auto kernel = features_hopper_kernel<kD, kModify, kStageBias>;
-  const int bytes = kStageBias ? kBiasOffset<kD> + 2 * kBiasTileBytes + 1024 : Layout<kD>::kBytes;
+  constexpr int kStagedBytes = kBiasOffset<kD> + kConsumers * kBiasTileBytes + 2 * kConsumers * 8 + 1024;
+  static_assert(!kStageBias || kStagedBytes <= 227 * 1024, "a block may have 227 KiB of shared memory");
+  const int bytes = kStageBias ? kStagedBytes : Layout<kD>::kBytes;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   const AttentionFeatures& f = p.features;
   const int rows = f.varlen() ? p.extras.max_seqlen_q : s.seq_q;
   if (rows == 0) return;
   const dim3 grid(unsigned((rows + kBlockM - 1) / kBlockM), unsigned(f.sequence_count(s) * s.heads_q));
-  kernel<<<grid, kThreads, bytes, p.stream>>>(tm_q, tm_k, tm_v, s, f, p.extras, o, p.lse);
+  kernel<<<grid, kThreads, bytes, p.stream>>>(tm_q, tm_k, tm_v, tm_bias, s, f, p.extras, o, p.lse);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -334,9 +367,11 @@ void launch_hopper(const ForwardParams& p) {
   require_window_tiles();        // the tile ranges are this chapter's exercise
   flash3::require_produce_kv();  // the producer's loop is chapter 06's
   const AttentionShape& s = p.shape;
-  // The bias is staged in shared memory when each of its rows starts on a 16-byte boundary.
+  // The bias is staged in shared memory by TMA when it and each of its rows start on a 16-byte
+  // boundary (the tensor map's rule); otherwise each score's bias is read from global.
   const AttentionFeatures& f = p.features;
-  const bool stage = f.bias && s.seq_kv % 4 == 0, modify = f.softcap > 0.0 || f.alibi || f.bias;
+  const bool stage = f.bias && s.seq_kv % 4 == 0 && reinterpret_cast<uintptr_t>(p.extras.bias) % 16 == 0;
+  const bool modify = f.softcap > 0.0 || f.alibi || f.bias;
   with_head_dim<64, 128>(s.head_dim, [&](auto d) {
     if (stage) {
       launch_dim<d.value, true, true>(p);
