@@ -24,6 +24,7 @@
 #include "../07_backward/delta.cuh"
 #include "../07_backward/fused_tile.cuh"
 #include "../07_backward/wgmma_backward.cuh"
+#include "bias_tiles.cuh"
 #include "cuda_check.h"
 #include "features.h"
 #include "hopper.cuh"
@@ -44,9 +45,23 @@ constexpr int kDsStored = 1, kDqStored = 2;
 /// per block (in double precision, as the forward's, a subroutine call best kept out of the loop).
 constexpr int kMaxGroup = 256;
 /// Shared memory after K, V and the ring: chapter 07's two dS^T buffers (and with kBulk the
-/// consumers' dQ parts), then the slopes.
-template <int kD, DqPath kPath>
-constexpr int kExtraBytes = kExtraOf<kD, kPath> + kMaxGroup * 4;
+/// consumers' dQ parts), with a staged bias its tile, then the slopes, then the bias tile's full
+/// and empty barriers.
+template <int kD, DqPath kPath, bool kStageBias>
+constexpr int kExtraBytes = kExtraOf<kD, kPath> + (kStageBias ? kBiasTileBytes + 16 : 0) + kMaxGroup * 4;
+
+/// Where feature_scores reads the bias: from global memory (a row-major [seq_q][seq_kv] head), or
+/// from the tile of rows i0 .. i0 + 63 and keys j0 .. j0 + 127 the producer staged by TMA.
+struct GlobalBias {
+  const float* rows;
+  int seq_kv;
+  __device__ float operator()(int row, int key) const { return rows[int64_t(row) * seq_kv + key]; }
+};
+struct StagedBias {
+  float* tile;
+  int i0, j0;
+  __device__ float operator()(int row, int key) const { return *bias_at(tile, row - i0, key - j0); }
+};
 
 /// The rows that see each of a thread's two keys, key_a and key_a + 8 (probabilities' runs).
 struct WindowKeyRows {
@@ -79,10 +94,11 @@ enum class Changes { kNone, kShift, kCap };
 /// (j = 0 .. 3) is key key_a + 8 (j / 2), row row0 + 8 n + (j & 1), row0 = i0 + 2 t. Each score is
 /// changed as modified_score says (features.h), P = exp(x - LSE) where the row sees the key (all
 /// of them unless `masked`), else 0; with kCap dS = P (dP - D) times the softcap's slope at x.
-template <Changes kChanges, int kN>
+/// `bias` reads the bias (GlobalBias or StagedBias) when c.bias is set.
+template <Changes kChanges, int kN, class Bias>
 __device__ inline void feature_scores(float (&s)[kN], float (&dp)[kN], const ColumnStats& stats, const ScoreChanges& c,
-                                      const AttentionShape& one, bool masked, const WindowKeyRows& runs, int row0,
-                                      int key_a) {
+                                      const Bias& bias, const AttentionShape& one, bool masked,
+                                      const WindowKeyRows& runs, int row0, int key_a) {
   KeyRun live[2] = {{-1, 1 << 30}, {-1, 1 << 30}};  // every row, unless the tile is masked
   if (masked) {
     live[0] = runs(0);
@@ -104,7 +120,7 @@ __device__ inline void feature_scores(float (&s)[kN], float (&dp)[kN], const Col
         slope = 1.0f - th * th;  // d(cap tanh(x / cap)) / dx
       }
       if (c.slope != 0.0f) x -= c.slope * fabsf(float(row + one.causal_offset() - key));
-      if (c.bias && sees) x += c.bias[int64_t(row) * one.seq_kv + key];
+      if (c.bias && sees) x += bias(row, key);
       const float p = sees ? fast_exp2(fmaf(x, kLog2e, -(e ? lse.y : lse.x))) : 0.0f;
       s[k] = p;
       if constexpr (kChanges == Changes::kCap) dp[k] = p * (dp[k] - (e ? delta.y : delta.x)) * slope;
@@ -129,15 +145,20 @@ __device__ inline void prefetch_bias_tile(const float* bias, const AttentionShap
 
 /// One 128-key block of one sequence's K/V head. dQ goes by chapter 07's atomics into the
 /// row-major fp32 dQ, or (kBulk, a batch that is not packed) by its bulk reductions part by part.
-template <int kD, Changes kChanges, DqPath kPath>
+/// With kStageBias (head_dim 128, a bias TMA can read) the producer copies each item's bias tile
+/// by TMA into shared memory (one buffer, handed over by bias_full and bias_empty); otherwise the
+/// consumers read the bias from global memory, asked into L2 by the producer first.
+template <int kD, Changes kChanges, DqPath kPath, bool kStageBias>
 __global__ void __launch_bounds__(kThreads, 1)
     features_backward_hopper_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                                     const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
-                                    AttentionShape shape, AttentionFeatures features, AttentionExtras extras,
-                                    const float* lse, const float* delta, float* dq32, StridedRows<__nv_bfloat16> dk,
+                                    const __grid_constant__ CUtensorMap tm_bias, AttentionShape shape,
+                                    AttentionFeatures features, AttentionExtras extras, const float* lse,
+                                    const float* delta, float* dq32, StridedRows<__nv_bfloat16> dk,
                                     StridedRows<__nv_bfloat16> dv) {
   constexpr int kRows = kRowsOf<kD>;
-  using L = KvLayout<kD, kRows, kExtraBytes<kD, kPath>>;
+  using L = KvLayout<kD, kRows, kExtraBytes<kD, kPath, kStageBias>>;
+  static_assert(!kStageBias || (kRows == kBiasBoxRows && kKvKeys == kBiasTileKeys), "one bias tile per item");
   using Split = DqSplit<kD>;
   //! [hopper_backward_sequence]
   // The sequence, as the first query head of this K/V head sees it (the group shares its rows),
@@ -161,10 +182,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The warpgroup read through a shuffle from lane 0 (warp-uniform to the compiler), as in
   // chapter 07's fused kernel: the descriptors that derive from it stay in uniform registers.
   const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0), wg_tid = tid % 128;
-  float* slopes = reinterpret_cast<float*>(smem + L::kExtra + kExtraOf<kD, kPath>);
+  unsigned char* bias_tile = smem + L::kExtra + kExtraOf<kD, kPath>;
+  float* slopes = reinterpret_cast<float*>(bias_tile + (kStageBias ? kBiasTileBytes : 0));
+  uint64_t* bias_full = reinterpret_cast<uint64_t*>(slopes + kMaxGroup);
+  uint64_t* bias_empty = bias_full + 1;
   if (features.alibi)
     for (int h = tid; h < group; h += kThreads) slopes[h] = extras.alibi_slope(shape, b, kvh * group + h);
-  init_stages(kv_full, full, empty, 32, kConsumerThreads);  // its __syncthreads publishes the slopes
+  if (kStageBias && tid == 0) {
+    mbarrier_init(bias_full, 1);
+    mbarrier_init(bias_empty, kConsumerThreads);
+  }
+  init_stages(kv_full, full, empty, 32, kConsumerThreads);  // its fence and __syncthreads publish all
 
   if (wg == 0) {
     setmaxnreg_dec<40>();
@@ -198,10 +226,16 @@ __global__ void __launch_bounds__(kThreads, 1)
           tma_load_head(smem + L::kQ + at, &tm_q, 64 * x, seq.q_start + i0, seq.q_plane, shape.heads_q, &full[st]);
           tma_load_head(smem + L::kDo + at, &tm_do, 64 * x, seq.q_start + i0, seq.q_plane, shape.heads_q, &full[st]);
         }
+        if constexpr (kStageBias) {  // the item's bias tile, once the consumers have read the last one
+          if (it > 0) mbarrier_wait(bias_empty, (it - 1) & 1);
+          mbarrier_arrive_expect_tx(bias_full, kBiasTileBytes);
+          load_bias_tile(bias_tile, &tm_bias, j0, seq.q_start + i0, seq.q_plane, bias_full,
+                         ampere::l2_evict_first_policy());
+        }
       } else {
         mbarrier_arrive(&full[st]);
       }
-      if (kChanges != Changes::kNone && features.bias)
+      if (!kStageBias && kChanges != Changes::kNone && features.bias)
         prefetch_bias_tile<kRows>(extras.bias + seq.bias0, one, i0, j0, lane);
     }
     //! [hopper_backward_producer]
@@ -248,13 +282,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
       fence_operands(st_acc);
       fence_operands(dpt);
-      feature_scores<kChanges>(st_acc, dpt, stats, changes, one, masked, runs, i0 + 2 * t, key_a);
+      feature_scores<kChanges>(st_acc, dpt, stats, changes, GlobalBias{changes.bias, one.seq_kv}, one, masked, runs,
+                               i0 + 2 * t, key_a);
     } else {
       wgmma_wait<1>();  // the exponentials under dP^T, as in chapter 07
       fence_operands(st_acc);
-      if constexpr (kChanges == Changes::kShift)
-        feature_scores<kChanges>(st_acc, dpt, stats, changes, one, masked, runs, i0 + 2 * t, key_a);
-      else probabilities(st_acc, stats, changes.scale * kLog2e, masked, runs, i0 + 2 * t);
+      if constexpr (kStageBias) {
+        mbarrier_wait(bias_full, it & 1);
+        const StagedBias staged{reinterpret_cast<float*>(bias_tile), i0, j0};
+        feature_scores<kChanges>(st_acc, dpt, stats, changes, staged, one, masked, runs, i0 + 2 * t, key_a);
+        mbarrier_arrive(bias_empty);  // the buffer is free for the next item's tile
+      } else if constexpr (kChanges == Changes::kShift) {
+        feature_scores<kChanges>(st_acc, dpt, stats, changes, GlobalBias{changes.bias, one.seq_kv}, one, masked, runs,
+                                 i0 + 2 * t, key_a);
+      } else probabilities(st_acc, stats, changes.scale * kLog2e, masked, runs, i0 + 2 * t);
       wgmma_wait<0>();
       fence_operands(dpt);
       score_gradients(dpt, st_acc, stats);
@@ -315,7 +356,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                               one.seq_kv, t, dv_scale, dv.strides.row);
 }
 
-template <int kD, Changes kChanges, DqPath kPath>
+template <int kD, Changes kChanges, DqPath kPath, bool kStageBias = false>
 void launch_dim(const BackwardParams& p) {
   const AttentionShape& s = p.shape;
   const AttentionFeatures& f = p.features;
@@ -338,12 +379,17 @@ void launch_dim(const BackwardParams& p) {
     const CUtensorMap tm_v = make_tensor_map_heads(p.v, kD, s.seq_kv, s.heads_kv, s.batch, st.v, kKvKeys);
     const StridedRows<__nv_bfloat16> dk{static_cast<__nv_bfloat16*>(p.dk), st.dk, s.heads_kv},
         dv{static_cast<__nv_bfloat16*>(p.dv), st.dv, s.heads_kv};
-    constexpr int kBytes = KvLayout<kD, kRows, kExtraBytes<kD, kPath>>::kBytes;
+    // The bias as [planes][seq_q][seq_kv] floats, in boxes of 64 rows x 32 keys; unused unless staged.
+    const CUtensorMap tm_bias =
+        kStageBias ? make_tensor_map_swizzled(p.extras.bias, 4, s.seq_kv, s.seq_q, s.batch * s.heads_q, kRows, 128)
+                   : CUtensorMap{};
+    constexpr int kBytes = KvLayout<kD, kRows, kExtraBytes<kD, kPath, kStageBias>>::kBytes;
     static_assert(kBytes <= 227 * 1024, "a block may have 227 KiB of shared memory");
-    auto kernel = features_backward_hopper_kernel<kD, kChanges, kPath>;
+    auto kernel = features_backward_hopper_kernel<kD, kChanges, kPath, kStageBias>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
     const dim3 grid(unsigned((keys + kKvKeys - 1) / kKvKeys), unsigned(f.sequence_count(s) * s.heads_kv));
-    kernel<<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, s, f, p.extras, p.lse, delta, dq32, dk, dv);
+    kernel<<<grid, kThreads, kBytes, p.stream>>>(tm_q, tm_k, tm_v, tm_do, tm_bias, s, f, p.extras, p.lse, delta, dq32,
+                                                 dk, dv);
     CUDA_CHECK_LAUNCH();
   }
   if constexpr (kPath == DqPath::kAtomics) {
@@ -362,11 +408,18 @@ void launch_dim(const BackwardParams& p) {
 /// launch_dim with dQ's path: the bulk reductions for a batch that is not packed (its parts, a
 /// function of the shape, fit the workspace), the atomics for a packed one. At head_dim 64 the
 /// shifted scores keep the atomics: the bulk path gains ALiBi nothing there and costs the bias a
-/// sixth of its speed (the performance notes' measurement).
+/// sixth of its speed (the performance notes' measurement). At head_dim 128 a bias that TMA can
+/// read (it and its rows on 16-byte boundaries) is staged, with the atomics: a bias tile fits
+/// next to their layout, not next to the bulk path's dQ parts.
 template <int kD, Changes kChanges>
 void launch_path(const BackwardParams& p) {
+  const AttentionFeatures& f = p.features;
+  if constexpr (kD == 128 && kChanges == Changes::kShift) {
+    if (f.bias && !f.varlen() && p.shape.seq_kv % 4 == 0 && reinterpret_cast<uintptr_t>(p.extras.bias) % 16 == 0)
+      return launch_dim<kD, kChanges, DqPath::kAtomics, true>(p);
+  }
   if constexpr (kD == 64 && kChanges == Changes::kShift) launch_dim<kD, kChanges, DqPath::kAtomics>(p);
-  else if (p.features.varlen()) launch_dim<kD, kChanges, DqPath::kAtomics>(p);
+  else if (f.varlen()) launch_dim<kD, kChanges, DqPath::kAtomics>(p);
   else launch_dim<kD, kChanges, DqPath::kBulk>(p);
 }
 

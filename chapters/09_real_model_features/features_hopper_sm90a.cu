@@ -18,6 +18,7 @@
 
 #include "../06_flash_attention_v3/flash3_tile.cuh"
 #include "ampere.cuh"
+#include "bias_tiles.cuh"
 #include "cuda_check.h"
 #include "features.h"
 #include "registry.h"
@@ -82,38 +83,12 @@ __device__ inline void mask_tile(float (&s)[kBlockN / 2], const WindowMask& mask
   mask_rows(s, mask, row0, j0 + 2 * t);
 }
 
-/// The bias through shared memory, by TMA: a warp of the producer warpgroup (the bias warp)
-/// copies each consumer's 64 rows x 128 keys of the next tile's bias while the consumers work on
-/// this one, the tile as four boxes of 64 rows x 32 keys (128 bytes a row) with the 128-byte
-/// swizzle, one tile a consumer (two do not fit next to the K/V stages), handed over by its own
-/// full and empty barriers. Used when every bias row starts on a 16-byte boundary (seq_kv a
-/// multiple of 4, as TMA needs); otherwise each score's bias is read from global.
-constexpr int kBiasBoxKeys = 32, kBiasBoxBytes = 64 * kBiasBoxKeys * 4, kBiasTileBytes = 64 * kBlockN * 4;
-
-/// Element (row, key) of a staged tile: box key / 32, the 16-byte chunk c of a box row r stored at
-/// chunk c ^ (r % 8), so that the 8 rows a warp reads at once fall in different banks.
-__device__ inline float* bias_at(float* tile, int row, int key) {
-  return tile + (key / kBiasBoxKeys) * (kBiasBoxBytes / 4) + row * kBiasBoxKeys +
-         ((((key % kBiasBoxKeys) / 4) ^ (row % 8)) * 4) + key % 4;
-}
-
-/// TMA's copy of one box (tma_load_3d) under an L2 cache policy: the bias, read once, goes through
-/// L2 as evict-first, so that its stream does not push K and V out.
-__device__ inline void tma_load_3d_hint(void* dst, const CUtensorMap* map, int c0, int c1, int c2, uint64_t* bar,
-                                        uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, "
-      "%4}], [%5], %6;\n" ::"r"(smem_addr(dst)),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar)), "l"(policy)
-      : "memory");
-}
-
-/// The same box into L2 only (no shared memory, no barrier).
-__device__ inline void tma_prefetch_3d(const CUtensorMap* map, int c0, int c1, int c2) {
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(map), "r"(c0), "r"(c1),
-               "r"(c2)
-               : "memory");
-}
+/// The bias through shared memory, by TMA (bias_tiles.cuh): a warp of the producer warpgroup (the
+/// bias warp) copies each consumer's 64 rows x 128 keys of the next tile's bias while the
+/// consumers work on this one, one tile a consumer (two do not fit next to the K/V stages), handed
+/// over by its own full and empty barriers. Used when every bias row starts on a 16-byte boundary
+/// (seq_kv a multiple of 4, as TMA needs); otherwise each score's bias is read from global.
+static_assert(kBiasTileKeys == kBlockN && kBiasBoxRows == 64, "a consumer's bias tile is its 64 rows of a K/V tile");
 
 //! [hopper_bias_warp]
 /// The bias warp's loop (one thread): tile j of each consumer into its buffer once the consumer
@@ -124,22 +99,16 @@ __device__ inline void produce_bias(unsigned char* tiles, const CUtensorMap* tm_
                                     uint64_t* bias_empty, int n_tiles, int first_key, int i0, int plane) {
   const uint64_t policy = ampere::l2_evict_first_policy();
   if (n_tiles > 1)  // tile 1 into L2 before the loop, which asks for j + 2 from tile 0 on
-    for (int c = 0; c < kConsumers; ++c)
-      for (int b = 0; b < kBlockN / kBiasBoxKeys; ++b)
-        tma_prefetch_3d(tm_bias, first_key + kBlockN + kBiasBoxKeys * b, i0 + 64 * c, plane);
+    for (int c = 0; c < kConsumers; ++c) prefetch_bias_boxes(tm_bias, first_key + kBlockN, i0 + 64 * c, plane);
   for (int j = 0; j < n_tiles; ++j) {
     const int key0 = first_key + j * kBlockN;
     for (int c = 0; c < kConsumers; ++c) {
       if (j > 0) mbarrier_wait(&bias_empty[c], (j - 1) & 1);
       mbarrier_arrive_expect_tx(&bias_full[c], kBiasTileBytes);
-      for (int b = 0; b < kBlockN / kBiasBoxKeys; ++b)
-        tma_load_3d_hint(tiles + c * kBiasTileBytes + b * kBiasBoxBytes, tm_bias, key0 + kBiasBoxKeys * b, i0 + 64 * c,
-                         plane, &bias_full[c], policy);
+      load_bias_tile(tiles + c * kBiasTileBytes, tm_bias, key0, i0 + 64 * c, plane, &bias_full[c], policy);
     }
     if (j + 2 < n_tiles)
-      for (int c = 0; c < kConsumers; ++c)
-        for (int b = 0; b < kBlockN / kBiasBoxKeys; ++b)
-          tma_prefetch_3d(tm_bias, key0 + 2 * kBlockN + kBiasBoxKeys * b, i0 + 64 * c, plane);
+      for (int c = 0; c < kConsumers; ++c) prefetch_bias_boxes(tm_bias, key0 + 2 * kBlockN, i0 + 64 * c, plane);
   }
 }
 //! [hopper_bias_warp]
