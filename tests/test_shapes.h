@@ -71,6 +71,7 @@ inline std::vector<FeatureProblem> feature_shapes() {
   FeatureSet capped{-1, -1, 20.0, false, false, false, 10.0}, alibi{-1, -1, 0.0, true};
   FeatureSet biased{-1, -1, 0.0, false, true}, packed{-1, -1, 0.0, false, false, true};
   FeatureSet packed_all{16, 0, 10.0, true, false, true, 8.0}, dense_all{64, 32, 5.0, true, true, false, 4.0};
+  FeatureSet shifted_all{48, 16, 0.0, true, true};
   return {
       with_features(shape_of(2, 4, 2, 300, 300, 64, false), sliding),
       with_features(shape_of(1, 2, 2, 257, 513, 128, true), left_only),
@@ -85,6 +86,8 @@ inline std::vector<FeatureProblem> feature_shapes() {
       with_features(shape_of(1, 2, 2, 190, 190, 128, true), biased),
       // seq_kv a multiple of 4: chapter 09's Hopper kernel stages the bias in shared memory.
       with_features(shape_of(1, 4, 2, 200, 256, 128, true), biased),
+      // ... with ALiBi and a window, two batches, and a last key block past seq_kv (TMA's zeros).
+      with_features(shape_of(2, 4, 2, 130, 260, 128, false), shifted_all),
       with_features(shape_of(2, 2, 2, 300, 300, 64, false), biased),
       with_features(shape_of(6, 4, 2, 700, 900, 64, true), packed),
       with_features(shape_of(3, 2, 2, 5, 7, 128, false), packed),

@@ -408,9 +408,9 @@ void launch_dim(const BackwardParams& p) {
 /// launch_dim with dQ's path: the bulk reductions for a batch that is not packed (its parts, a
 /// function of the shape, fit the workspace), the atomics for a packed one. At head_dim 64 the
 /// shifted scores keep the atomics: the bulk path gains ALiBi nothing there and costs the bias a
-/// sixth of its speed (the performance notes' measurement). At head_dim 128 a bias that TMA can
-/// read (it and its rows on 16-byte boundaries) is staged, with the atomics: a bias tile fits
-/// next to their layout, not next to the bulk path's dQ parts.
+/// sixth of its speed (the performance notes' measurement). At head_dim 128, without the softcap,
+/// a bias that TMA can read (it and its rows on 16-byte boundaries) is staged, with the atomics: a
+/// bias tile fits next to their layout, not next to the bulk path's dQ parts.
 template <int kD, Changes kChanges>
 void launch_path(const BackwardParams& p) {
   const AttentionFeatures& f = p.features;
