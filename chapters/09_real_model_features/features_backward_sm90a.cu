@@ -1,8 +1,10 @@
 // Chapter 09, backward -- `hopper`: chapter 07's fused Hopper backward (variants 5 and 6: one
 // block per 128 keys, a producer warp and two consumer warpgroups, five wgmma products per Q tile,
 // dS^T through shared memory for dQ; dQ by variant 6's bulk reductions, or by variant 5's fp32
-// atomics for a packed batch) with the features, bf16, sm_90a, head_dim 64 and 128. The schedule inside a tile is chapter 07's (fused_tile.cuh, wgmma_backward.cuh);
-// the features enter where they entered the Ampere backward (features_backward.cu):
+// atomics: a packed batch, ALiBi or the bias at head_dim 64, a staged bias) with the features,
+// bf16, sm_90a, head_dim 64 and 128. The schedule inside a tile is chapter 07's (fused_tile.cuh,
+// wgmma_backward.cuh); the features enter where they entered the Ampere backward
+// (features_backward.cu):
 //   * packed batches: block (key tile, b * heads_kv + h) works on sequence b, as a batch of one;
 //     its TMA copies start at the sequence's first row of the head's plane, and the rows and keys
 //     of the next sequence that a box reads past the end are masked;
@@ -10,7 +12,9 @@
 //     (rows_for_keys), and a tile wholly inside every row's run skips the mask
 //     (WindowMask::tile_visible; the mask itself is WindowMask::rows, the rows that see a key);
 //   * softcap, ALiBi, the bias: the recomputed scores get the forward's changes before the mask,
-//     and dS is multiplied by the softcap's derivative 1 - tanh^2.
+//     and dS is multiplied by the softcap's derivative 1 - tanh^2; at head_dim 128, without the
+//     softcap, the producer stages a bias TMA can read (bias_tiles.cuh); otherwise the consumers
+//     read it from memory.
 // It takes Q, K, V, dO and the gradients with any strides (the tensor maps, dK/dV's rows and the
 // rounding of dQ carry them).
 // Run: build/bin/fa_gpu_tests --gtest_filter='*ch09_hopper_backward*'
