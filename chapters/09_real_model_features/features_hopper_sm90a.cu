@@ -86,8 +86,8 @@ __device__ inline void mask_tile(float (&s)[kBlockN / 2], const WindowMask& mask
 /// The bias through shared memory, by TMA (bias_tiles.cuh): a warp of the producer warpgroup (the
 /// bias warp) copies each consumer's 64 rows x 128 keys of the next tile's bias while the
 /// consumers work on this one, one tile a consumer (two do not fit next to the K/V stages), handed
-/// over by its own full and empty barriers. Used when every bias row starts on a 16-byte boundary
-/// (seq_kv a multiple of 4, as TMA needs); otherwise each score's bias is read from global.
+/// over by its own full and empty barriers. Used when the bias and each of its rows start on a
+/// 16-byte boundary (TMA's rule); otherwise each score's bias is read from global.
 static_assert(kBiasTileKeys == kBlockN && kBiasBoxRows == 64, "a consumer's bias tile is its 64 rows of a K/V tile");
 
 //! [hopper_bias_warp]
